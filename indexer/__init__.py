@@ -1,0 +1,1 @@
+"""Offline index builds: corpus → teacher embeddings → FAISS bundle, published atomically."""

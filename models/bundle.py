@@ -1,0 +1,72 @@
+"""Opening an index bundle: manifest, vectors and documents, checked against each other."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from models.contract import TeacherRef, check_same_teacher
+from models.corpus import Document
+from models.docstore import DOCSTORE_FILE, DocStore
+from models.errors import ContractMismatch
+from models.manifest import BUNDLE_MANIFEST, BundleManifest, read_manifest
+from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Hit:
+    row: int
+    score: float
+    doc: Document
+
+
+def read_bundle_manifest(directory: Path) -> BundleManifest:
+    return read_manifest(Path(directory) / BUNDLE_MANIFEST, BundleManifest, "index bundle")
+
+
+class Bundle:
+    """A loaded, read-only bundle: search with full-dimension unit query vectors."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory).resolve()
+        self.manifest = read_bundle_manifest(self.directory)
+        missing = [name for name in self.manifest.files if not (self.directory / name).is_file()]
+        if missing:
+            raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
+        try:
+            self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization)
+        except (RuntimeError, ValueError, OSError) as exc:
+            raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
+        self.docs = DocStore(self.directory / DOCSTORE_FILE)
+        if self.vectors.count != self.manifest.count:
+            raise ContractMismatch(
+                f"{self.directory}: index holds {self.vectors.count} vectors, manifest says {self.manifest.count}"
+            )
+        log.info("bundle %s: %d docs, %d-d %s", self.directory, self.manifest.count, self.manifest.dim,
+                 self.manifest.quantization.value)
+
+    @property
+    def teacher(self) -> TeacherRef:
+        return self.manifest.teacher
+
+    def check_student(self, student_teacher: TeacherRef) -> None:
+        check_same_teacher(student_teacher, self.teacher)
+        if self.manifest.dim > student_teacher.dim:
+            raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
+
+    def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
+        scores, rows = self.vectors.search(queries, k, oversample)
+        out: list[list[Hit]] = []
+        for srow, rrow in zip(scores, rows, strict=True):
+            valid = [(int(r), float(s)) for r, s in zip(rrow, srow, strict=True) if r >= 0]
+            docs = self.docs.get([r for r, _ in valid])
+            out.append([Hit(row=r, score=s, doc=d) for (r, s), d in zip(valid, docs, strict=True)])
+        return out
+
+    def close(self) -> None:
+        self.docs.close()

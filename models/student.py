@@ -1,0 +1,75 @@
+"""The student encoder at serving time: tokenizers + onnxruntime, no torch.
+
+Pooling, projection and normalization live inside the ONNX graph, so this module only
+tokenizes, runs the session and returns unit vectors in the teacher's space.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import onnxruntime as ort
+from tokenizers import Tokenizer
+
+from models.contract import TeacherRef
+from models.manifest import STUDENT_MANIFEST, StudentManifest, read_manifest
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["int8", "fp32"]
+
+
+def read_student_manifest(directory: Path) -> StudentManifest:
+    return read_manifest(Path(directory) / STUDENT_MANIFEST, StudentManifest, "student")
+
+
+def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.enable_truncation(max_length=max_length)
+    tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0, pad_token="[PAD]")
+    return tokenizer
+
+
+class StudentEncoder:
+    """Encodes queries with the exported student; thread-safe (ORT sessions are)."""
+
+    def __init__(self, directory: Path, precision: Precision = "int8", threads: int = 1) -> None:
+        self.directory = Path(directory).resolve()
+        self.manifest = read_student_manifest(self.directory)
+        self.tokenizer = load_tokenizer(self.directory / self.manifest.tokenizer, self.manifest.max_seq_length)
+        model_file = self.manifest.onnx_int8 if precision == "int8" else self.manifest.onnx_fp32
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.session = ort.InferenceSession(
+            str(self.directory / model_file), sess_options=opts, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in self.session.get_inputs()}
+        self.precision = precision
+        log.info("student %s (%s, %d threads)", self.directory, precision, threads)
+
+    @property
+    def teacher(self) -> TeacherRef:
+        return self.manifest.teacher
+
+    @property
+    def dim(self) -> int:
+        return self.manifest.teacher.dim
+
+    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+        """float32 [len(texts), dim] unit vectors in the teacher's space."""
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(texts), batch_size):
+            encodings = self.tokenizer.encode_batch(list(texts[start : start + batch_size]))
+            feed = {
+                "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
+                "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
+            }
+            (emb,) = self.session.run(None, {k: v for k, v in feed.items() if k in self._inputs})
+            out[start : start + len(encodings)] = emb
+        return out

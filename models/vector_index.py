@@ -1,0 +1,125 @@
+"""FAISS indexes for each quantization, with one search path for service and evaluation.
+
+- float: IndexFlatIP over MRL-truncated unit vectors.
+- int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
+- binary: IndexBinaryFlat over sign bits; the top `k × oversample` by Hamming distance are
+  rescored with the float query against the int8 vectors (memory-mapped from disk).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from models.contract import truncate
+from models.manifest import Quantization
+from models.quantize import Int8Calibration, binary_encode, int8_decode, int8_encode
+
+INDEX_FILE = "index.faiss"
+CALIBRATION_FILE = "calibration.npy"
+RESCORE_FILE = "rescore.u8.npy"
+DEFAULT_OVERSAMPLE = 4
+
+
+def _int8_faiss(cal: Int8Calibration) -> faiss.IndexScalarQuantizer:
+    index = faiss.IndexScalarQuantizer(cal.dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
+    faiss.copy_array_to_vector(cal.to_array().ravel(), index.sq.trained)
+    index.is_trained = True
+    return index
+
+
+class VectorIndex:
+    """Vectors of one bundle at one dim and quantization."""
+
+    def __init__(
+        self,
+        quantization: Quantization,
+        dim: int,
+        index: faiss.Index | faiss.IndexBinary,
+        calibration: Int8Calibration | None = None,
+        rescore_codes: np.ndarray | None = None,
+    ) -> None:
+        self.quantization = quantization
+        self.dim = dim
+        self.index = index
+        self.calibration = calibration
+        self.rescore_codes = rescore_codes
+
+    @property
+    def count(self) -> int:
+        return int(self.index.ntotal)
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, dim: int, quantization: Quantization) -> VectorIndex:
+        """Index full-dimension unit vectors after MRL truncation to `dim`."""
+        x = np.ascontiguousarray(truncate(vectors, dim))
+        if quantization is Quantization.FLOAT:
+            flat = faiss.IndexFlatIP(dim)
+            flat.add(x)
+            return cls(quantization, dim, flat)
+        cal = Int8Calibration.fit(x)
+        if quantization is Quantization.INT8:
+            sq = _int8_faiss(cal)
+            sq.add(x)
+            return cls(quantization, dim, sq, cal)
+        binary = faiss.IndexBinaryFlat(dim)
+        binary.add(binary_encode(x))
+        return cls(quantization, dim, binary, cal, int8_encode(x, cal))
+
+    def save(self, directory: Path) -> list[str]:
+        """Write the index files into `directory`; returns their names."""
+        names = [INDEX_FILE]
+        if isinstance(self.index, faiss.IndexBinary):
+            faiss.write_index_binary(self.index, str(directory / INDEX_FILE))
+        else:
+            faiss.write_index(self.index, str(directory / INDEX_FILE))
+        if self.calibration is not None:
+            np.save(directory / CALIBRATION_FILE, self.calibration.to_array())
+            names.append(CALIBRATION_FILE)
+        if self.rescore_codes is not None:
+            np.save(directory / RESCORE_FILE, self.rescore_codes)
+            names.append(RESCORE_FILE)
+        return names
+
+    @classmethod
+    def load(cls, directory: Path, dim: int, quantization: Quantization) -> VectorIndex:
+        path = str(directory / INDEX_FILE)
+        if quantization is Quantization.BINARY:
+            index: faiss.Index | faiss.IndexBinary = faiss.read_index_binary(path)
+            rescore = np.load(directory / RESCORE_FILE, mmap_mode="r")
+        else:
+            index, rescore = faiss.read_index(path), None
+        cal = None
+        if quantization is not Quantization.FLOAT:
+            cal = Int8Calibration.from_array(np.load(directory / CALIBRATION_FILE))
+        if index.d != dim or (cal is not None and cal.dim != dim):
+            raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
+        if rescore is not None and rescore.shape != (index.ntotal, dim):
+            raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
+        return cls(quantization, dim, index, cal, rescore)
+
+    def search(
+        self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, rows) for full-dimension unit queries; rows are -1 past the corpus size."""
+        q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
+        k = max(1, min(k, self.count))
+        if self.quantization is not Quantization.BINARY:
+            scores, rows = self.index.search(q, k)
+            return scores, rows
+        assert self.calibration is not None and self.rescore_codes is not None
+        depth = min(self.count, k * max(1, oversample))
+        _, candidates = self.index.search(binary_encode(q), depth)
+        out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        out_rows = np.full((len(q), k), -1, dtype=np.int64)
+        for i, cand in enumerate(candidates):
+            cand = cand[cand >= 0]
+            order = np.sort(cand)  # sorted reads are kinder to a memory-mapped file
+            vecs = int8_decode(np.asarray(self.rescore_codes[order]), self.calibration)
+            scores = vecs @ q[i]
+            top = np.argsort(-scores, kind="stable")[:k]
+            out_scores[i, : len(top)] = scores[top]
+            out_rows[i, : len(top)] = order[top]
+        return out_scores, out_rows

@@ -1,0 +1,21 @@
+"""`tandem serve`: refuse an incompatible student/bundle pair up front, then run uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from service.app import create_app
+from service.engine import check_compatible
+from service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+
+def run_server(settings: ServiceSettings) -> None:
+    """Raises ContractMismatch (exit 2 from the CLI) before binding the port if the pair does not match."""
+    bundle, student = check_compatible(settings)
+    log.info("serving %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", settings.index, bundle.count,
+             bundle.dim, bundle.quantization.value, settings.student, settings.student_precision, student.teacher.name)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)

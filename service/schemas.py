@@ -1,0 +1,82 @@
+"""Request and response shapes of the HTTP API (the OpenAPI document is generated from these)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic_core import PydanticCustomError
+
+
+class SearchRequest(BaseModel):
+    """Types are strict, so `"top_k": "10"` is a 422 rather than a silent coercion. Upper bounds come
+    from the settings (TANDEM_MAX_QUERY_CHARS, TANDEM_MAX_TOP_K) and are checked by the route."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"query": "how do tides work", "top_k": 5}]}
+    )
+
+    query: StrictStr = Field(description="Free text; not blank, at most TANDEM_MAX_QUERY_CHARS characters.")
+    top_k: StrictInt | None = Field(
+        None, ge=1, description="Number of hits, 1..TANDEM_MAX_TOP_K; TANDEM_DEFAULT_TOP_K when omitted."
+    )
+
+    @field_validator("query")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise PydanticCustomError("blank_query", "query must not be empty or whitespace-only")
+        return value
+
+
+class SearchHit(BaseModel):
+    id: str
+    score: float = Field(description="Inner product of unit vectors (cosine) in the index's space.")
+    title: str
+    text: str
+
+
+class IndexSummary(BaseModel):
+    """The bundle that answered (BundleManifest.summary())."""
+
+    model_config = ConfigDict(extra="allow")
+
+    teacher: str
+    teacher_fingerprint: str
+    dim: int
+    quantization: str
+    count: int
+    build_time: str
+
+
+class Timing(BaseModel):
+    encode: float = Field(description="Student encoding, milliseconds.")
+    search: float = Field(description="Index search and document lookup, milliseconds.")
+
+
+class SearchResponse(BaseModel):
+    results: list[SearchHit]
+    index: IndexSummary
+    timing_ms: Timing
+
+
+class Liveness(BaseModel):
+    status: Literal["ok"] = "ok"
+
+
+class Readiness(BaseModel):
+    status: Literal["loading", "ready", "failed"]
+    error: str | None = None
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    """Every non-2xx answer has this shape; `details` lists per-field problems of a 422."""
+
+    error: str = Field(description="Machine-readable code, e.g. invalid_request, not_ready, internal.")
+    message: str
+    details: list[FieldError] | None = None

@@ -1,0 +1,60 @@
+"""Service configuration: CLI options and `TANDEM_*` environment variables, validated once at startup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from models.errors import InputError
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+ENV_PREFIX = "TANDEM_"
+
+
+class ServiceSettings(BaseSettings):
+    """Everything `tandem serve` needs; bad values fail at startup with the variable named."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    index: Path = Field(description="Index bundle directory.")
+    student: Path = Field(description="Student directory (student.json, ONNX models, tokenizer).")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    student_precision: Literal["int8", "fp32"] = "int8"
+    encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per query.")
+    search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per query (1 avoids oversubscription).")
+    max_query_chars: int = Field(2048, ge=1)
+    max_top_k: int = Field(1000, ge=1)
+    default_top_k: int = Field(10, ge=1)
+    binary_oversample: int = Field(4, ge=1, description="Hamming candidates per hit before int8 rescoring.")
+    log_level: LogLevel = "info"
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise InputError(f"invalid service settings: {_describe(exc)}") from exc
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> ServiceSettings:
+        if self.default_top_k > self.max_top_k:
+            raise ValueError(f"default_top_k ({self.default_top_k}) exceeds max_top_k ({self.max_top_k})")
+        return self
+
+
+def _describe(exc: ValidationError) -> str:
+    """One line per problem, naming the environment variable an operator would set."""
+    parts = []
+    for err in exc.errors(include_url=False, include_input=False):
+        field = str(err["loc"][0]) if err["loc"] else ""
+        name = f"{ENV_PREFIX}{field.upper()}" if field else "settings"
+        parts.append(f"{name}: {err['msg']}")
+    return "; ".join(parts)

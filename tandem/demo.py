@@ -1,0 +1,90 @@
+"""`tandem demo serve`: the default corpus end to end, reusing whatever a previous run built.
+
+A second run finds the corpus unchanged, the bundle built from it and the student aligned
+to its teacher, so it goes straight to serving.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from indexer.build import BuildRequest, build
+from indexer.demo_corpus import write_demo_corpus
+from models.bundle import read_bundle_manifest
+from models.distill.pipeline import DistillRequest, run_distill
+from models.errors import ContractMismatch
+from models.paths import tandem_home
+from models.registry import load_card, resolve, sha256_file
+from models.student import read_student_manifest
+
+log = logging.getLogger(__name__)
+
+EXAMPLE_QUERY = "parse a JSON string into a Python object"
+
+
+def demo_dir() -> Path:
+    return tandem_home() / "demo"
+
+
+def _bundle_is_current(bundle: Path, corpus: Path, teacher_fp: str) -> bool:
+    try:
+        manifest = read_bundle_manifest(bundle)
+    except ContractMismatch:
+        return False
+    return manifest.corpus.sha256 == sha256_file(corpus) and manifest.teacher.fingerprint == teacher_fp
+
+
+def _student_is_current(student: Path, teacher_fp: str) -> bool:
+    try:
+        return read_student_manifest(student).teacher.fingerprint == teacher_fp
+    except ContractMismatch:
+        return False
+
+
+def prepare(max_docs: int) -> tuple[Path, Path]:
+    """Corpus → bundle → student under TANDEM_HOME/demo, building only what is missing or stale."""
+    root = demo_dir()
+    corpus, bundle, student = root / "corpus.jsonl", root / "bundle", root / "student"
+    count = write_demo_corpus(corpus, max_docs=max_docs)
+    log.info("demo corpus: %d stdlib docstrings in %s", count, corpus)
+    teacher_fp = load_card(resolve("teacher")).fingerprint
+    if _bundle_is_current(bundle, corpus, teacher_fp):
+        log.info("demo bundle is current: %s", bundle)
+    else:
+        build(BuildRequest(corpus=corpus, out=bundle, force=True))
+    if _student_is_current(student, teacher_fp):
+        log.info("demo student is current: %s", student)
+    else:
+        run_distill(DistillRequest(corpus=corpus, index=bundle, out=student, preset="quick"))
+    return bundle, student
+
+
+def curl_line(host: str, port: int) -> str:
+    body = json.dumps({"query": EXAMPLE_QUERY, "top_k": 3})
+    return f"curl -s -X POST http://{host}:{port}/search -H 'Content-Type: application/json' -d '{body}'"
+
+
+def announce_when_ready(host: str, port: int, message: str, timeout_s: float = 600.0) -> threading.Thread:
+    """Print `message` once /readyz answers 200, so the curl line is the last thing the demo shows."""
+
+    def poll() -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://{host}:{port}/readyz", timeout=2.0).status_code == 200:
+                    print(message, flush=True)  # noqa: T201 - the demo's user-facing output
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        log.warning("the server did not become ready within %.0fs", timeout_s)
+
+    thread = threading.Thread(target=poll, name="demo-announce", daemon=True)
+    thread.start()
+    return thread

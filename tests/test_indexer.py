@@ -1,0 +1,166 @@
+"""Index builds with the real teacher and FAISS: round trips, quantizations, imports, atomic publish."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.build import BuildRequest, build
+from indexer.publish import staged
+from models.bundle import Bundle, read_bundle_manifest
+from models.contract import TeacherRef
+from models.corpus import read_corpus
+from models.embedding_store import EmbeddingStore
+from models.errors import ContractMismatch, InputError
+from models.manifest import BundleManifest
+from models.teacher import TeacherEncoder
+from tests.fixtures.corpus import DOCS, PROBES
+
+DEFAULT_SCIFACT = Path(__file__).resolve().parents[2] / "shared/data/scifact"
+SCIFACT = Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT))
+
+
+@pytest.fixture(scope="module")
+def teacher(teacher_dir: Path) -> TeacherEncoder:
+    return TeacherEncoder(teacher_dir)
+
+
+@pytest.fixture(scope="module")
+def probe_vectors(teacher: TeacherEncoder) -> np.ndarray:
+    return teacher.encode(list(PROBES))
+
+
+def test_bundle_round_trip(tiny_bundle: Path, tiny_corpus: Path, probe_vectors: np.ndarray) -> None:
+    manifest = read_bundle_manifest(tiny_bundle)
+    assert manifest.count == len(DOCS) and manifest.dim == 768 and manifest.quantization.value == "float"
+    assert manifest.embeddings.kind == "encoded"
+    assert set(manifest.files) == {"index.faiss", "docs.sqlite"}
+    bundle = Bundle(tiny_bundle)
+    assert bundle.docs.ids() == [d.id for d in read_corpus(tiny_corpus)]
+    hits = bundle.search(probe_vectors, k=3)
+    assert [h[0].doc.id for h in hits] == list(PROBES.values())
+    assert all(h[0].score > h[1].score for h in hits)
+    assert hits[0][0].doc.title == "Baking bread"
+
+
+VARIANTS = [(256, "int8"), (256, "binary"), (128, "binary"), (512, "float")]
+
+
+@pytest.mark.parametrize(("dim", "quantization"), VARIANTS)
+def test_other_dims_and_quantizations_reuse_embeddings(
+    tiny_bundle: Path, tiny_corpus: Path, bundles_dir: Path, probe_vectors: np.ndarray,
+    dim: int, quantization: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    out = bundles_dir / f"tiny-{dim}-{quantization}"
+    with caplog.at_level(logging.INFO, logger="indexer.build"):
+        manifest = build(BuildRequest(corpus=tiny_corpus, out=out, dim=dim, quantization=quantization))
+    assert "reusing 20 cached teacher embeddings" in caplog.text
+    assert manifest.embeddings.store_key == read_bundle_manifest(tiny_bundle).embeddings.store_key
+    bundle = Bundle(out)
+    hits = bundle.search(probe_vectors, k=len(DOCS))
+    assert [h[0].doc.id for h in hits] == list(PROBES.values())
+    assert all(len(h) == len(DOCS) for h in hits)  # every document stays reachable
+    if quantization == "binary":
+        assert {"calibration.npy", "rescore.u8.npy"} <= set(manifest.files)
+
+
+def test_refuses_to_overwrite_without_force(tiny_bundle: Path, tiny_corpus: Path) -> None:
+    with pytest.raises(InputError, match="--force"):
+        build(BuildRequest(corpus=tiny_corpus, out=tiny_bundle))
+
+
+def test_failed_build_leaves_nothing_behind(tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    with pytest.raises(RuntimeError), staged(out, force=False) as staging:
+        (staging / "partial").write_text("half")
+        raise RuntimeError("crash mid-build")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_force_replaces_atomically(tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    for version in ("1", "2"):
+        with staged(out, force=True) as staging:
+            (staging / "v").write_text(version)
+    assert (out / "v").read_text() == "2"
+    assert [p.name for p in tmp_path.iterdir()] == ["bundle"]
+
+
+def test_bad_options_fail_before_encoding(tiny_corpus: Path, tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="quantization"):
+        build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "x", quantization="int4"))
+    with pytest.raises(InputError, match="--dim 1000"):
+        build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "x", dim=1000))
+
+
+def test_import_checks_shape_norm_and_ids(tandem_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    docs = read_corpus(tiny_corpus)
+    rng = np.random.default_rng(0)
+    vecs = rng.standard_normal((len(docs), 768)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    ids = [d.id for d in docs]
+
+    def attempt(v: np.ndarray, id_list: list[str]) -> BundleManifest:
+        np.save(tmp_path / "e.npy", v)
+        (tmp_path / "ids.json").write_text(json.dumps(id_list))
+        return build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "b", embeddings=tmp_path / "e.npy",
+                                  ids=tmp_path / "ids.json", force=True, store=tmp_path / "store"))
+
+    with pytest.raises(InputError, match="shape"):
+        attempt(vecs[:, :384], ids)
+    with pytest.raises(InputError, match="norm"):
+        attempt(vecs * 2, ids)
+    with pytest.raises(InputError, match="non-finite"):
+        bad = vecs.copy()
+        bad[3, 5] = np.nan
+        attempt(bad, ids)
+    with pytest.raises(InputError, match="no embedding"):
+        attempt(vecs, [*ids[:-1], "stranger"])
+    with pytest.raises(InputError, match="duplicate id"):
+        attempt(vecs, [*ids[:-1], ids[0]])
+    reversed_ids = ids[::-1]
+    manifest = attempt(vecs[::-1].copy(), reversed_ids)
+    assert manifest.embeddings.kind == "imported"
+    stored = EmbeddingStore(tmp_path / "store").load(manifest.embeddings.store_key or "")
+    assert stored is not None and np.allclose(stored, vecs, atol=1e-3)  # reordered to corpus order
+
+
+
+
+def test_bundle_refuses_other_teacher(tiny_bundle: Path) -> None:
+    bundle = Bundle(tiny_bundle)
+    other = TeacherRef(name="other", fingerprint="0" * 64, dim=768)
+    with pytest.raises(ContractMismatch, match="fingerprint"):
+        bundle.check_student(other)
+    with pytest.raises(ContractMismatch, match="384-d"):
+        bundle.check_student(bundle.teacher.model_copy(update={"dim": 384}))
+
+
+def test_tampered_bundle_is_refused(tiny_bundle: Path, tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_bundle, copy)
+    (copy / "index.faiss").unlink()
+    with pytest.raises(ContractMismatch, match=r"missing index\.faiss"):
+        Bundle(copy)
+    (copy / "manifest.json").write_text("{}")
+    with pytest.raises(ContractMismatch, match="invalid index bundle manifest"):
+        Bundle(copy)
+
+
+@pytest.mark.skipif(not (SCIFACT / "reference").is_dir(), reason="SciFact reference embeddings not present")
+def test_teacher_reproduces_reference_embeddings(teacher: TeacherEncoder) -> None:
+    ids = json.loads((SCIFACT / "reference/all-mpnet-base-v2.corpus.ids.json").read_text())
+    ref = np.load(SCIFACT / "reference/all-mpnet-base-v2.corpus.f16.npy", mmap_mode="r")
+    docs = {d.id: d for d in read_corpus(SCIFACT / "corpus.jsonl")}
+    rows = [0, 17, 1000, 2500, 4000, len(ids) - 1]
+    ours = teacher.encode([docs[str(ids[r])].passage() for r in rows])
+    theirs = np.asarray(ref[rows], dtype=np.float32)
+    cos = (ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)
+    assert cos.min() >= 0.9999

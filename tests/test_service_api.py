@@ -1,0 +1,129 @@
+"""The HTTP API end to end: real uvicorn, real FAISS bundle, real ONNX student, driven by httpx."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.bundle import read_bundle_manifest
+from tests.fixtures.corpus import DOCS, PROBES
+from tests.fixtures.server import LiveServer
+
+
+@pytest.mark.parametrize(("query", "doc_id"), sorted(PROBES.items()))
+def test_probe_finds_its_document_first(live_server: LiveServer, query: str, doc_id: str) -> None:
+    response = live_server.client.post("/search", json={"query": query, "top_k": 5})
+    assert response.status_code == 200, response.text
+    assert response.json()["results"][0]["id"] == doc_id
+
+
+def test_response_shape(live_server: LiveServer, tiny_bundle: Path) -> None:
+    response = live_server.client.post("/search", json={"query": "volcanic eruption", "top_k": 3})
+    assert response.status_code == 200
+    body = response.json()
+    assert set(body) == {"results", "index", "timing_ms"}
+    results = body["results"]
+    assert len(results) == 3
+    docs = {doc_id: (title, text) for doc_id, title, text in DOCS}
+    for hit in results:
+        assert set(hit) == {"id", "score", "title", "text"}
+        assert (hit["title"], hit["text"]) == docs[hit["id"]]
+        assert -1.0001 <= hit["score"] <= 1.0001
+    scores = [hit["score"] for hit in results]
+    assert scores == sorted(scores, reverse=True)
+    assert body["index"] == read_bundle_manifest(tiny_bundle).summary()
+    assert set(body["timing_ms"]) == {"encode", "search"}
+    assert all(isinstance(v, float) and v >= 0 for v in body["timing_ms"].values())
+
+
+def test_default_top_k(live_server: LiveServer) -> None:
+    response = live_server.client.post("/search", json={"query": "coffee"})
+    assert response.status_code == 200
+    assert len(response.json()["results"]) == 10
+
+
+def test_top_k_beyond_corpus_returns_every_document_once(live_server: LiveServer) -> None:
+    response = live_server.client.post("/search", json={"query": "science", "top_k": 1000})
+    assert response.status_code == 200
+    ids = [hit["id"] for hit in response.json()["results"]]
+    assert sorted(ids) == sorted(doc_id for doc_id, _, _ in DOCS)
+
+
+def test_same_answer_under_concurrent_requests(live_server: LiveServer) -> None:
+    def ask(query: str) -> list[str]:
+        with httpx.Client(base_url=live_server.url, timeout=30.0, trust_env=False) as client:
+            response = client.post("/search", json={"query": query, "top_k": 5})
+            assert response.status_code == 200
+            return [hit["id"] for hit in response.json()["results"]]
+
+    queries = list(PROBES) * 4
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(ask, queries))
+    expected = {query: ask(query) for query in PROBES}
+    assert answers == [expected[query] for query in queries]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "   \n\t "}, "query"),
+        ({"query": "tides", "top_k": 0}, "top_k"),
+        ({"query": "tides", "top_k": 1001}, "top_k"),
+        ({"query": "x" * 2049}, "query"),
+        ({"top_k": 3}, "query"),
+        ({"query": 42}, "query"),
+        ({"query": ["tides"]}, "query"),
+        ({"query": "tides", "top_k": "5"}, "top_k"),
+        ({"query": "tides", "top_k": 2.5}, "top_k"),
+        ({"query": "tides", "k": 5}, "k"),
+    ],
+    ids=["empty", "whitespace", "top_k-0", "top_k-1001", "too-long", "missing-query", "query-int", "query-list",
+         "top_k-str", "top_k-float", "unknown-field"],
+)
+def test_bad_request_is_422_naming_the_field(live_server: LiveServer, body: dict[str, object], field: str) -> None:
+    response = live_server.client.post("/search", json=body)
+    assert response.status_code == 422
+    error = response.json()
+    assert error["error"] == "invalid_request"
+    assert [d["field"] for d in error["details"]] == [field]
+    assert error["message"].startswith(f"{field}: ")
+    assert "x" * 100 not in response.text  # the input is not echoed back
+
+
+def test_too_long_query_message_names_the_limit(live_server: LiveServer) -> None:
+    response = live_server.client.post("/search", json={"query": "x" * 2049})
+    assert "at most 2048" in response.json()["message"]
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"", b"[1, 2]"])
+def test_malformed_body_is_422(live_server: LiveServer, content: bytes) -> None:
+    response = live_server.client.post("/search", content=content, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["error"] == "invalid_request"
+
+
+def test_health_and_readiness(live_server: LiveServer) -> None:
+    assert live_server.client.get("/healthz").json() == {"status": "ok"}
+    ready = live_server.client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ready"}
+
+
+def test_unknown_route_and_method_are_json_errors(live_server: LiveServer) -> None:
+    missing = live_server.client.get("/nope")
+    assert missing.status_code == 404
+    assert missing.json()["error"] == "not_found"
+    wrong_method = live_server.client.get("/search")
+    assert wrong_method.status_code == 405
+    assert wrong_method.json()["error"] == "method_not_allowed"
+    assert "POST" in wrong_method.headers["allow"]
+
+
+def test_openapi_and_docs_are_served(live_server: LiveServer) -> None:
+    spec = live_server.client.get("/openapi.json").json()
+    assert {"/search", "/readyz", "/healthz"} <= set(spec["paths"])
+    assert live_server.client.get("/docs").status_code == 200

@@ -1,0 +1,89 @@
+"""`tandem serve` refuses a student from another teacher space before loading anything heavy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from models.errors import ContractMismatch
+from models.manifest import STUDENT_MANIFEST
+from service.engine import check_compatible
+from service.settings import ServiceSettings
+
+CLI_TIMEOUT_S = 120
+
+MISMATCHES: dict[str, tuple[dict[str, object], str]] = {
+    "fingerprint": ({"fingerprint": "0" * 64}, "fingerprint"),
+    "dim": ({"dim": 384}, "384-d"),
+}
+
+
+def altered_student(
+    student: Path, out: Path, teacher: dict[str, object] | None = None, drop: str | None = None
+) -> Path:
+    """A copy of `student` whose student.json claims another teacher, or that lacks the file `drop`;
+    the weights are linked, not copied."""
+    out.mkdir()
+    for item in student.iterdir():
+        if item.name not in (STUDENT_MANIFEST, drop):
+            (out / item.name).symlink_to(item.resolve())
+    manifest = json.loads((student / STUDENT_MANIFEST).read_text())
+    manifest["teacher"].update(teacher or {})
+    (out / STUDENT_MANIFEST).write_text(json.dumps(manifest))
+    return out
+
+
+def serve_cli(index: Path, student: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tandem", "serve", "--index", str(index), "--student", str(student), "--port", "0"],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env={**os.environ, **(env or {})},
+    )
+
+
+def test_matching_pair_is_accepted(tiny_bundle: Path, tiny_student: Path) -> None:
+    bundle, student = check_compatible(ServiceSettings(index=tiny_bundle, student=tiny_student))
+    assert student.teacher.fingerprint == bundle.teacher.fingerprint
+
+
+@pytest.mark.parametrize("case", sorted(MISMATCHES))
+def test_check_compatible_names_the_difference(tiny_bundle: Path, tiny_student: Path, tmp_path: Path,
+                                               case: str) -> None:
+    changes, expected = MISMATCHES[case]
+    student = altered_student(tiny_student, tmp_path / "student", changes)
+    with pytest.raises(ContractMismatch, match=expected):
+        check_compatible(ServiceSettings(index=tiny_bundle, student=student))
+
+
+def test_check_compatible_names_a_missing_model_file(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+    student = altered_student(tiny_student, tmp_path / "student", drop="model.int8.onnx")
+    with pytest.raises(ContractMismatch, match=r"incomplete, missing model\.int8\.onnx"):
+        check_compatible(ServiceSettings(index=tiny_bundle, student=student))
+
+
+@pytest.mark.parametrize("case", sorted(MISMATCHES))
+def test_serve_cli_exits_nonzero_with_the_reason(tiny_bundle: Path, tiny_student: Path, tmp_path: Path,
+                                                 case: str) -> None:
+    changes, expected = MISMATCHES[case]
+    student = altered_student(tiny_student, tmp_path / "student", changes)
+    result = serve_cli(tiny_bundle, student)
+    assert result.returncode == 2, result.stderr
+    assert expected in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_serve_cli_names_a_missing_bundle(tiny_student: Path, tmp_path: Path) -> None:
+    result = serve_cli(tmp_path / "no-bundle", tiny_student)
+    assert result.returncode == 2
+    assert "manifest.json is missing" in result.stderr
+
+
+def test_serve_cli_names_a_bad_setting(tiny_bundle: Path, tiny_student: Path) -> None:
+    result = serve_cli(tiny_bundle, tiny_student, env={"TANDEM_STUDENT_PRECISION": "fp16"})
+    assert result.returncode == 2
+    assert "TANDEM_STUDENT_PRECISION" in result.stderr
+    assert "Traceback" not in result.stderr
