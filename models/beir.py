@@ -32,6 +32,7 @@ class BeirDataset:
 
 def _lines(path: Path) -> list[tuple[int, str]]:
     """(line number, line) for the non-blank lines of a UTF-8 text file."""
+    path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: file not found")
     try:

@@ -21,13 +21,14 @@ from models.contract import check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest import BundleManifest, StudentManifest
 from models.student import StudentEncoder, read_student_manifest
+from models.vector_index import DEFAULT_OVERSAMPLE
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
 
 def check_compatible(settings: ServiceSettings) -> tuple[BundleManifest, StudentManifest]:
-    """Refuse a student/bundle pair from different teacher spaces, reading manifests only."""
+    """Refuse a student/bundle pair from different teacher spaces, or with files missing; nothing heavy loads."""
     bundle = read_bundle_manifest(settings.index)
     student = read_student_manifest(settings.student)
     try:
@@ -55,7 +56,9 @@ class SearchOutcome:
 class Searcher:
     """A loaded bundle and student; `search` is thread-safe (FAISS reads, ORT sessions, locked doc store)."""
 
-    def __init__(self, bundle: Bundle, student: StudentEncoder, oversample: int = 4, search_threads: int = 1) -> None:
+    def __init__(
+        self, bundle: Bundle, student: StudentEncoder, oversample: int = DEFAULT_OVERSAMPLE, search_threads: int = 1
+    ) -> None:
         bundle.check_student(student.teacher)
         self.bundle = bundle
         self.student = student

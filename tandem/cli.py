@@ -92,19 +92,22 @@ def distill(
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
     preset: Annotated[str, typer.Option(help="quick, default or full.")] = "default",
     train_queries: Annotated[
-        Path | None, typer.Option(help="Optional queries JSONL of a *train* split to add as training text.")
+        Path | None,
+        typer.Option(help="Optional BEIR queries JSONL of a *train* split to add as training text. Never pass "
+                          "test queries: ids listed in a qrels/test.tsv beside the file are dropped."),
     ] = None,
     teacher: TeacherOpt = None,
     backbone: BackboneOpt = None,
     device: DeviceOpt = None,
     seed: int = 0,
+    force: Annotated[bool, typer.Option(help="Replace an existing student at --out.")] = False,
 ) -> None:
     """Distill a student into the teacher's space and export it to ONNX (fp32 + int8)."""
     from models.distill.pipeline import DistillRequest, run_distill
 
     manifest = run_distill(
         DistillRequest(corpus=corpus, index=index, out=out, preset=preset, train_queries=train_queries,
-                       teacher=teacher, backbone=backbone, device=device, seed=seed)
+                       teacher=teacher, backbone=backbone, device=device, seed=seed, force=force)
     )
     if manifest.parity is not None:
         typer.echo(f"student written to {out}: parity fp32 {manifest.parity.fp32_mean_cosine:.5f}, "

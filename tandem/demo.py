@@ -78,7 +78,7 @@ def announce_when_ready(host: str, port: int, message: str, timeout_s: float = 6
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"http://{host}:{port}/readyz", timeout=2.0).status_code == 200:
-                    print(message, flush=True)  # noqa: T201 - the demo's user-facing output
+                    print(message, flush=True)
                     return
             except httpx.HTTPError:
                 pass

@@ -1,0 +1,126 @@
+"""Training text from an unlabeled corpus: passages plus pseudo-queries cut from them.
+
+Pseudo-queries (titles, single sentences, spans of 5–20 words) stand in for query logs,
+which the student sees at serving time. Validation holds out whole documents, so no
+sentence or span of a validation document is ever trained on. Everything is a pure
+function of (corpus, preset, seed).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from models.corpus import Document
+from models.distill.presets import Preset
+from models.errors import InputError
+
+SPAN_WORDS = (5, 20)
+SENTENCE_WORDS = (4, 32)  # shorter is not a query; longer sentences are cropped
+VAL_FRACTION = 0.1
+_PARAGRAPH = re.compile(r"\n\s*\n")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?:\s*\n\s*|\s+(?=[\"'(\[A-Z0-9]))")
+
+
+def clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def sentences(text: str) -> list[str]:
+    """Sentences of each paragraph (blank-line separated, as in docstrings), cropped to a query's length."""
+    out = []
+    for raw in (s for paragraph in _PARAGRAPH.split(text) for s in _SENTENCE_END.split(paragraph)):
+        words = raw.split()
+        if len(words) >= SENTENCE_WORDS[0]:
+            out.append(" ".join(words[: SENTENCE_WORDS[1]]))
+    return out
+
+
+def span(words: Sequence[str], rng: random.Random) -> str:
+    length = rng.randint(SPAN_WORDS[0], min(SPAN_WORDS[1], len(words)))
+    start = rng.randint(0, len(words) - length)
+    return " ".join(words[start : start + length])
+
+
+def pseudo_queries(doc: Document, count: int, rng: random.Random) -> list[str]:
+    """Up to `count` query-like texts from one document: its title, then sentences and spans in turn."""
+    out = [clean(doc.title)] if doc.title.strip() else []
+    pool = sentences(doc.text)
+    rng.shuffle(pool)
+    words = doc.text.split()
+    for attempt in range(4 * count):
+        if len(out) >= count:
+            break
+        if pool and (attempt % 2 == 0 or len(words) < SPAN_WORDS[0]):
+            out.append(pool.pop())
+        elif len(words) >= SPAN_WORDS[0]:
+            out.append(span(words, rng))
+        else:
+            break
+    return out[:count]
+
+
+@dataclass(frozen=True)
+class Split:
+    """Corpus rows whose passages are training text, and query texts (pseudo or real)."""
+
+    passages: list[int]
+    queries: list[str]
+
+    def __len__(self) -> int:
+        return len(self.passages) + len(self.queries)
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    train: Split
+    val: Split
+
+
+class _Dedupe:
+    """Keeps the first occurrence of each text (whitespace- and case-insensitive: both models are uncased)."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+
+    def admit(self, text: str) -> bool:
+        key = clean(text).casefold()
+        if not key or key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+def build_training_data(
+    docs: Sequence[Document], preset: Preset, seed: int, extra_queries: Iterable[str] = ()
+) -> TrainingData:
+    """Split documents into train/validation and derive each side's texts; no text is on both sides."""
+    if len(docs) < 2:
+        raise InputError("the corpus needs at least 2 documents to hold one out for validation")
+    rng = random.Random(seed)
+    order = list(range(len(docs)))
+    rng.shuffle(order)
+    n_val = max(1, min(preset.val_docs, round(len(docs) * VAL_FRACTION)))
+    val_rows = order[:n_val]
+    dedupe = _Dedupe()
+    splits: dict[str, Split] = {}
+    for name, rows in (("val", val_rows), ("train", sorted(order[n_val:]))):
+        split = Split(passages=[], queries=[])
+        for row in rows:
+            doc = docs[row]
+            if dedupe.admit(doc.passage()):
+                split.passages.append(row)
+            doc_rng = random.Random(f"{seed}:{doc.id}")
+            split.queries.extend(q for q in pseudo_queries(doc, preset.queries_per_doc, doc_rng) if dedupe.admit(q))
+        splits[name] = split
+    if preset.max_queries is not None and len(splits["train"].queries) > preset.max_queries:
+        keep = sorted(rng.sample(range(len(splits["train"].queries)), preset.max_queries))
+        splits["train"] = Split(splits["train"].passages, [splits["train"].queries[i] for i in keep])
+    extra = [clean(q) for q in extra_queries]
+    rng.shuffle(extra)
+    n_extra_val = round(len(extra) * VAL_FRACTION)
+    splits["val"].queries.extend(q for q in extra[:n_extra_val] if dedupe.admit(q))
+    splits["train"].queries.extend(q for q in extra[n_extra_val:] if dedupe.admit(q))
+    return TrainingData(train=splits["train"], val=splits["val"])

@@ -1,0 +1,152 @@
+"""`tandem distill`: corpus + bundle → teacher targets → ridge-initialized student → training → ONNX.
+
+The bundle names the teacher whose space the student must learn; the teacher model given
+(or recorded) must be that very model, by fingerprint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from models.bundle import read_bundle_manifest
+from models.corpus import read_corpus
+from models.distill.data import TrainingData, build_training_data
+from models.distill.model import StudentModel
+from models.distill.presets import Preset, resolve_preset
+from models.distill.queries import read_train_queries
+from models.distill.ridge import fit_ridge
+from models.distill.targets import TeacherTargets
+from models.distill.train import Examples, Tokens, embed, train
+from models.errors import ContractMismatch
+from models.export import export_student
+from models.manifest import BundleManifest, StudentManifest
+from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.staging import check_target
+from models.teacher import pick_device
+
+log = logging.getLogger(__name__)
+
+PARITY_QUERIES = 200
+PARITY_PASSAGES = 32
+
+
+class DistillRequest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    corpus: Path
+    index: Path
+    out: Path
+    preset: str | Preset = "default"
+    train_queries: Path | None = None
+    teacher: Path | None = None
+    backbone: Path | None = None
+    device: str | None = None
+    seed: int = 0
+    force: bool = False
+
+
+def _teacher_of(bundle: BundleManifest, req: DistillRequest) -> ModelCard:
+    card = load_card(resolve("teacher", req.teacher))
+    if card.fingerprint != bundle.teacher.fingerprint:
+        raise ContractMismatch(
+            f"{req.index} was built with teacher {bundle.teacher.name!r} (fingerprint "
+            f"{bundle.teacher.fingerprint[:16]}…) but the teacher model at {card.path} is {card.name!r} "
+            f"(fingerprint {card.fingerprint[:16]}…); pass --teacher with the bundle's teacher model"
+        )
+    return card
+
+
+def _examples(
+    data: TrainingData, passages: list[str], doc_vectors: np.ndarray, query_vectors: np.ndarray, tokens: Tokens
+) -> tuple[tuple[Examples, Examples], tuple[Examples, Examples]]:
+    """(queries, passages) examples for train and validation; query_vectors cover train then val queries."""
+    n_train = len(data.train.queries)
+    sides = []
+    for split, vectors in ((data.train, query_vectors[:n_train]), (data.val, query_vectors[n_train:])):
+        queries = Examples(tokens.encode(split.queries), vectors)
+        docs = Examples(tokens.encode([passages[r] for r in split.passages]), doc_vectors[split.passages])
+        sides.append((queries, docs))
+    return sides[0], sides[1]
+
+
+def _ridge_init(
+    model: StudentModel, tokens: Tokens, train_set: tuple[Examples, Examples], val_all: Examples, preset: Preset,
+    seed: int, device: torch.device,
+) -> float:
+    """Fit the projection in closed form on a sample of training texts; returns the validation loss.
+
+    The sample mixes queries and passages as an epoch does, which also keeps 256-token passages
+    from dominating the cost of the backbone's forward passes.
+    """
+    rng = np.random.default_rng(seed)
+    queries, passages = train_set
+    picked = rng.choice(len(passages), preset.epoch_passages(len(passages)), replace=False)
+    pool = Examples.concat(queries, passages.take(np.sort(picked)))
+    sample = pool.take(np.sort(rng.choice(len(pool), min(preset.ridge_texts, len(pool)), replace=False)))
+    x = embed(model, tokens, sample.ids, model.pooled, device)
+    x_val = embed(model, tokens, val_all.ids, model.pooled, device)
+    fit = fit_ridge(x, sample.targets, x_val, val_all.targets)
+    model.set_projection(torch.from_numpy(fit.weight), torch.from_numpy(fit.bias))
+    return fit.val_loss
+
+
+def run_distill(req: DistillRequest) -> StudentManifest:
+    started = time.perf_counter()
+    preset = resolve_preset(req.preset)
+    check_target(Path(req.out), req.force)
+    bundle = read_bundle_manifest(req.index)
+    card = _teacher_of(bundle, req)
+    backbone_dir = resolve("backbone", req.backbone)
+    backbone = load_card(backbone_dir)
+    docs = read_corpus(req.corpus)
+    if sha256_file(Path(req.corpus)) != bundle.corpus.sha256:
+        log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
+    extra = read_train_queries(req.train_queries) if req.train_queries is not None else []
+    data = build_training_data(docs, preset, req.seed, extra)
+    log.info("training text: %d passages + %d queries; validation: %d passages + %d queries",
+             len(data.train.passages), len(data.train.queries), len(data.val.passages), len(data.val.queries))
+
+    targets = TeacherTargets(card, req.device)
+    doc_vectors = targets.documents(docs)
+    query_vectors = targets.queries(data.train.queries + data.val.queries)
+    del targets  # frees the teacher, if it was loaded
+
+    device = pick_device(req.device)
+    torch.manual_seed(req.seed)
+    model = StudentModel(backbone_dir, card.dim).to(device)
+    tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
+    train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens)
+    ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
+    result = train(model, tokens, train_set, val_set, preset, req.seed, device)
+
+    manifest = StudentManifest(
+        teacher=card.teacher_ref(),
+        backbone=backbone.name,
+        backbone_fingerprint=backbone.fingerprint,
+        max_seq_length=backbone.max_seq_length,
+        training={
+            "preset": preset.model_dump(),
+            "seed": req.seed,
+            "corpus": str(Path(req.corpus).resolve()),
+            "texts": {"train": len(data.train), "val": len(data.val), "train_queries": len(extra)},
+            "epochs": result.epochs,
+            "steps": result.steps,
+            "ridge_val_loss": round(ridge_loss, 5),
+            "val_loss": [round(v, 5) for v in result.val_loss],
+            "val_query_loss": [round(v, 5) for v in result.val_query_loss],
+            "final_val_loss": round(result.val_loss[-1], 5) if result.val_loss else round(ridge_loss, 5),
+            "train_seconds": round(result.seconds, 1),
+            "seconds": round(time.perf_counter() - started, 1),
+        },
+    )
+    passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]
+    parity_texts = data.val.queries[:PARITY_QUERIES] + passages
+    manifest = export_student(model, backbone_dir, manifest, Path(req.out), parity_texts, force=req.force)
+    log.info("distillation finished in %.0fs", time.perf_counter() - started)
+    return manifest

@@ -1,0 +1,128 @@
+"""Export a trained StudentModel to the ONNX student directory, and prove it matches PyTorch.
+
+Classic (TorchScript) exporter with eager attention → ORT transformer optimizer (fused
+attention, layer norms, GELU) → model.onnx (fp32) → per-channel dynamic int8 →
+model.int8.onnx. Per-tensor int8 loses too much (mean cosine ≈ 0.94 against fp32), per-channel
+keeps ≈ 0.99. Parity against PyTorch on held-out texts is a hard gate: a student that
+does not reproduce its own training graph is never published.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from onnxruntime.transformers.optimizer import optimize_model
+
+from models.distill.model import StudentModel
+from models.distill.train import Tokens, embed
+from models.errors import ContractMismatch
+from models.manifest import STUDENT_MANIFEST, ParityReport, StudentManifest
+from models.staging import staged
+from models.student import StudentEncoder
+
+log = logging.getLogger(__name__)
+
+FP32_MIN_COSINE = 0.999
+INT8_MIN_COSINE = 0.99
+OPSET = 17
+RAW_FILE = "model.raw.onnx"
+
+
+def export_onnx(model: StudentModel, path: Path) -> None:
+    """Trace the student (inputs input_ids, attention_mask; output embedding) with dynamic batch and sequence."""
+    model = model.to("cpu").eval()
+    input_ids = torch.tensor([[101, 7592, 2088, 2003, 102, 0], [101, 7592, 2088, 2003, 2172, 102]])
+    mask = (input_ids != 0).long()
+    dynamic = {0: "batch", 1: "sequence"}
+    with warnings.catch_warnings():
+        # The classic exporter on purpose: ORT's BERT fusions match its graph (on MiniLM-L6: 6 Attention,
+        # 12 SkipLayerNormalization, 1 EmbedLayerNormalization). Its deprecation and tracer notes are
+        # noise here; check_parity() is what proves the graph right.
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.filterwarnings("ignore", message="Exporting aten::index operator", category=UserWarning)
+        torch.onnx.export(
+            model,
+            (input_ids, mask),
+            str(path),
+            input_names=["input_ids", "attention_mask"],
+            output_names=["embedding"],
+            dynamic_axes={"input_ids": dynamic, "attention_mask": dynamic, "embedding": {0: "batch"}},
+            opset_version=OPSET,
+            do_constant_folding=True,
+            dynamo=False,
+        )
+
+
+def optimize_onnx(raw: Path, out: Path, num_heads: int, hidden_size: int) -> dict[str, int]:
+    """ORT's BERT fusions; returns the fused operator counts (Attention should be one per layer)."""
+    optimized = optimize_model(str(raw), model_type="bert", num_heads=num_heads, hidden_size=hidden_size)
+    optimized.save_model_to_file(str(out))
+    return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
+
+
+def quantize_onnx(fp32: Path, out: Path) -> None:
+    """Per-channel dynamic int8 weights; fused ORT ops lack shape info, hence the default tensor type."""
+    quantize_dynamic(
+        fp32, out, per_channel=True, weight_type=QuantType.QInt8,
+        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+    )
+
+
+def check_parity(model: StudentModel, tokens: Tokens, directory: Path, texts: Sequence[str]) -> ParityReport:
+    """Mean cosine of each ONNX precision against PyTorch; raises if below the gates."""
+    reference = embed(model, tokens, tokens.encode(texts), model.forward, torch.device("cpu"))
+    cosines = {}
+    for precision in ("fp32", "int8"):
+        onnx_vectors = StudentEncoder(directory, precision=precision, threads=2).encode(texts)
+        cosines[precision] = np.sum(onnx_vectors * reference, axis=1)
+    report = ParityReport(
+        texts=len(texts),
+        fp32_mean_cosine=float(cosines["fp32"].mean()),
+        int8_mean_cosine=float(cosines["int8"].mean()),
+        int8_min_cosine=float(cosines["int8"].min()),
+    )
+    log.info("parity on %d held-out texts: fp32 %.5f, int8 %.5f (min %.4f)", report.texts, report.fp32_mean_cosine,
+             report.int8_mean_cosine, report.int8_min_cosine)
+    if report.fp32_mean_cosine < FP32_MIN_COSINE or report.int8_mean_cosine < INT8_MIN_COSINE:
+        raise ContractMismatch(
+            f"ONNX export does not reproduce the PyTorch student: mean cosine fp32 {report.fp32_mean_cosine:.5f} "
+            f"(needs ≥ {FP32_MIN_COSINE}), int8 {report.int8_mean_cosine:.5f} (needs ≥ {INT8_MIN_COSINE})"
+        )
+    return report
+
+
+def export_student(
+    model: StudentModel,
+    backbone_dir: Path,
+    manifest: StudentManifest,
+    out: Path,
+    parity_texts: Sequence[str],
+    force: bool = False,
+) -> StudentManifest:
+    """Write the student directory atomically; `manifest` is completed with the parity report."""
+    started = time.perf_counter()
+    tokens = Tokens(Path(backbone_dir) / "tokenizer.json", manifest.max_seq_length)
+    config = model.backbone.config
+    with staged(Path(out), force) as staging:
+        export_onnx(model, staging / RAW_FILE)
+        fused = optimize_onnx(staging / RAW_FILE, staging / manifest.onnx_fp32, int(config.num_attention_heads),
+                              int(config.hidden_size))
+        log.info("ORT fusions: %s", fused)
+        (staging / RAW_FILE).unlink()
+        quantize_onnx(staging / manifest.onnx_fp32, staging / manifest.onnx_int8)
+        shutil.copyfile(Path(backbone_dir) / "tokenizer.json", staging / manifest.tokenizer)
+        (staging / STUDENT_MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
+        manifest = manifest.model_copy(update={"parity": check_parity(model, tokens, staging, parity_texts)})
+        (staging / STUDENT_MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
+    log.info("student exported to %s in %.1fs", out, time.perf_counter() - started)
+    return manifest

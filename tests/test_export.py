@@ -1,0 +1,120 @@
+"""The exported ONNX student: graph contract, parity with PyTorch, manifest, and retrieval."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from models.bundle import Bundle
+from models.distill.model import StudentModel
+from models.distill.train import Tokens, embed
+from models.errors import ContractMismatch
+from models.export import FP32_MIN_COSINE, INT8_MIN_COSINE, check_parity, export_student
+from models.manifest import StudentManifest
+from models.registry import load_card, resolve
+from models.student import StudentEncoder, read_student_manifest
+from tests.fixtures.corpus import PROBES
+
+pytestmark = pytest.mark.slow
+
+TEXTS = [
+    "hi",
+    "parse a JSON string into a python dict",
+    "why does the sea level go up and down every day",
+    "The pancreas secretes insulin, which lets cells absorb glucose from the blood. " * 30,  # > 256 tokens
+    "three-way handshake networking",
+]
+
+
+@pytest.fixture(scope="module")
+def backbone_dir(tandem_home: Path) -> Path:
+    return resolve("backbone")
+
+
+@pytest.fixture(scope="module")
+def exported(backbone_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[StudentModel, Path]:
+    """An untrained student (projection = the backbone's own space, twice) exported for parity checks."""
+    teacher = load_card(resolve("teacher")).teacher_ref()
+    model = StudentModel(backbone_dir, teacher.dim)
+    dim = model.backbone_dim
+    model.set_projection(torch.cat([torch.eye(dim), torch.eye(dim)])[: teacher.dim], torch.zeros(teacher.dim))
+    card = load_card(backbone_dir)
+    manifest = StudentManifest(teacher=teacher, backbone=card.name, backbone_fingerprint=card.fingerprint,
+                               max_seq_length=card.max_seq_length)
+    out = tmp_path_factory.mktemp("export") / "student"
+    export_student(model, backbone_dir, manifest, out, parity_texts=TEXTS)
+    return model, out
+
+
+def _torch_vectors(model: StudentModel, backbone_dir: Path, texts: list[str]) -> np.ndarray:
+    tokens = Tokens(backbone_dir / "tokenizer.json", 256)
+    return embed(model, tokens, tokens.encode(texts), model.forward, torch.device("cpu"))
+
+
+@pytest.mark.parametrize(("precision", "threshold"), [("fp32", FP32_MIN_COSINE), ("int8", INT8_MIN_COSINE)])
+def test_onnx_matches_torch(exported: tuple[StudentModel, Path], backbone_dir: Path, precision: str,
+                            threshold: float) -> None:
+    model, out = exported
+    texts = [*TEXTS, "tides", "a mortgage is a loan secured by real estate"]
+    reference = _torch_vectors(model, backbone_dir, texts)
+    onnx_vectors = StudentEncoder(out, precision=precision).encode(texts)  # type: ignore[arg-type]
+    assert onnx_vectors.shape == (len(texts), 768)
+    assert np.allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, atol=1e-4)
+    assert float(np.sum(onnx_vectors * reference, axis=1).mean()) >= threshold
+
+
+def test_parity_gate_rejects_a_graph_that_differs(exported: tuple[StudentModel, Path], backbone_dir: Path) -> None:
+    _, out = exported
+    other = StudentModel(backbone_dir, 768)  # default projection: another function entirely
+    with pytest.raises(ContractMismatch, match="does not reproduce the PyTorch student"):
+        check_parity(other, Tokens(backbone_dir / "tokenizer.json", 256), out, TEXTS)
+
+
+def test_graph_contract(tiny_student: Path) -> None:
+    manifest = read_student_manifest(tiny_student)
+    for name in (manifest.onnx_fp32, manifest.onnx_int8):
+        session = ort.InferenceSession(str(tiny_student / name), providers=["CPUExecutionProvider"])
+        inputs = {i.name: i for i in session.get_inputs()}
+        assert set(inputs) == {"input_ids", "attention_mask"}
+        assert all(isinstance(dim, str) for i in inputs.values() for dim in i.shape)  # dynamic batch, sequence
+        (output,) = session.get_outputs()
+        assert output.name == "embedding" and output.shape[1] == 768
+    assert (tiny_student / manifest.tokenizer).is_file()
+    fp32, int8 = (tiny_student / manifest.onnx_fp32).stat().st_size, (tiny_student / manifest.onnx_int8).stat().st_size
+    assert int8 < 0.4 * fp32
+    assert not [p for p in tiny_student.parent.iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_manifest_names_the_teacher_and_passes_parity(tiny_student: Path, tiny_bundle: Path) -> None:
+    manifest = read_student_manifest(tiny_student)
+    assert manifest.teacher.fingerprint == load_card(resolve("teacher")).fingerprint
+    bundle = Bundle(tiny_bundle)
+    bundle.check_student(manifest.teacher)
+    assert manifest.backbone_fingerprint == load_card(resolve("backbone")).fingerprint
+    assert manifest.max_seq_length == 256
+    assert manifest.parity is not None
+    assert manifest.parity.fp32_mean_cosine >= FP32_MIN_COSINE
+    assert manifest.parity.int8_mean_cosine >= INT8_MIN_COSINE
+    training = manifest.training
+    assert training["preset"]["name"] == "test"  # type: ignore[index]
+    assert training["epochs"] == 2 and isinstance(training["steps"], int) and training["steps"] > 0
+    assert isinstance(training["final_val_loss"], float)
+
+
+def test_batching_does_not_change_vectors(tiny_student: Path) -> None:
+    encoder = StudentEncoder(tiny_student, precision="fp32")
+    batched = encoder.encode(TEXTS)
+    single = np.concatenate([encoder.encode([t]) for t in TEXTS])
+    assert np.allclose(batched, single, atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "int8"])
+def test_student_finds_the_probe_documents(tiny_student: Path, tiny_bundle: Path, precision: str) -> None:
+    encoder = StudentEncoder(tiny_student, precision=precision)  # type: ignore[arg-type]
+    hits = Bundle(tiny_bundle).search(encoder.encode(list(PROBES)), k=1)
+    found = {query: h[0].doc.id for query, h in zip(PROBES, hits, strict=True)}
+    assert found == PROBES
