@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 
 from indexer.imported import load_imported
-from indexer.publish import check_target, staged
 from models.contract import SUPPORTED_DIMS
 from models.corpus import Document, corpus_key, read_corpus
 from models.docstore import DOCSTORE_FILE, write_docstore
@@ -19,6 +18,7 @@ from models.embedding_store import EmbeddingStore, store_key
 from models.errors import InputError
 from models.manifest import BUNDLE_MANIFEST, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.staging import check_target, staged
 from models.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.publish import staged
 from models.bundle import Bundle, read_bundle_manifest
 from models.contract import TeacherRef
 from models.corpus import read_corpus
 from models.embedding_store import EmbeddingStore
 from models.errors import ContractMismatch, InputError
 from models.manifest import BundleManifest
+from models.staging import staged
 from models.teacher import TeacherEncoder
 from tests.fixtures.corpus import DOCS, PROBES
 
