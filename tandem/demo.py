@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import httpx
+import typer
 
 from indexer.build import BuildRequest, build
 from indexer.demo_corpus import write_demo_corpus
@@ -78,7 +79,7 @@ def announce_when_ready(host: str, port: int, message: str, timeout_s: float = 6
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"http://{host}:{port}/readyz", timeout=2.0).status_code == 200:
-                    print(message, flush=True)
+                    typer.echo(message)
                     return
             except httpx.HTTPError:
                 pass
