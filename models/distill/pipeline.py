@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +124,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
     train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens)
     ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
-    result = train(model, tokens, train_set, val_set, preset, req.seed, device)
+    result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device)
 
     manifest = StudentManifest(
         teacher=card.teacher_ref(),
@@ -138,9 +139,9 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             "epochs": result.epochs,
             "steps": result.steps,
             "ridge_val_loss": round(ridge_loss, 5),
-            "val_loss": [round(v, 5) for v in result.val_loss],
-            "val_query_loss": [round(v, 5) for v in result.val_query_loss],
-            "final_val_loss": round(result.val_loss[-1], 5) if result.val_loss else round(ridge_loss, 5),
+            "validation": [{k: round(v, 5) if isinstance(v, float) else v for k, v in asdict(h).items()}
+                           for h in result.history],
+            "final_val_loss": round(result.history[-1].loss, 5),
             "train_seconds": round(result.seconds, 1),
             "seconds": round(time.perf_counter() - started, 1),
         },

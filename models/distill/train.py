@@ -1,4 +1,4 @@
-"""Training loop: L2 distance between student and teacher vectors, nothing else (LEAF).
+"""Training loop: L2 distance between student and teacher vectors (LEAF), plus optional score distillation.
 
 Texts are tokenized once; batches group texts of similar length (queries with queries,
 passages with passages), which matters on CPU where a 256-token passage costs ten short
@@ -20,6 +20,7 @@ from tqdm.auto import tqdm
 
 from models.distill.model import StudentModel
 from models.distill.presets import Preset
+from models.distill.scores import ScoreDistiller, overlap_at_k
 from models.student import load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -103,18 +104,45 @@ def embed(
     return out
 
 
-def l2_distances(model: StudentModel, tokens: Tokens, examples: Examples, device: torch.device) -> np.ndarray:
-    pred = embed(model, tokens, examples.ids, model.forward, device)
-    return np.linalg.norm(pred - examples.targets, axis=1)
+@dataclass(frozen=True)
+class Validation:
+    """Held-out texts after `steps` optimizer steps (0: the ridge-initialized student)."""
+
+    steps: int
+    loss: float  # mean ‖student(x) − teacher(x)‖ over validation queries and passages
+    query_loss: float | None  # the same over validation queries alone
+    overlap_at_10: float | None  # agreement of the student's and the teacher's top 10 over the corpus
+
+    def __str__(self) -> str:
+        text = f"validation loss {self.loss:.4f}"
+        if self.query_loss is not None:
+            text += f", queries {self.query_loss:.4f}, overlap@10 with the teacher {self.overlap_at_10:.4f}"
+        return f"{text} after {self.steps} steps"
 
 
 @dataclass
 class TrainResult:
     epochs: int = 0
     steps: int = 0
-    val_loss: list[float] = field(default_factory=list)
-    val_query_loss: list[float] = field(default_factory=list)
+    history: list[Validation] = field(default_factory=list)
     seconds: float = 0.0
+
+
+def validate(
+    model: StudentModel, tokens: Tokens, val_set: tuple[Examples, Examples], bank: torch.Tensor, steps: int,
+    device: torch.device,
+) -> Validation:
+    queries, passages = val_set
+    val_all = Examples.concat(queries, passages)
+    pred = embed(model, tokens, val_all.ids, model.forward, device)
+    distances = np.linalg.norm(pred - val_all.targets, axis=1)
+    n = len(queries)
+    return Validation(
+        steps=steps,
+        loss=float(distances.mean()),
+        query_loss=float(distances[:n].mean()) if n else None,
+        overlap_at_10=overlap_at_k(pred[:n], queries.targets, bank) if n else None,
+    )
 
 
 def _epoch_examples(queries: Examples, passages: Examples, preset: Preset, rng: np.random.Generator) -> Examples:
@@ -127,32 +155,42 @@ def _planned_steps(queries: Examples, passages: Examples, preset: Preset) -> int
     return min(steps, preset.max_steps) if preset.max_steps else steps
 
 
+def lr_factor(step: int, total: int, cycles: int, end_ratio: float) -> float:
+    """Linear decay from 1 to end_ratio, restarted `cycles` times over `total` steps (LEAF's schedule)."""
+    length = max(math.ceil(total / cycles), 1)
+    return 1.0 - (1.0 - end_ratio) * (min(step, total - 1) % length) / length
+
+
 def train(
     model: StudentModel,
     tokens: Tokens,
     train_set: tuple[Examples, Examples],
     val_set: tuple[Examples, Examples],
+    documents: np.ndarray,
     preset: Preset,
     seed: int,
     device: torch.device,
 ) -> TrainResult:
-    """AdamW with linear decay from lr to lr_end; validation loss logged after every epoch.
+    """AdamW with linear decay (and restarts) from lr to lr_end; validation logged after every epoch.
 
-    `train_set` and `val_set` are (queries, passages).
+    `train_set` and `val_set` are (queries, passages); `documents` are the teacher's vectors of
+    the corpus, which score distillation and the ranking agreement score against.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
     queries, passages = train_set
-    val_all = Examples.concat(*val_set)
     total = _planned_steps(queries, passages, preset)
     optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, weight_decay=preset.weight_decay)
     end_ratio = preset.lr_end / preset.lr
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 1.0 - (1.0 - end_ratio) * min(step, total) / max(total, 1)
+        optimizer, lambda step: lr_factor(step, total, preset.lr_cycles, end_ratio)
     )
-    result = TrainResult()
-    log.info("training: %d queries, %d passages (%s per epoch), %d epochs, %d steps", len(queries), len(passages),
-             preset.passages_per_epoch or "all", preset.epochs, total)
+    scores = ScoreDistiller(documents, preset.score_temperature, preset.score_candidates, device)
+    result = TrainResult(history=[validate(model, tokens, val_set, scores.bank, 0, device)])
+    log.info("before training: %s", result.history[0])
+    log.info("training: %d queries, %d passages (%s per epoch), %d epochs, %d steps, score weight %g",
+             len(queries), len(passages), preset.passages_per_epoch or "all", preset.epochs, total,
+             preset.score_weight)
     for epoch in range(preset.epochs):
         if result.steps >= total:
             break
@@ -160,12 +198,17 @@ def train(
         examples = _epoch_examples(queries, passages, preset, rng)
         batches = length_batches([len(row) for row in examples.ids], preset.batch_size, rng)
         batches = batches[: total - result.steps]
+        if preset.score_weight:
+            scores.prepare(examples.targets)
         model.train()
         bar = tqdm(batches, desc=f"epoch {epoch + 1}/{preset.epochs}", unit="step")
         for batch in bar:
             input_ids, mask = tokens.pad([examples.ids[i] for i in batch])
             target = torch.from_numpy(examples.targets[batch]).to(device)
-            loss = (model(input_ids.to(device), mask.to(device)) - target).norm(dim=-1).mean()
+            pred = model(input_ids.to(device), mask.to(device))
+            loss = (pred - target).norm(dim=-1).mean()
+            if preset.score_weight:
+                loss = loss + preset.score_weight * scores.loss(pred, target, scores.candidates(batch, rng))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -174,11 +217,7 @@ def train(
             bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
         bar.close()
         result.epochs = epoch + 1
-        distances = l2_distances(model, tokens, val_all, device)
-        result.val_loss.append(float(distances.mean()))
-        if len(val_set[0]):
-            result.val_query_loss.append(float(distances[: len(val_set[0])].mean()))
-        log.info("epoch %d: validation loss %.4f, %d steps, %.0fs", epoch + 1, result.val_loss[-1], result.steps,
-                 time.perf_counter() - started)
+        result.history.append(validate(model, tokens, val_set, scores.bank, result.steps, device))
+        log.info("epoch %d: %s, %.0fs", epoch + 1, result.history[-1], time.perf_counter() - started)
     result.seconds = time.perf_counter() - started
     return result
