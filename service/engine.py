@@ -10,18 +10,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 import faiss
+import numpy as np
 
 from models.bundle import Bundle, Hit, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest import BundleManifest, StudentManifest
 from models.student import StudentEncoder, read_student_manifest
-from models.vector_index import DEFAULT_OVERSAMPLE
+from service.batcher import MicroBatcher
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -47,33 +47,33 @@ def _require_files(directory: Path, what: str, names: list[str]) -> None:
         raise ContractMismatch(f"{directory}: {what} is incomplete, missing {', '.join(missing)}")
 
 
-@dataclass(frozen=True)
-class SearchOutcome:
-    hits: list[Hit]
-    timing_ms: dict[str, float]
-
-
 class Searcher:
-    """A loaded bundle and student; `search` is thread-safe (FAISS reads, ORT sessions, locked doc store)."""
+    """A loaded bundle and student behind a micro-batcher; every search goes through `batcher`."""
 
-    def __init__(
-        self, bundle: Bundle, student: StudentEncoder, oversample: int = DEFAULT_OVERSAMPLE, search_threads: int = 1
-    ) -> None:
+    def __init__(self, bundle: Bundle, student: StudentEncoder, settings: ServiceSettings) -> None:
         bundle.check_student(student.teacher)
         self.bundle = bundle
         self.student = student
-        self.oversample = oversample
-        self.search_threads = search_threads
+        self.oversample = settings.binary_oversample
+        self.search_threads = settings.search_threads
+        self.batcher = MicroBatcher(
+            self.student.encode, self.search_vectors, max_batch=settings.batch_max_queries,
+            max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending, workers=settings.workers,
+        )
 
     @classmethod
     def load(cls, settings: ServiceSettings) -> Searcher:
         bundle = Bundle(settings.index)
         try:
             student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
-            searcher = cls(bundle, student, settings.binary_oversample, settings.search_threads)
-            searcher.warmup()
+            searcher = cls(bundle, student, settings)
         except BaseException:
             bundle.close()
+            raise
+        try:
+            searcher.warmup()
+        except BaseException:
+            searcher.close()
             raise
         return searcher
 
@@ -85,21 +85,15 @@ class Searcher:
                 f"student {self.student.directory} outputs {vec.shape[1]}-d vectors but its manifest and the index "
                 f"say {self.bundle.teacher.dim}-d"
             )
-        self.search("warmup", 1)
+        self.search_vectors(vec, 1)
 
-    def search(self, query: str, top_k: int) -> SearchOutcome:
+    def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
         # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
         faiss.omp_set_num_threads(self.search_threads)
-        start = time.perf_counter()
-        vectors = self.student.encode([query])
-        encoded = time.perf_counter()
-        hits = self.bundle.search(vectors, top_k, self.oversample)[0]
-        done = time.perf_counter()
-        return SearchOutcome(
-            hits=hits, timing_ms={"encode": (encoded - start) * 1e3, "search": (done - encoded) * 1e3}
-        )
+        return self.bundle.search(vectors, top_k, self.oversample)
 
     def close(self) -> None:
+        self.batcher.close()
         self.bundle.close()
 
 

@@ -1,7 +1,8 @@
 """One JSON error shape for every failure; clients never see a traceback.
 
-Validation problems become 422 with one line per field, a service that is not ready
-becomes 503, and anything unexpected becomes a generic 500 (the server logs the traceback).
+Validation problems become 422 with one line per field, an overloaded service 429, a
+service that is not ready or a request past its deadline 503, and anything unexpected a
+generic 500 (the server logs the traceback).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.batcher import DeadlineExceeded, Overloaded
 from service.engine import LoadState, NotReady
 from service.schemas import ErrorBody, FieldError
 
@@ -56,6 +58,16 @@ def install_error_handlers(app: FastAPI) -> None:
             return error_response(503, "not_ready", f"the index or the student failed to load: {exc.error}")
         return error_response(503, "not_ready", "the index and the student are still loading",
                                headers={"Retry-After": "1"})
+
+    @app.exception_handler(Overloaded)
+    async def _overloaded(request: Request, exc: Overloaded) -> JSONResponse:
+        return error_response(429, "overloaded", f"too many queries in flight ({exc}); retry shortly",
+                              headers={"Retry-After": "1"})
+
+    @app.exception_handler(DeadlineExceeded)
+    async def _deadline(request: Request, exc: DeadlineExceeded) -> JSONResponse:
+        return error_response(503, "deadline_exceeded", f"the request timed out: {exc}",
+                              headers={"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -2,31 +2,39 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
 
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise PydanticCustomError("blank_query", "query must not be empty or whitespace-only")
+    return value
+
+
+QueryText = Annotated[StrictStr, AfterValidator(_not_blank)]
+
+
 class SearchRequest(BaseModel):
-    """Types are strict, so `"top_k": "10"` is a 422 rather than a silent coercion. Upper bounds come
-    from the settings (TANDEM_MAX_QUERY_CHARS, TANDEM_MAX_TOP_K) and are checked by the route."""
+    """One `query`, or a batch of `queries`. Types are strict, so `"top_k": "10"` is a 422 rather than a
+    silent coercion. Upper bounds come from the settings (TANDEM_MAX_QUERY_CHARS, TANDEM_MAX_TOP_K,
+    TANDEM_MAX_BATCH_QUERIES) and are checked by the route."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"query": "how do tides work", "top_k": 5}]}
+        extra="forbid",
+        json_schema_extra={"examples": [{"query": "how do tides work", "top_k": 5},
+                                        {"queries": ["how do tides work", "parse a JSON string"], "top_k": 3}]},
     )
 
-    query: StrictStr = Field(description="Free text; not blank, at most TANDEM_MAX_QUERY_CHARS characters.")
+    query: QueryText | None = Field(None, description="Free text; not blank, at most TANDEM_MAX_QUERY_CHARS.")
+    queries: list[QueryText] | None = Field(
+        None, min_length=1, description="A batch instead of `query`: one result list per query, in order."
+    )
     top_k: StrictInt | None = Field(
         None, ge=1, description="Number of hits, 1..TANDEM_MAX_TOP_K; TANDEM_DEFAULT_TOP_K when omitted."
     )
-
-    @field_validator("query")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise PydanticCustomError("blank_query", "query must not be empty or whitespace-only")
-        return value
 
 
 class SearchHit(BaseModel):
@@ -50,12 +58,19 @@ class IndexSummary(BaseModel):
 
 
 class Timing(BaseModel):
-    encode: float = Field(description="Student encoding, milliseconds.")
+    queue: float = Field(description="Waiting for a worker and for a micro-batch to form, milliseconds.")
+    encode: float = Field(description="Student encoding of the micro-batch, milliseconds.")
     search: float = Field(description="Index search and document lookup, milliseconds.")
 
 
 class SearchResponse(BaseModel):
     results: list[SearchHit]
+    index: IndexSummary
+    timing_ms: Timing
+
+
+class BatchSearchResponse(BaseModel):
+    results: list[list[SearchHit]] = Field(description="One list per query of the request, in order.")
     index: IndexSummary
     timing_ms: Timing
 

@@ -24,8 +24,17 @@ class ServiceSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
     student_precision: Literal["int8", "fp32"] = "int8"
-    encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per query.")
-    search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per query (1 avoids oversubscription).")
+    encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per worker.")
+    search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker (1 avoids oversubscription).")
+    workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core).")
+    batch_max_queries: int = Field(
+        1, ge=1, description="Most queries of concurrent requests encoded together in one ONNX call (1: none). "
+        "The int8 student scales activations per batch, so batchmates move a vector slightly (cosine ≥ 0.99).",
+    )
+    batch_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits for company while others are pending.")
+    max_pending: int = Field(64, ge=1, description="Queries queued or running before new requests get 429.")
+    request_timeout_ms: float = Field(1000.0, gt=0, description="Deadline of one request, queueing included (503).")
+    max_batch_queries: int = Field(64, ge=1, description="Most queries in one batch request ({'queries': [...]}).")
     max_query_chars: int = Field(2048, ge=1)
     max_top_k: int = Field(1000, ge=1)
     default_top_k: int = Field(10, ge=1)
@@ -44,9 +53,12 @@ class ServiceSettings(BaseSettings):
         return value.lower() if isinstance(value, str) else value
 
     @model_validator(mode="after")
-    def _default_within_max(self) -> ServiceSettings:
+    def _limits_consistent(self) -> ServiceSettings:
         if self.default_top_k > self.max_top_k:
             raise ValueError(f"default_top_k ({self.default_top_k}) exceeds max_top_k ({self.max_top_k})")
+        if self.max_batch_queries > self.max_pending:
+            raise ValueError(f"TANDEM_MAX_BATCH_QUERIES ({self.max_batch_queries}) exceeds TANDEM_MAX_PENDING "
+                             f"({self.max_pending}): such a batch could never be admitted")
         return self
 
 

@@ -138,6 +138,37 @@ def evaluate(
         json_out.write_text(json.dumps(report, indent=2) + "\n")
 
 
+@app.command("loadtest")
+def loadtest(
+    url: Annotated[str, typer.Option(help="Base URL of the service, e.g. http://127.0.0.1:8000.")],
+    rps: Annotated[float, typer.Option(help="Requests per second, sent on a fixed schedule (open loop).")],
+    duration: Annotated[float, typer.Option(help="Seconds of load.")],
+    queries: Annotated[
+        Path | None, typer.Option(help="Queries: BEIR queries JSONL or one per line; a built-in set if omitted.")
+    ] = None,
+    top_k: int = 10,
+    concurrency_limit: Annotated[
+        int | None, typer.Option(help="Most requests in flight; requests due beyond it count as client_limit.")
+    ] = None,
+    budget: Annotated[
+        str | None, typer.Option(help="e.g. p50=5ms,p99=25ms,errors=0; exit code 1 when missed.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Client timeout per request, seconds.")] = 10.0,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write the report as JSON here.")] = None,
+) -> None:
+    """Open-loop load test of POST /search: achieved rps, latency percentiles, status and error counts."""
+    from tandem.loadtest import format_report, parse_budget, read_queries, run_loadtest
+
+    report = run_loadtest(url, rps, duration, read_queries(queries), parse_budget(budget or ""), top_k,
+                          concurrency_limit, timeout)
+    typer.echo(format_report(report))
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(report.model_dump_json(indent=2) + "\n")
+    if report.budget_missed:
+        raise typer.Exit(1)
+
+
 @app.command("serve")
 def serve(
     index: Annotated[Path, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory.")],

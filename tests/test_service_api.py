@@ -35,7 +35,7 @@ def test_response_shape(live_server: LiveServer, tiny_bundle: Path) -> None:
     scores = [hit["score"] for hit in results]
     assert scores == sorted(scores, reverse=True)
     assert body["index"] == read_bundle_manifest(tiny_bundle).summary()
-    assert set(body["timing_ms"]) == {"encode", "search"}
+    assert set(body["timing_ms"]) == {"queue", "encode", "search"}
     assert all(isinstance(v, float) and v >= 0 for v in body["timing_ms"].values())
 
 
@@ -80,9 +80,15 @@ def test_same_answer_under_concurrent_requests(live_server: LiveServer) -> None:
         ({"query": "tides", "top_k": "5"}, "top_k"),
         ({"query": "tides", "top_k": 2.5}, "top_k"),
         ({"query": "tides", "k": 5}, "k"),
+        ({"queries": []}, "queries"),
+        ({"queries": ["tides", " "]}, "queries.1"),
+        ({"queries": ["tides"] * 65}, "queries"),
+        ({"queries": ["tides", "x" * 2049]}, "queries.1"),
+        ({"query": "tides", "queries": ["moon"]}, "queries"),
     ],
     ids=["empty", "whitespace", "top_k-0", "top_k-1001", "too-long", "missing-query", "query-int", "query-list",
-         "top_k-str", "top_k-float", "unknown-field"],
+         "top_k-str", "top_k-float", "unknown-field", "batch-empty", "batch-blank", "batch-too-many",
+         "batch-too-long", "query-and-queries"],
 )
 def test_bad_request_is_422_naming_the_field(live_server: LiveServer, body: dict[str, object], field: str) -> None:
     response = live_server.client.post("/search", json=body)
@@ -92,6 +98,16 @@ def test_bad_request_is_422_naming_the_field(live_server: LiveServer, body: dict
     assert [d["field"] for d in error["details"]] == [field]
     assert error["message"].startswith(f"{field}: ")
     assert "x" * 100 not in response.text  # the input is not echoed back
+
+
+def test_batch_returns_one_list_per_query_in_order(live_server: LiveServer) -> None:
+    queries = sorted(PROBES)
+    response = live_server.client.post("/search", json={"queries": queries, "top_k": 2})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body) == {"results", "index", "timing_ms"}
+    assert [len(hits) for hits in body["results"]] == [2] * len(queries)
+    assert [hits[0]["id"] for hits in body["results"]] == [PROBES[q] for q in queries]
 
 
 def test_too_long_query_message_names_the_limit(live_server: LiveServer) -> None:

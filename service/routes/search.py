@@ -1,43 +1,79 @@
-"""POST /search: encode the query with the student, search the bundle, return documents."""
+"""POST /search: encode the queries with the student, search the bundle, return documents."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
-from starlette.concurrency import run_in_threadpool
 
+from models.bundle import Hit
 from service.deps import LoaderDep, SettingsDep
-from service.schemas import ErrorBody, IndexSummary, SearchHit, SearchRequest, SearchResponse, Timing
+from service.schemas import (
+    BatchSearchResponse,
+    ErrorBody,
+    IndexSummary,
+    SearchHit,
+    SearchRequest,
+    SearchResponse,
+    Timing,
+)
 from service.settings import ServiceSettings
 
 router = APIRouter(tags=["search"])
 
 
-def _check_bounds(request: SearchRequest, settings: ServiceSettings) -> int:
-    """The limits that depend on settings; returns the effective top_k."""
+def _problem(field: str, kind: str, message: str) -> dict[str, Any]:
+    return {"loc": ("body", field), "type": kind, "msg": message}
+
+
+def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str], int]:
+    """The limits that depend on settings; returns the queries and the effective top_k."""
     problems = []
-    if len(request.query) > settings.max_query_chars:
-        problems.append({"loc": ("body", "query"), "type": "string_too_long",
-                         "msg": f"query has {len(request.query)} characters, at most {settings.max_query_chars} "
-                                "are allowed"})
+    if request.query is None and request.queries is None:
+        problems.append(_problem("query", "missing", "Field required (or `queries` for a batch)"))
+    if request.query is not None and request.queries is not None:
+        problems.append(_problem("queries", "extra_forbidden", "give either `query` or `queries`, not both"))
+    queries = [request.query] if request.query is not None else request.queries or []
+    if len(queries) > settings.max_batch_queries:
+        problems.append(_problem("queries", "too_long", f"{len(queries)} queries, at most "
+                                 f"{settings.max_batch_queries} are allowed in one request"))
+    field = "query" if request.query is not None else "queries"
+    for i, query in enumerate(queries):
+        if len(query) > settings.max_query_chars:
+            where = field if request.query is not None else f"queries.{i}"
+            problems.append(_problem(where, "string_too_long", f"query has {len(query)} characters, at most "
+                                     f"{settings.max_query_chars} are allowed"))
     top_k = settings.default_top_k if request.top_k is None else request.top_k
     if top_k > settings.max_top_k:
-        problems.append({"loc": ("body", "top_k"), "type": "less_than_equal",
-                         "msg": f"top_k must be at most {settings.max_top_k}"})
+        problems.append(_problem("top_k", "less_than_equal", f"top_k must be at most {settings.max_top_k}"))
     if problems:
         raise RequestValidationError(problems)
-    return top_k
+    return queries, top_k
 
 
-@router.post("/search", response_model=SearchResponse,
-             responses={422: {"model": ErrorBody}, 503: {"model": ErrorBody, "description": "Not loaded yet."}})
-async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep) -> SearchResponse:
-    top_k = _check_bounds(request, settings)  # a bad request is a 422 even while loading
+def _hits(hits: list[Hit]) -> list[SearchHit]:
+    return [SearchHit(id=h.doc.id, score=h.score, title=h.doc.title, text=h.doc.text) for h in hits]
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse | BatchSearchResponse,
+    responses={
+        422: {"model": ErrorBody},
+        429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
+        503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
+    },
+)
+async def search(
+    request: SearchRequest, loader: LoaderDep, settings: SettingsDep
+) -> SearchResponse | BatchSearchResponse:
+    queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     searcher = loader.searcher()
-    # Encoding and FAISS are CPU-bound and release the GIL: run them off the event loop.
-    outcome = await run_in_threadpool(searcher.search, request.query, top_k)
-    return SearchResponse(
-        results=[SearchHit(id=h.doc.id, score=h.score, title=h.doc.title, text=h.doc.text) for h in outcome.hits],
-        index=IndexSummary.model_validate(searcher.bundle.manifest.summary()),
-        timing_ms=Timing(**outcome.timing_ms),
-    )
+    # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
+    outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
+    index = IndexSummary.model_validate(searcher.bundle.manifest.summary())
+    timing = Timing(**outcome.timing_ms)
+    if request.query is not None:
+        return SearchResponse(results=_hits(outcome.hits[0]), index=index, timing_ms=timing)
+    return BatchSearchResponse(results=[_hits(h) for h in outcome.hits], index=index, timing_ms=timing)

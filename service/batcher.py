@@ -1,0 +1,174 @@
+"""Dynamic micro-batching with admission control, between the HTTP routes and the searcher.
+
+Concurrent requests can share one ONNX call and one FAISS search per distinct `top_k`, up
+to `max_batch` queries (TANDEM_BATCH_MAX_QUERIES; 1 by default, because the int8 student's
+dynamic quantization scales activations per batch, so batchmates move a query's vector
+slightly). A worker waits at most `max_wait_s` for company, and only while other work is
+pending: a lone request never pays the wait. A batch request's own queries always share a call.
+
+Admission is bounded: at most `max_pending` queries may be queued or running, and a request
+that would exceed it is refused at once (`Overloaded`, a 429), never left to wait without
+bound. A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from models.bundle import Hit
+
+log = logging.getLogger(__name__)
+
+Encode = Callable[[Sequence[str]], np.ndarray]
+Search = Callable[[np.ndarray, int], list[list[Hit]]]
+
+
+class Overloaded(Exception):
+    """More queries are pending than the service admits; the client should retry later."""
+
+
+class DeadlineExceeded(Exception):
+    """The request waited longer than its deadline; it was not (or no longer) worth running."""
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    hits: list[list[Hit]]  # one list per query of the job, in order
+    timing_ms: dict[str, float]  # queue, encode, search
+    batch_size: int  # queries encoded together with this job's
+
+
+@dataclass
+class _Job:
+    queries: list[str]
+    top_k: int
+    deadline: float  # time.monotonic()
+    future: Future[BatchOutcome] = field(default_factory=Future)
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class MicroBatcher:
+    """Worker threads drain a queue of jobs, coalescing up to `max_batch` queries per ONNX call."""
+
+    def __init__(
+        self, encode: Encode, search: Search, *, max_batch: int, max_wait_s: float, max_pending: int, workers: int
+    ) -> None:
+        self._encode, self._search = encode, search
+        self.max_batch, self.max_wait_s, self.max_pending = max_batch, max_wait_s, max_pending
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._closed = False
+        self._threads = [
+            threading.Thread(target=self._work, name=f"tandem-batch-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return self._pending
+
+    def submit(self, queries: Sequence[str], top_k: int, timeout_s: float) -> Future[BatchOutcome]:
+        """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending."""
+        job = _Job(list(queries), top_k, time.monotonic() + timeout_s)
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            if self._pending + len(job.queries) > self.max_pending:
+                raise Overloaded(f"{self._pending} queries pending, at most {self.max_pending} are admitted")
+            self._pending += len(job.queries)
+        self._queue.put(job)
+        return job.future
+
+    async def search(self, queries: Sequence[str], top_k: int, timeout_s: float) -> BatchOutcome:
+        """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
+        future = self.submit(queries, top_k, timeout_s)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+        except TimeoutError:
+            raise DeadlineExceeded(f"no answer within {timeout_s * 1e3:.0f} ms") from None
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _gather(self, first: _Job) -> list[_Job]:
+        """`first` plus whatever joins within max_wait_s, while other work is pending and the batch has room."""
+        jobs, size = [first], len(first.queries)
+        until = time.monotonic() + self.max_wait_s
+        while size < self.max_batch:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                remaining = until - time.monotonic()
+                if remaining <= 0 or self.pending <= size:  # nobody else is coming: do not wait
+                    break
+                try:
+                    job = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    break
+            if job is None:
+                self._queue.put(None)  # a shutdown sentinel: leave it for this worker's next get
+                break
+            jobs.append(job)
+            size += len(job.queries)
+        return jobs
+
+    def _work(self) -> None:
+        while (first := self._queue.get()) is not None:
+            jobs = self._gather(first)
+            try:
+                self._run(jobs)
+            finally:
+                with self._lock:
+                    self._pending -= sum(len(job.queries) for job in jobs)
+
+    def _run(self, jobs: list[_Job]) -> None:
+        started = time.monotonic()
+        live = []
+        for job in jobs:
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            if job.deadline <= started:
+                job.future.set_exception(DeadlineExceeded("the request expired while queued"))
+            else:
+                live.append(job)
+        if not live:
+            return
+        try:
+            vectors = self._encode([q for job in live for q in job.queries])
+            encoded = time.monotonic()
+            hits: list[list[list[Hit]]] = [[] for _ in live]
+            offsets = np.cumsum([0] + [len(job.queries) for job in live])
+            for top_k in sorted({job.top_k for job in live}):
+                members = [i for i, job in enumerate(live) if job.top_k == top_k]
+                rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])
+                found = iter(self._search(vectors[rows], top_k))
+                for i in members:
+                    hits[i] = [next(found) for _ in live[i].queries]
+            done = time.monotonic()
+        except Exception as exc:  # the requests get a 500; the worker lives on
+            log.exception("batch of %d jobs failed", len(live))
+            for job in live:
+                job.future.set_exception(exc)
+            return
+        size = int(offsets[-1])
+        for job, job_hits in zip(live, hits, strict=True):
+            timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
+                      "search": (done - encoded) * 1e3}
+            job.future.set_result(BatchOutcome(hits=job_hits, timing_ms=timing, batch_size=size))

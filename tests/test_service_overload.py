@@ -1,0 +1,46 @@
+"""Backpressure over a real server: excess load is refused at once with 429, and the service recovers."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.settings import ServiceSettings
+from tests.fixtures.corpus import PROBES
+from tests.fixtures.server import serve_app
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 6
+# Each request fills the whole admission window, so while one runs every other one must be refused.
+BATCH = [f"{query} " + "with a long tail of words to encode " * 12 for query in sorted(PROBES)] * 4
+
+
+def test_excess_requests_get_429_with_retry_after_then_service_recovers(tiny_bundle: Path, tiny_student: Path) -> None:
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(BATCH),
+                               max_batch_queries=len(BATCH))
+    with serve_app(create_app(settings)) as server:
+        start = threading.Barrier(CLIENTS)
+
+        def ask(_: int) -> httpx.Response:
+            with httpx.Client(base_url=server.url, timeout=60.0, trust_env=False) as client:
+                start.wait()
+                return client.post("/search", json={"queries": BATCH, "top_k": 1})
+
+        with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
+            responses = list(pool.map(ask, range(CLIENTS)))
+        codes = sorted(r.status_code for r in responses)
+        assert set(codes) == {200, 429}, codes
+        for refused in (r for r in responses if r.status_code == 429):
+            assert refused.headers["retry-after"] == "1"
+            assert refused.json()["error"] == "overloaded"
+        for answered in (r for r in responses if r.status_code == 200):
+            assert len(answered.json()["results"]) == len(BATCH)
+        recovered = server.client.post("/search", json={"query": "ocean tides and the moon", "top_k": 1})
+        assert recovered.status_code == 200
+        assert recovered.json()["results"][0]["id"] == "tides"
