@@ -13,6 +13,7 @@ from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
 from models.manifest import BUNDLE_MANIFEST, BundleManifest, read_manifest
+from models.registry import sha256_file
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,27 @@ class Hit:
 
 def read_bundle_manifest(directory: Path) -> BundleManifest:
     return read_manifest(Path(directory) / BUNDLE_MANIFEST, BundleManifest, "index bundle")
+
+
+def verify_bundle(directory: Path) -> BundleManifest:
+    """Check every file the manifest lists against its recorded sha256; raise naming the first bad one.
+
+    Reading every byte is slow for large bundles, so loading does not do it; operators run
+    `tandem index verify`, and a hot reload does it before swapping a bundle in.
+    """
+    directory = Path(directory)
+    manifest = read_bundle_manifest(directory)
+    for name, expected in manifest.files.items():
+        path = directory / name
+        if not path.is_file():
+            raise ContractMismatch(f"{directory}: bundle is incomplete, missing {name}")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise ContractMismatch(
+                f"{path}: checksum mismatch (manifest sha256 {expected[:16]}…, file {actual[:16]}…); "
+                "the bundle is corrupted or was modified after publishing"
+            )
+    return manifest
 
 
 class Bundle:
