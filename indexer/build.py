@@ -11,15 +11,15 @@ from pathlib import Path
 import numpy as np
 
 from indexer.imported import load_imported
+from indexer.publish import Target, publish
+from indexer.writer import write_bundle
 from models.contract import SUPPORTED_DIMS
 from models.corpus import Document, corpus_key, read_corpus
-from models.docstore import DOCSTORE_FILE, write_docstore
-from models.embedding_store import EmbeddingStore, store_key
+from models.embedding_store import SHARD_SIZE, EmbeddingStore, store_key
 from models.errors import InputError
-from models.manifest import BUNDLE_MANIFEST, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
+from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.registry import ModelCard, load_card, resolve, sha256_file
-from models.staging import check_target, staged
-from models.vector_index import VectorIndex
+from models.rotation import Rotation
 
 log = logging.getLogger(__name__)
 
@@ -27,9 +27,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class BuildRequest:
     corpus: Path
-    out: Path
+    out: Path | None = None
     dim: int = 768
     quantization: str = "float"
+    rotation: str = "none"
     teacher: Path | None = None
     embeddings: Path | None = None
     ids: Path | None = None
@@ -37,6 +38,14 @@ class BuildRequest:
     device: str | None = None
     force: bool = False
     store: Path | None = None
+    root: Path | None = None
+    version: str | None = None
+    keep: int | None = None
+    shard_size: int = SHARD_SIZE
+
+    @property
+    def target(self) -> Target:
+        return Target(out=self.out, root=self.root, version=self.version, keep=self.keep, force=self.force)
 
 
 def _quantization(value: str) -> Quantization:
@@ -45,6 +54,13 @@ def _quantization(value: str) -> Quantization:
     except ValueError:
         choices = ", ".join(q.value for q in Quantization)
         raise InputError(f"unknown quantization {value!r}; choose one of {choices}") from None
+
+
+def _rotation(value: str) -> Rotation:
+    try:
+        return Rotation(value)
+    except ValueError:
+        raise InputError(f"unknown rotation {value!r}; choose one of {', '.join(r.value for r in Rotation)}") from None
 
 
 def _check_dim(dim: int, card: ModelCard) -> None:
@@ -69,45 +85,47 @@ def teacher_vectors(
     cached = store.load(key)
     if cached is not None:
         log.info("reusing %d cached teacher embeddings (store key %s)", len(cached), key)
-        return cached, EmbeddingSource(kind=store.meta(key).get("source", "encoded"), store_key=key)
-    from models.teacher import TeacherEncoder  # torch only when we must encode
+        src = store.meta(key).get("source", "encoded")
+        return cached, EmbeddingSource(kind="imported" if src == "imported" else "encoded", store_key=key)
+    vectors = encode_documents(store, key, docs, card, req.batch_size, req.device)
+    return vectors, EmbeddingSource(kind="encoded", store_key=key)
 
-    encoder = TeacherEncoder(Path(card.path), device=req.device)
+
+def encode_documents(
+    store: EmbeddingStore, key: str, docs: Sequence[Document], card: ModelCard, batch_size: int, device: str | None
+) -> np.ndarray:
+    """Encode into the store entry `key`, shard by shard (resumable, logged), loading torch only now."""
+    from models.teacher import TeacherEncoder
+
+    encoder = TeacherEncoder(Path(card.path), device=device)
 
     def encode(texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        return encoder.encode(texts, batch_size=req.batch_size, on_progress=on_progress)
+        return encoder.encode(texts, batch_size=batch_size, on_progress=on_progress)
 
     meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length}
-    vectors = store.encode(key, [d.passage() for d in docs], encode, meta)
-    return vectors, EmbeddingSource(kind="encoded", store_key=key)
+    return store.encode(key, [d.passage() for d in docs], encode, meta)
+
+
+def _check_shard_size(size: int) -> None:
+    if size < 1:
+        raise InputError(f"--shard-size must be at least 1, got {size}")
 
 
 def build(req: BuildRequest) -> BundleManifest:
     started = time.perf_counter()
     quantization = _quantization(req.quantization)
-    check_target(Path(req.out), req.force)
+    rotation = _rotation(req.rotation)
+    _check_shard_size(req.shard_size)
+    req.target.check()
     card = load_card(resolve("teacher", req.teacher))
     _check_dim(req.dim, card)
     docs = read_corpus(req.corpus)
     log.info("corpus %s: %d documents", req.corpus, len(docs))
-    store = EmbeddingStore(req.store)
+    store = EmbeddingStore(req.store, shard_size=req.shard_size)
     vectors, source = teacher_vectors(docs, card, req, store)
-    index = VectorIndex.build(vectors, req.dim, quantization)
-    with staged(Path(req.out), req.force) as staging:
-        names = index.save(staging)
-        write_docstore(staging / DOCSTORE_FILE, docs)
-        names.append(DOCSTORE_FILE)
-        manifest = BundleManifest(
-            teacher=card.teacher_ref(),
-            dim=req.dim,
-            quantization=quantization,
-            count=len(docs),
-            build_seconds=round(time.perf_counter() - started, 3),
-            corpus=CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
-                              count=len(docs)),
-            embeddings=source,
-            files={name: sha256_file(staging / name) for name in names},
-        )
-        (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
-    log.info("published %s in %.1fs", req.out, time.perf_counter() - started)
+    corpus = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)), count=len(docs))
+    with publish(req.target) as (staging, version):
+        manifest = write_bundle(staging, docs, vectors, dim=req.dim, quantization=quantization, card=card,
+                                source=source, started=started, corpus=corpus, version=version, rotation=rotation)
+    log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

@@ -1,0 +1,83 @@
+"""`tandem index verify`: prove a published bundle is what its manifest says, before trusting it.
+
+Checks every file's sha256 against the manifest (models.bundle.verify_bundle), that the FAISS
+index, the docstore and the manifest agree on the count, and that the manifest's teacher is the
+provisioned (or --teacher) model when one is available. Works on a bundle directory or a root.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from pathlib import Path
+
+from models.bundle import Bundle, verify_bundle
+from models.docstore import DOCSTORE_FILE
+from models.errors import ContractMismatch, ModelNotFound, TandemError
+from models.registry import load_card, resolve
+from models.versions import is_bundle_root, list_versions, read_current
+
+log = logging.getLogger(__name__)
+
+
+def _teacher_note(directory: Path, fingerprint: str, dim: int, teacher: Path | None) -> str:
+    try:
+        card = load_card(resolve("teacher", teacher))
+    except ModelNotFound:
+        if teacher is not None:
+            raise
+        return "teacher not provisioned here, fingerprint not checked"
+    if card.fingerprint != fingerprint or card.dim != dim:
+        raise ContractMismatch(
+            f"{directory / 'manifest.json'}: built with teacher fingerprint {fingerprint[:16]}… ({dim}-d) but the "
+            f"teacher model at {card.path} has {card.fingerprint[:16]}… ({card.dim}-d)"
+        )
+    return f"teacher {card.name} {card.fingerprint[:12]} matches"
+
+
+def verify_one(directory: Path, teacher: Path | None = None) -> str:
+    """One-line summary of a bundle that passed every check; raises naming the file that failed."""
+    directory = Path(directory)
+    manifest = verify_bundle(directory)
+    bundle = Bundle(directory)  # loads the index; checks FAISS ntotal against the manifest
+    try:
+        try:
+            rows = bundle.docs.count()
+        except sqlite3.DatabaseError as exc:
+            raise ContractMismatch(f"{directory / DOCSTORE_FILE}: unreadable docstore ({exc})") from exc
+    finally:
+        bundle.close()
+    if rows != manifest.count:
+        raise ContractMismatch(f"{directory / DOCSTORE_FILE}: {rows} documents, manifest says {manifest.count}")
+    if manifest.corpus.count != manifest.count:
+        raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} "
+                               f"differs from the bundle count {manifest.count}")
+    note = _teacher_note(directory, manifest.teacher.fingerprint, manifest.teacher.dim, teacher)
+    return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value}, "
+            f"{len(manifest.files)} files sha256-verified, {note}")
+
+
+def verify(path: Path, all_versions: bool = False, teacher: Path | None = None) -> list[str]:
+    """Summaries of the bundles checked: `path` itself, a root's CURRENT, or with `all_versions` every version."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ContractMismatch(f"{path}: no such bundle directory or bundle root")
+    if not is_bundle_root(path):
+        if all_versions:
+            raise ContractMismatch(f"{path}: --all needs a bundle root (a directory with a CURRENT file)")
+        return [verify_one(path, teacher)]
+    if not all_versions:
+        return [verify_one(read_current(path), teacher)]
+    current = read_current(path).name
+    lines, failures = [], []
+    for version in list_versions(path):
+        try:
+            line = verify_one(path / version, teacher)
+            lines.append(line + (" [CURRENT]" if version == current else ""))
+        except TandemError as exc:
+            log.error("%s", exc)
+            failures.append(str(exc))
+    if failures:
+        raise ContractMismatch(f"{len(failures)} of {len(failures) + len(lines)} versions under {path} failed: "
+                               + "; ".join(failures))
+    return lines

@@ -1,0 +1,284 @@
+"""Index lifecycle: resumable builds with a shard log, versions behind CURRENT, updates, verification."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.build import BuildRequest, build
+from indexer.changes import read_changes
+from indexer.update import UpdateRequest, update
+from indexer.verify import verify
+from models.bundle import Bundle, read_bundle_manifest
+from models.corpus import read_corpus
+from models.embedding_store import EmbeddingStore
+from models.errors import ContractMismatch, InputError
+from models.shard_log import SHARD_LOG, ShardLog
+from models.teacher import TeacherEncoder
+from models.versions import list_versions, read_current
+from tests.fixtures.corpus import DOCS
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _home(path: Path, teacher_dir: Path) -> Path:
+    """A fresh TANDEM_HOME (empty embedding store) whose teacher role is the provisioned teacher."""
+    (path / "models").mkdir(parents=True)
+    (path / "models/roles.json").write_text(json.dumps({"teacher": str(teacher_dir)}))
+    return path
+
+
+def _tandem(args: list[str], home: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, "TANDEM_HOME": str(home), "OMP_NUM_THREADS": "1", "TANDEM_LOG_LEVEL": "WARNING"}
+    return subprocess.Popen([sys.executable, "-m", "tandem", *args], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _log_lines(home: Path) -> int:
+    logs = list((home / "embeddings").glob(f"*/{SHARD_LOG}"))
+    return len(logs[0].read_text().splitlines()) if logs else 0
+
+
+def _build_killed_after(args: list[str], home: Path, shards: int, timeout: float = 300) -> int:
+    """Run a build and SIGKILL it once the shard log has `shards` lines; returns the lines seen at the kill."""
+    proc = _tandem(args, home)
+    deadline = time.monotonic() + timeout
+    while _log_lines(home) < shards:
+        assert proc.poll() is None, f"build ended before the kill: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "build too slow"
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    return _log_lines(home)
+
+
+@pytest.mark.slow
+def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Path, teacher_dir: Path) -> None:
+    """Killed twice at random points and resumed: same vectors and ids, every shard encoded exactly once."""
+    n = len(DOCS)
+    rng = random.Random(int.from_bytes(os.urandom(4), "little"))
+    home, root = _home(tmp_path / "home", teacher_dir), tmp_path / "root"
+    args = ["index", "build", "--corpus", str(tiny_corpus), "--root", str(root), "--shard-size", "1",
+            "--batch-size", "1", "--version", "v1"]
+    first = _build_killed_after(args, home, rng.randint(1, 6))
+    second = _build_killed_after(args, home, rng.randint(first + 1, first + 6))
+    assert first < second < n, (first, second)
+    assert not root.exists() or not list_versions(root)  # nothing published by a killed build
+    resumed = _tandem(args, home)
+    assert resumed.wait(timeout=300) == 0, resumed.communicate()[1][-2000:]
+
+    ref_home, ref_root = _home(tmp_path / "ref-home", teacher_dir), tmp_path / "ref"
+    reference = _tandem([*args[:4], "--root", str(ref_root), *args[6:]], ref_home)
+    assert reference.wait(timeout=300) == 0, reference.communicate()[1][-2000:]
+
+    got, want = Bundle(read_current(root)), Bundle(read_current(ref_root))
+    assert got.docs.ids() == want.docs.ids() == [d[0] for d in DOCS]
+    assert np.array_equal(got.vectors.index.reconstruct_n(0, n), want.vectors.index.reconstruct_n(0, n))
+    [entry] = list((home / "embeddings").iterdir())
+    records = ShardLog(entry).read()
+    assert sorted(r.shard for r in records) == list(range(n))  # each shard exactly once
+    assert [(r.start, r.end) for r in sorted(records, key=lambda r: r.shard)] == [(i, i + 1) for i in range(n)]
+    assert len({r.pid for r in records}) == 3  # the two killed runs and the resumed one each encoded some
+    assert {r.event for r in records} <= {"encoded", "adopted"}
+    resumed_vectors = EmbeddingStore(home / "embeddings").load(entry.name)
+    reference_vectors = EmbeddingStore(ref_home / "embeddings").load(entry.name)
+    assert resumed_vectors is not None and reference_vectors is not None
+    assert np.array_equal(resumed_vectors, reference_vectors)
+
+
+def test_shard_log_adopts_unlogged_shards_and_redoes_tampered_ones(tmp_path: Path) -> None:
+    """A kill between writing a shard and logging it costs no re-encode; a modified shard is redone."""
+    texts = [f"text {i}" for i in range(5)]
+    calls: list[list[str]] = []
+
+    def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
+        calls.append(list(batch))
+        return np.ones((len(calls[-1]), 4), dtype=np.float32) * len(calls)
+
+    store = EmbeddingStore(tmp_path, shard_size=2)
+    store.encode("k", texts, encode, {}, progress=False)
+    assert calls == [["text 0", "text 1"], ["text 2", "text 3"], ["text 4"]]
+    log_path = tmp_path / "k" / SHARD_LOG
+    lines = log_path.read_text().splitlines()
+    log_path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])  # last record torn by a kill
+    (tmp_path / "k" / "meta.json").unlink()
+    (tmp_path / "k" / "shard-00001.npy").write_bytes(b"garbage")
+    calls.clear()
+    EmbeddingStore(tmp_path, shard_size=3).encode("k", texts, encode, {}, progress=False)  # keeps size 2
+    assert calls == [["text 2", "text 3"]]
+    events = [(r.shard, r.event) for r in ShardLog(tmp_path / "k").read()]
+    assert events == [(0, "encoded"), (1, "encoded"), (2, "adopted"), (1, "encoded")]
+
+
+def test_concurrent_encodes_of_one_entry_encode_each_shard_once(tmp_path: Path) -> None:
+    texts = [f"text {i}" for i in range(5)]
+    first_batch = threading.Event()
+    calls: list[list[str]] = []
+
+    def slow(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
+        first_batch.set()
+        time.sleep(0.05)
+        calls.append(list(batch))
+        return np.full((len(calls[-1]), 4), len(calls), dtype=np.float32)
+
+    store = EmbeddingStore(tmp_path, shard_size=2)
+    results: dict[str, np.ndarray] = {}
+    other = threading.Thread(target=lambda: results.update(a=store.encode("k", texts, slow, {}, progress=False)))
+    other.start()
+    assert first_batch.wait(10)
+    results["b"] = store.encode("k", texts, slow, {}, progress=False)  # waits for the lock, then reuses
+    other.join()
+    assert len(calls) == 3 and np.array_equal(results["a"], results["b"])
+    assert sorted(r.shard for r in store.shard_log("k")) == [0, 1, 2]
+
+
+def test_publish_into_root_current_rollback_and_prune(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    for version in ("v1", "v2", "v3"):
+        manifest = build(BuildRequest(corpus=tiny_corpus, root=root, version=version, keep=1))
+        assert manifest.version == version and read_current(root).name == version
+    assert list_versions(root) == ["v2", "v3"]  # CURRENT plus one previous
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []  # no staging left over
+    with pytest.raises(InputError, match="never overwritten"):
+        build(BuildRequest(corpus=tiny_corpus, root=root, version="v3"))
+    with pytest.raises(InputError, match="exactly one of --out"):
+        build(BuildRequest(corpus=tiny_corpus, root=root, out=tmp_path / "x"))
+    with pytest.raises(InputError, match="invalid bundle version name"):
+        build(BuildRequest(corpus=tiny_corpus, root=root, version="../evil"))
+
+    rollback = subprocess.run([sys.executable, "-m", "tandem", "index", "current", str(root), "--set", "v2"],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert rollback.returncode == 0, rollback.stderr
+    assert read_current(root).name == "v2" and "* v2" in rollback.stdout
+    build(BuildRequest(corpus=tiny_corpus, root=root, version="v4", keep=0))
+    assert list_versions(root) == ["v4"]
+
+
+def _write(path: Path, lines: list[object]) -> Path:
+    path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    return path
+
+
+@pytest.mark.slow
+def test_update_reuses_vectors_and_deleted_ids_never_return(
+    tiny_bundle: Path, tiny_corpus: Path, teacher_dir: Path, tmp_path: Path
+) -> None:
+    root = tmp_path / "root"
+    build(BuildRequest(corpus=tiny_corpus, root=root, version="v1"))
+    kite = {"_id": "kites", "title": "Kite flying", "text": "Wind pushes against the tilted sail and lifts the kite."}
+    chess = {"_id": "chess", "title": "Chess openings", "text": "The French Defence answers 1.e4 with e6."}
+    changes = _write(tmp_path / "changes.jsonl", [kite, chess, {"_id": "git", "delete": True}, dict(
+        _id="bake", title=DOCS[0][1], text=DOCS[0][2])])  # unchanged: kept, not re-encoded
+    deletes = _write(tmp_path / "deletes.txt", ["# retired", "bees"])
+    manifest = update(UpdateRequest(changes=changes, delete_ids=deletes, root=root, version="v2"))
+
+    assert read_current(root).name == "v2" and manifest.version == "v2"
+    assert manifest.base is not None
+    assert (manifest.base.version, manifest.base.count) == ("v1", len(DOCS))
+    assert (manifest.base.added, manifest.base.replaced, manifest.base.deleted, manifest.base.encoded) == (1, 1, 2, 2)
+    base, new = Bundle(root / "v1"), Bundle(root / "v2")
+    ids = new.docs.ids()
+    kept = [d[0] for d in DOCS if d[0] not in {"git", "bees"}]
+    assert ids == [*kept, "kites"]  # replaced in place, added at the end
+    old_rows, new_rows = base.docs.ids(), {i: r for r, i in enumerate(ids)}
+    unchanged = [i for i in kept if i != "chess"]
+    old_vecs = base.vectors.index.reconstruct_n(0, base.manifest.count)
+    new_vecs = new.vectors.index.reconstruct_n(0, new.manifest.count)
+    for doc_id in unchanged:  # reused bit for bit
+        assert np.array_equal(new_vecs[new_rows[doc_id]], old_vecs[old_rows.index(doc_id)])
+    teacher = TeacherEncoder(teacher_dir)
+    fresh = teacher.encode(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
+    assert float(fresh[0] @ new_vecs[new_rows["kites"]]) > 0.999
+    assert float(fresh[1] @ new_vecs[new_rows["chess"]]) > 0.999
+    assert [h[0].doc.id for h in new.search(teacher.encode(["what lifts a kite"]), k=1)] == ["kites"]
+
+    corpus = root / "v2" / manifest.corpus.path  # materialized corpus: eval, distill and later updates use it
+    assert [d.id for d in read_corpus(corpus)] == ids
+    assert EmbeddingStore().load(manifest.embeddings.store_key or "") is not None  # distill finds its targets
+
+    more = _write(tmp_path / "more.jsonl", [{"id": "tea", "text": "Green tea is steamed, black tea oxidised."}])
+    third = update(UpdateRequest(changes=more, root=root, version="v3"))
+    assert third.base is not None and third.base.version == "v2" and third.base.encoded == 1
+    ids3 = Bundle(root / "v3").docs.ids()
+    assert "git" not in ids3 and "bees" not in ids3 and ids3[-2:] == ["kites", "tea"]
+    assert verify(root, all_versions=True)[-1].endswith("[CURRENT]")
+
+
+def test_update_rejects_bad_input_naming_file_and_line(tiny_bundle: Path, tmp_path: Path) -> None:
+    def changes(*lines: object) -> Path:
+        return _write(tmp_path / "changes.jsonl", list(lines))
+
+    ok = {"_id": "a", "text": "x"}
+    with pytest.raises(InputError, match=r"changes\.jsonl:2: invalid JSON"):
+        read_changes(changes(ok, "{not json"), None)
+    with pytest.raises(InputError, match=r"changes\.jsonl:3: id 'a' already changed at .*changes\.jsonl:1"):
+        read_changes(changes(ok, {"_id": "b", "text": "y"}, {"_id": "a", "delete": True}), None)
+    with pytest.raises(InputError, match=r"changes\.jsonl:1: 'delete' must be true"):
+        read_changes(changes({"_id": "a", "delete": "yes"}), None)
+    with pytest.raises(InputError, match=r"changes\.jsonl:1: missing 'text'"):
+        read_changes(changes({"_id": "a", "title": "no text"}), None)
+    with pytest.raises(InputError, match=r"deletes\.txt:2: id 'a' already changed"):
+        read_changes(changes(ok), _write(tmp_path / "deletes.txt", ["z", "a"]))
+    with pytest.raises(InputError, match="nothing to do"):
+        read_changes(None, None)
+    with pytest.raises(InputError, match=r"changes\.jsonl:1: cannot delete 'ghost'"):
+        update(UpdateRequest(changes=changes({"_id": "ghost", "delete": True}), base=tiny_bundle,
+                             out=tmp_path / "out"))
+    everything = _write(tmp_path / "all.txt", [d[0] for d in DOCS])
+    with pytest.raises(InputError, match="delete every document"):
+        update(UpdateRequest(delete_ids=everything, base=tiny_bundle, out=tmp_path / "out"))
+    assert not (tmp_path / "out").exists()
+
+    cli = subprocess.run([sys.executable, "-m", "tandem", "index", "update", "--base", str(tiny_bundle), "--out",
+                          str(tmp_path / "out"), "--changes", str(changes(ok, "[1, 2]"))],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and "changes.jsonl:2: expected a JSON object" in cli.stderr
+    assert "Traceback" not in cli.stderr
+
+
+def test_verify_checks_files_counts_and_teacher(tiny_bundle: Path, tmp_path: Path) -> None:
+    import shutil
+
+    [line] = verify(tiny_bundle)
+    assert line.startswith(f"ok {tiny_bundle}: {len(DOCS)} docs") and "matches" in line
+
+    def tampered(name: str) -> Path:
+        copy = tmp_path / name
+        shutil.copytree(tiny_bundle, copy)
+        return copy
+
+    broken = tampered("bytes")
+    with (broken / "docs.sqlite").open("r+b") as fh:
+        fh.seek(200)
+        fh.write(b"\xff")
+    cli = subprocess.run([sys.executable, "-m", "tandem", "index", "verify", str(broken)],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2 and "docs.sqlite: checksum mismatch" in cli.stderr, cli.stderr
+
+    def rewrite(path: Path, **changes: object) -> None:
+        manifest = read_bundle_manifest(path).model_copy(update=changes)
+        (path / "manifest.json").write_text(manifest.model_dump_json())
+
+    miscounted = tampered("count")
+    rewrite(miscounted, count=len(DOCS) - 1)
+    with pytest.raises(ContractMismatch, match=f"index holds {len(DOCS)} vectors, manifest says {len(DOCS) - 1}"):
+        verify(miscounted)
+    foreign = tampered("teacher")
+    manifest = read_bundle_manifest(foreign)
+    rewrite(foreign, teacher=manifest.teacher.model_copy(update={"fingerprint": "0" * 64}))
+    with pytest.raises(ContractMismatch, match=r"manifest\.json: built with teacher fingerprint 0000"):
+        verify(foreign)
+    with pytest.raises(ContractMismatch, match="--all needs a bundle root"):
+        verify(tiny_bundle, all_versions=True)

