@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import faiss
@@ -16,6 +17,7 @@ import numpy as np
 from models.contract import truncate
 from models.manifest import Quantization
 from models.quantize import Int8Calibration, binary_encode, int8_decode, int8_encode
+from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
 CALIBRATION_FILE = "calibration.npy"
@@ -46,6 +48,7 @@ class VectorIndex:
         self.index = index
         self.calibration = calibration
         self.rescore_codes = rescore_codes
+        self.observe: StageObserver | None = None  # told how long int8 rescoring took, when set (metrics)
 
     @property
     def count(self) -> int:
@@ -112,6 +115,7 @@ class VectorIndex:
         assert self.calibration is not None and self.rescore_codes is not None
         depth = min(self.count, k * max(1, oversample))
         _, candidates = self.index.search(binary_encode(q), depth)
+        began = time.perf_counter()
         out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         out_rows = np.full((len(q), k), -1, dtype=np.int64)
         for i, cand in enumerate(candidates):
@@ -122,4 +126,6 @@ class VectorIndex:
             top = np.argsort(-scores, kind="stable")[:k]
             out_scores[i, : len(top)] = scores[top]
             out_rows[i, : len(top)] = order[top]
+        if self.observe is not None:
+            self.observe("rescore", time.perf_counter() - began)
         return out_scores, out_rows

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from importlib import metadata
@@ -10,7 +11,11 @@ from fastapi import FastAPI
 
 from service.engine import SearcherLoader
 from service.errors import install_error_handlers
-from service.routes import health, search
+from service.metrics import Metrics, queue_depth_of
+from service.metrics import router as metrics_router
+from service.middleware import install_middleware
+from service.reload import Reloader
+from service.routes import admin, health, search
 from service.settings import ServiceSettings
 
 
@@ -21,10 +26,17 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loader = SearcherLoader(settings)
         app.state.loader = loader
+        # Built before the initial load starts: it reads a bundle root's CURRENT pointer first.
+        reloader = Reloader(settings, loader, metrics=app.state.metrics)
+        app.state.reloader = reloader
         loader.start()  # /healthz answers at once; /readyz turns 200 when loading is done
+        reloader.start()  # the CURRENT-pointer watcher, when serving a bundle root
+        index_gauges = asyncio.create_task(app.state.metrics.track_initial_load(loader))
         try:
             yield
         finally:
+            index_gauges.cancel()
+            reloader.close()
             loader.close()
 
     app = FastAPI(
@@ -34,7 +46,11 @@ def create_app(settings: ServiceSettings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.metrics = Metrics(queue_depth=queue_depth_of(app))
     install_error_handlers(app)
+    install_middleware(app, settings, app.state.metrics)
     app.include_router(health.router)
+    app.include_router(metrics_router)
     app.include_router(search.router)
+    app.include_router(admin.router)
     return app

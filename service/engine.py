@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from models.contract import check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest import BundleManifest, StudentManifest
 from models.student import StudentEncoder, read_student_manifest
+from models.versions import resolve_bundle
 from service.batcher import MicroBatcher
 from service.settings import ServiceSettings
 
@@ -29,14 +32,15 @@ log = logging.getLogger(__name__)
 
 def check_compatible(settings: ServiceSettings) -> tuple[BundleManifest, StudentManifest]:
     """Refuse a student/bundle pair from different teacher spaces, or with files missing; nothing heavy loads."""
-    bundle = read_bundle_manifest(settings.index)
+    index = resolve_bundle(settings.index)  # a bundle root serves the version its CURRENT pointer names
+    bundle = read_bundle_manifest(index)
     student = read_student_manifest(settings.student)
     try:
         check_same_teacher(student.teacher, bundle.teacher)
     except ContractMismatch as exc:
-        raise ContractMismatch(f"student {settings.student} does not match index {settings.index}: {exc}") from exc
+        raise ContractMismatch(f"student {settings.student} does not match index {index}: {exc}") from exc
     model = student.onnx_int8 if settings.student_precision == "int8" else student.onnx_fp32
-    _require_files(settings.index, "index bundle", list(bundle.files))
+    _require_files(index, "index bundle", list(bundle.files))
     _require_files(settings.student, "student", [model, student.tokenizer])
     return bundle, student
 
@@ -48,12 +52,19 @@ def _require_files(directory: Path, what: str, names: list[str]) -> None:
 
 
 class Searcher:
-    """A loaded bundle and student behind a micro-batcher; every search goes through `batcher`."""
+    """A loaded bundle and student behind a micro-batcher; every search goes through `batcher`.
+
+    `leases` and `retired` belong to SearcherLoader: a searcher swapped out by a hot reload
+    is closed only once the requests that leased it have finished.
+    """
 
     def __init__(self, bundle: Bundle, student: StudentEncoder, settings: ServiceSettings) -> None:
         bundle.check_student(student.teacher)
         self.bundle = bundle
         self.student = student
+        self.leases = 0
+        self.retired = False
+        self.loaded_at = time.time()
         self.oversample = settings.binary_oversample
         self.search_threads = settings.search_threads
         self.batcher = MicroBatcher(
@@ -62,10 +73,14 @@ class Searcher:
         )
 
     @classmethod
-    def load(cls, settings: ServiceSettings) -> Searcher:
-        bundle = Bundle(settings.index)
+    def load(cls, settings: ServiceSettings, directory: Path | None = None,
+             student: StudentEncoder | None = None) -> Searcher:
+        """Open `directory` (default: the bundle settings.index resolves to); a hot reload passes the student
+        in service, which onnxruntime lets several searchers share."""
+        bundle = Bundle(resolve_bundle(settings.index) if directory is None else directory)
         try:
-            student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
+            if student is None:
+                student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
             searcher = cls(bundle, student, settings)
         except BaseException:
             bundle.close()
@@ -86,6 +101,14 @@ class Searcher:
                 f"say {self.bundle.teacher.dim}-d"
             )
         self.search_vectors(vec, 1)
+
+    @property
+    def version(self) -> str:
+        """The bundle directory's name: with the manifest's build_time, what a client sees switch on a reload."""
+        return self.bundle.directory.name
+
+    def index_summary(self) -> dict[str, object]:
+        return {**self.bundle.manifest.summary(), "version": self.version}
 
     def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
         # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
@@ -155,9 +178,53 @@ class SearcherLoader:
                 raise NotReady(self._state, self._error)
             return self._searcher
 
+    @contextmanager
+    def lease(self) -> Iterator[Searcher]:
+        """The searcher in service, kept open until the block ends even if a hot reload swaps it out meanwhile."""
+        with self._lock:
+            searcher = self._searcher
+            if searcher is None:
+                raise NotReady(self._state, self._error)
+            searcher.leases += 1
+        try:
+            yield searcher
+        finally:
+            with self._lock:
+                searcher.leases -= 1
+                drained = searcher.retired and searcher.leases == 0
+            if drained:
+                _close_later(searcher)
+
+    def swap(self, searcher: Searcher) -> Searcher | None:
+        """Put `searcher` in service at once and return the one it replaces, still open: the caller keeps it
+        for rollback or retires it. Raises RuntimeError once the loader is closed (the caller closes `searcher`)."""
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the service is shutting down")
+            old, self._searcher = self._searcher, searcher
+            self._state, self._error = LoadState.READY, None
+        return old
+
+    def retire(self, searcher: Searcher) -> None:
+        """Close `searcher` as soon as no request holds a lease on it, on a thread of its own (closing drains the
+        batcher, which must never block the event loop or the reload thread)."""
+        with self._lock:
+            searcher.retired = True
+            drained = searcher.leases == 0
+        if drained:
+            _close_later(searcher)
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
             searcher, self._searcher = self._searcher, None
         if searcher is not None:
             searcher.close()
+
+
+def _close_later(searcher: Searcher) -> None:
+    def close() -> None:
+        searcher.close()
+        log.info("closed bundle version %s", searcher.version)
+
+    threading.Thread(target=close, name="tandem-retire", daemon=True).start()

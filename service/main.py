@@ -8,6 +8,7 @@ import uvicorn
 
 from service.app import create_app
 from service.engine import check_compatible
+from service.logs import configure_logging
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -15,7 +16,10 @@ log = logging.getLogger(__name__)
 
 def run_server(settings: ServiceSettings) -> None:
     """Raises ContractMismatch (exit 2 from the CLI) before binding the port if the pair does not match."""
+    configure_logging(settings.log_format, settings.log_level)
     bundle, student = check_compatible(settings)
     log.info("serving %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", settings.index, bundle.count,
              bundle.dim, bundle.quantization.value, settings.student, settings.student_precision, student.teacher.name)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
+    # Our handler formats uvicorn's loggers too; service.middleware writes the access log (with request ids).
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
+                log_config=None, access_log=False)

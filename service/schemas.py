@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
 
@@ -15,6 +15,14 @@ def _not_blank(value: str) -> str:
 
 
 QueryText = Annotated[StrictStr, AfterValidator(_not_blank)]
+
+
+def _whole_number(value: object) -> object:
+    # JSON does not tell 10 from 10.0 (JSON Schema calls both integers); 2.5, "10" and true stay 422s.
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+Count = Annotated[StrictInt, BeforeValidator(_whole_number)]
 
 
 class SearchRequest(BaseModel):
@@ -32,7 +40,7 @@ class SearchRequest(BaseModel):
     queries: list[QueryText] | None = Field(
         None, min_length=1, description="A batch instead of `query`: one result list per query, in order."
     )
-    top_k: StrictInt | None = Field(
+    top_k: Count | None = Field(
         None, ge=1, description="Number of hits, 1..TANDEM_MAX_TOP_K; TANDEM_DEFAULT_TOP_K when omitted."
     )
 
@@ -55,6 +63,8 @@ class IndexSummary(BaseModel):
     quantization: str
     count: int
     build_time: str
+    version: str = Field(description="The bundle directory's name; with build_time it identifies the version that "
+                         "answered, which changes at a hot reload.")
 
 
 class Timing(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.errors import InputError
@@ -19,7 +19,7 @@ class ServiceSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    index: Path = Field(description="Index bundle directory.")
+    index: Path = Field(description="Index bundle directory, or a bundle root whose CURRENT pointer is served.")
     student: Path = Field(description="Student directory (student.json, ONNX models, tokenizer).")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
@@ -40,6 +40,21 @@ class ServiceSettings(BaseSettings):
     default_top_k: int = Field(10, ge=1)
     binary_oversample: int = Field(4, ge=1, description="Hamming candidates per hit before int8 rescoring.")
     log_level: LogLevel = "info"
+    log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: plain.")
+    api_keys: SecretStr | None = Field(None, description="Comma-separated API keys; any of them opens /search.")
+    api_keys_file: Path | None = Field(None, description="API keys, one per line, '#' comments.")
+    max_body_bytes: int = Field(1 << 20, ge=1, description="Largest request body; beyond it, 413.")
+    cors_origins: str | None = Field(None, description="Comma-separated origins allowed by CORS; unset, CORS is off.")
+    admin_token: SecretStr | None = Field(
+        None, description="Bearer token of the /admin routes; unset, they are disabled (never open by default).",
+    )
+    watch_interval_s: float = Field(
+        2.0, ge=0, description="How often a bundle root's CURRENT pointer is polled for a new version (0: never).",
+    )
+    keep_versions: int = Field(2, ge=0, description="Previous versions kept loaded for POST /admin/rollback.")
+    reload_wait_s: float = Field(
+        60.0, gt=0, description="How long POST /admin/reload waits for the outcome before answering 202.",
+    )
 
     def __init__(self, **values: Any) -> None:
         try:
@@ -47,10 +62,16 @@ class ServiceSettings(BaseSettings):
         except ValidationError as exc:
             raise InputError(f"invalid service settings: {_describe(exc)}") from exc
 
-    @field_validator("log_level", mode="before")
+    @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("admin_token", mode="before")
+    @classmethod
+    def _blank_token_disables(cls, value: object) -> object:
+        # An empty TANDEM_ADMIN_TOKEN= means "no admin", never "any token opens it".
+        return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")
     def _limits_consistent(self) -> ServiceSettings:

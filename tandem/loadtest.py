@@ -15,6 +15,7 @@ import logging
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -31,6 +32,8 @@ DEFAULT_QUERIES = [
     "open a TCP connection", "what causes inflation", "sort a list in place", "symptoms of insulin resistance",
     "read a CSV file", "why is the sky blue", "compress files into a zip archive",
 ]
+# on_response(scheduled send, answered, response), both time.perf_counter(): e.g. to record the index version.
+OnResponse = Callable[[float, float, httpx.Response], None]
 _BUDGET_ITEM = re.compile(r"^(p50|p90|p99|p99\.9|max)=(\d+(?:\.\d+)?)(ms|s)$")
 
 
@@ -92,7 +95,8 @@ def read_queries(path: Path | None) -> list[str]:
 
 
 class _Recorder:
-    def __init__(self) -> None:
+    def __init__(self, on_response: OnResponse | None = None) -> None:
+        self.on_response = on_response
         self.latencies: list[float] = []
         self.status: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -108,16 +112,20 @@ async def _one(client: httpx.AsyncClient, body: dict, due: float, rec: _Recorder
     except httpx.TransportError as exc:
         rec.errors[type(exc).__name__] += 1
     else:
+        done = time.perf_counter()
         rec.status[str(response.status_code)] += 1
         if response.is_success:
-            rec.latencies.append((time.perf_counter() - due) * 1e3)
+            rec.latencies.append((done - due) * 1e3)
+        if rec.on_response is not None:
+            rec.on_response(due, done, response)
     finally:
         rec.in_flight -= 1
 
 
 async def _drive(url: str, rps: float, duration_s: float, queries: list[str], top_k: int,
-                 concurrency_limit: int | None, timeout_s: float) -> tuple[_Recorder, int]:
-    rec = _Recorder()
+                 concurrency_limit: int | None, timeout_s: float,
+                 on_response: OnResponse | None = None) -> tuple[_Recorder, int]:
+    rec = _Recorder(on_response)
     total = int(rps * duration_s)
     limits = httpx.Limits(max_connections=concurrency_limit or 1000, max_keepalive_connections=100)
     async with httpx.AsyncClient(base_url=url, timeout=timeout_s, limits=limits, trust_env=False) as client:
@@ -138,10 +146,11 @@ async def _drive(url: str, rps: float, duration_s: float, queries: list[str], to
 
 
 def run_loadtest(url: str, rps: float, duration_s: float, queries: list[str], budget: dict[str, float],
-                 top_k: int = 10, concurrency_limit: int | None = None, timeout_s: float = 10.0) -> LoadReport:
+                 top_k: int = 10, concurrency_limit: int | None = None, timeout_s: float = 10.0,
+                 on_response: OnResponse | None = None) -> LoadReport:
     if rps <= 0 or duration_s <= 0:
         raise InputError("--rps and --duration must be positive")
-    rec, sent = asyncio.run(_drive(url, rps, duration_s, queries, top_k, concurrency_limit, timeout_s))
+    rec, sent = asyncio.run(_drive(url, rps, duration_s, queries, top_k, concurrency_limit, timeout_s, on_response))
     latencies = np.asarray(rec.latencies)
     summary = {name: float(np.percentile(latencies, q)) for name, q in PERCENTILES.items()} if len(latencies) else {}
     if len(latencies):

@@ -22,8 +22,10 @@ BATCH = [f"{query} " + "with a long tail of words to encode " * 12 for query in 
 
 
 def test_excess_requests_get_429_with_retry_after_then_service_recovers(tiny_bundle: Path, tiny_student: Path) -> None:
+    # Admission, not deadlines, is under test: a generous deadline keeps a slow machine from turning the
+    # admitted request into a 503.
     settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(BATCH),
-                               max_batch_queries=len(BATCH))
+                               max_batch_queries=len(BATCH), request_timeout_ms=60_000)
     with serve_app(create_app(settings)) as server:
         start = threading.Barrier(CLIENTS)
 

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 
 from models.bundle import Hit
 from service.deps import LoaderDep, SettingsDep
+from service.metrics import MetricsDep
 from service.schemas import (
     BatchSearchResponse,
     ErrorBody,
@@ -66,13 +67,15 @@ def _hits(hits: list[Hit]) -> list[SearchHit]:
     },
 )
 async def search(
-    request: SearchRequest, loader: LoaderDep, settings: SettingsDep
+    request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep
 ) -> SearchResponse | BatchSearchResponse:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
-    searcher = loader.searcher()
-    # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
-    outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
-    index = IndexSummary.model_validate(searcher.bundle.manifest.summary())
+    with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
+        metrics.watch(searcher)  # tokenize and rescore timers; idempotent, and covers a hot-reloaded searcher
+        # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
+        outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
+        index = IndexSummary.model_validate(searcher.index_summary())  # names the version that answered
+    metrics.observe_timing_ms(outcome.timing_ms)
     timing = Timing(**outcome.timing_ms)
     if request.query is not None:
         return SearchResponse(results=_hits(outcome.hits[0]), index=index, timing_ms=timing)

@@ -1,0 +1,425 @@
+"""Acceptance benchmark: hot reloads under open-loop load lose no request and switch versions exactly.
+
+A real `tandem serve` process (127.0.0.1) serves a bundle root built from a small corpus while
+`tandem.loadtest` drives POST /search open-loop. In the middle, three reloads:
+
+1. POST /admin/reload {"path": v2}              (valid: answers switch to v2)
+2. CURRENT → a copy of v1 with flipped bytes      (the watcher tries it; refused by its sha256)
+3. CURRENT → v3                                   (valid: the watcher swaps it in)
+
+It checks: no failed request, the corrupted bundle refused, and every answer's `index.version`
+is the version in service while the request was in flight (old or new only inside a reload's
+window). Results go into a marked section of docs/BENCHMARKS.md.
+
+    python bench/reload_under_load.py [--student DIR] [--rps 40] [--duration 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+log = logging.getLogger("bench.reload")
+
+ROOT_DIR = Path(__file__).resolve().parent.parent
+BENCHMARKS_MD = ROOT_DIR / "docs" / "BENCHMARKS.md"
+SECTION = "reload-under-load"
+BEGIN, END = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
+READY_TIMEOUT_S = 180.0
+WATCH_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Answer:
+    due: float  # scheduled send, time.perf_counter()
+    done: float
+    status: int
+    version: str | None
+
+
+@dataclass
+class Event:
+    name: str
+    expected: str  # "switch" or "refused"
+    target: str
+    start: float = 0.0
+    end: float = 0.0
+    outcome: dict[str, object] = field(default_factory=dict)
+
+
+# --- preparation -------------------------------------------------------------------------------------------
+
+def prepare_corpus(work: Path, corpus: Path | None, docs: int) -> Path:
+    if corpus is not None:
+        return corpus
+    from indexer.demo_corpus import write_demo_corpus
+
+    out = work / f"corpus-{docs}.jsonl"
+    if not out.is_file():
+        write_demo_corpus(out, max_docs=docs)
+    return out
+
+
+def build_version(corpus: Path, root: Path, quantization: str) -> str:
+    """A published version under `root`; the teacher vectors are cached after the first build."""
+    from indexer.build import BuildRequest, build
+    from models.versions import new_version_name
+
+    name = new_version_name()
+    build(BuildRequest(corpus=corpus, out=root / name, quantization=quantization))
+    return name
+
+
+def corrupt_copy(root: Path, source: str) -> str:
+    """A copy of `source` with 16 bytes of index.faiss flipped, so its sha256 no longer matches the manifest."""
+    name = f"{source}-corrupted"
+    shutil.copytree(root / source, root / name)
+    path = root / name / "index.faiss"
+    data = bytearray(path.read_bytes())
+    for i in range(len(data) // 2, len(data) // 2 + 16):
+        data[i] ^= 0xFF
+    path.write_bytes(bytes(data))
+    return name
+
+
+def prepare_student(work: Path, corpus: Path, bundle: Path, student: Path | None) -> Path:
+    """The given student, or a small one distilled once into the work directory (its quality is irrelevant here)."""
+    if student is not None:
+        return student
+    from models.distill.pipeline import DistillRequest, run_distill
+    from models.distill.presets import Preset
+
+    out = work / "student"
+    if not (out / "student.json").is_file():
+        preset = Preset(name="bench", queries_per_doc=1, max_queries=200, passages_per_epoch=100, val_docs=20,
+                        epochs=1, max_steps=20)
+        run_distill(DistillRequest(corpus=corpus, index=bundle, out=out, preset=preset, seed=1, force=True))
+    return out
+
+
+# --- server ------------------------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(root: Path, student: Path, port: int, token: str, log_path: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "TANDEM_ADMIN_TOKEN": token, "TANDEM_LOG_FORMAT": "text"}
+    cmd = [sys.executable, "-m", "tandem", "serve", "--index", str(root), "--student", str(student),
+           "--host", "127.0.0.1", "--port", str(port)]
+    with log_path.open("wb") as fh:
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT_DIR)
+
+
+def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode} during startup")
+        try:
+            if client.get("/readyz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError("the server was not ready in time")
+
+
+# --- the reloads -------------------------------------------------------------------------------------------
+
+def admin_status(client: httpx.Client, token: str) -> dict[str, object]:
+    response = client.get("/admin/status", headers={"Authorization": f"Bearer {token}"})
+    response.raise_for_status()
+    status: dict[str, object] = response.json()
+    return status
+
+
+def reload_by_request(client: httpx.Client, token: str, root: Path, event: Event) -> None:
+    event.start = time.perf_counter()
+    response = client.post("/admin/reload", json={"path": str(root / event.target)},
+                           headers={"Authorization": f"Bearer {token}"})
+    event.end = time.perf_counter()
+    body = response.json()
+    outcome = body.get("outcome", "rejected" if response.status_code == 409 else f"HTTP {response.status_code}")
+    event.outcome = {"trigger": "POST /admin/reload", **body, "outcome": outcome}
+
+
+def reload_by_pointer(client: httpx.Client, token: str, root: Path, event: Event) -> None:
+    """Repoint CURRENT, then poll the status until the watcher has recorded an outcome for that version."""
+    from models.versions import set_current
+
+    event.start = time.perf_counter()
+    set_current(root, event.target)
+    deadline = time.monotonic() + WATCH_TIMEOUT_S
+    while time.monotonic() < deadline:
+        last = admin_status(client, token).get("last_reload")
+        if isinstance(last, dict) and last.get("path") == str(root / event.target):
+            event.end = time.perf_counter()
+            event.outcome = {"trigger": "CURRENT pointer (watcher)", **last}
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"the watcher did not act on {event.target} within {WATCH_TIMEOUT_S:g} s")
+
+
+def run_reloads(url: str, token: str, root: Path, events: list[Event], at: list[float]) -> None:
+    with httpx.Client(base_url=url, timeout=120.0, trust_env=False) as client:
+        for event, when in zip(events, at, strict=True):
+            time.sleep(max(0.0, when - time.perf_counter()))
+            if event.name.startswith("POST"):
+                reload_by_request(client, token, root, event)
+            else:
+                reload_by_pointer(client, token, root, event)
+            log.info("%s: %s in %.2f s", event.name, event.outcome.get("outcome", event.outcome.get("error")),
+                     event.end - event.start)
+
+
+# --- checks --------------------------------------------------------------------------------------------------
+
+def in_service(answer: Answer, first: str, switches: list[Event]) -> set[str]:
+    """Versions that may have answered: those in service at any instant of [due, done]; inside a reload's
+    window (request sent → swap confirmed) both the old and the new one."""
+    allowed, current, since = set(), first, float("-inf")
+    for event in switches:
+        if answer.due < event.start and answer.done >= since:  # the steady stretch before this reload
+            allowed.add(current)
+        if answer.due <= event.end and answer.done >= event.start:  # the reload's window
+            allowed |= {current, event.target}
+        current, since = event.target, event.end
+    if answer.done >= since:
+        allowed.add(current)
+    return allowed
+
+
+@dataclass
+class Verdict:
+    failed: int
+    misplaced: int
+    corrupted_refused: bool
+    corrupted_served: int
+    switches_ok: bool
+    versions_seen: list[str]  # in order of first appearance
+    expected: list[str]
+
+    @property
+    def passed(self) -> bool:
+        return (self.failed == 0 and self.misplaced == 0 and self.corrupted_refused and self.corrupted_served == 0
+                and self.switches_ok and self.versions_seen == self.expected)
+
+
+def check(answers: list[Answer], first: str, events: list[Event], client_failures: int) -> Verdict:
+    switches = [e for e in events if e.expected == "switch"]
+    refused = [e for e in events if e.expected == "refused"]
+    by_time = sorted(answers, key=lambda a: a.done)
+    return Verdict(
+        failed=max(sum(1 for a in answers if a.status != 200), client_failures),
+        misplaced=sum(1 for a in answers if a.status == 200 and a.version not in in_service(a, first, switches)),
+        corrupted_refused=all(e.outcome.get("outcome") == "rejected" for e in refused),
+        corrupted_served=sum(1 for a in answers for e in refused if a.version == e.target),
+        switches_ok=all(e.outcome.get("outcome") == "ok" for e in switches),
+        versions_seen=list(dict.fromkeys(a.version for a in by_time if a.version is not None)),
+        expected=[first, *[e.target for e in switches]],
+    )
+
+
+def latency_split(answers: list[Answer], events: list[Event]) -> dict[str, dict[str, float]]:
+    """Latency of answers that overlapped a reload window (±0.5 s) versus the rest."""
+
+    def near(a: Answer) -> bool:
+        return any(a.done >= e.start - 0.5 and a.due <= e.end + 0.5 for e in events)
+
+    out = {}
+    for name, group in (("during reloads", [a for a in answers if near(a)]),
+                        ("steady", [a for a in answers if not near(a)])):
+        ms = np.asarray([(a.done - a.due) * 1e3 for a in group if a.status == 200])
+        if len(ms):
+            out[name] = {"n": float(len(ms)), "p50": float(np.percentile(ms, 50)), "p99": float(np.percentile(ms, 99)),
+                         "max": float(ms.max())}
+    return out
+
+
+# --- report ------------------------------------------------------------------------------------------------
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> str:
+    try:
+        return "/".join(f"{x:.1f}" for x in os.getloadavg()) + " (1/5/15 min)"
+    except OSError:
+        return "n/a"
+
+
+def render(command: str, setup: str, load_before: str, report_text: str, events: list[Event], verdict: Verdict,
+           split: dict[str, dict[str, float]], t0: float, busy: bool) -> str:
+    rows = ["| # | reload | trigger | at s | validated in s | confirmed after s | outcome |",
+            "|---|---|---|---:|---:|---:|---|"]
+    for i, e in enumerate(events, 1):
+        outcome = str(e.outcome.get("outcome", ""))
+        if e.outcome.get("error") or e.outcome.get("message"):
+            reason = str(e.outcome.get("error") or e.outcome.get("message"))
+            outcome += ": " + reason.split(": ", 1)[-1].split(";", 1)[0]  # e.g. "checksum mismatch (…)"
+        rows.append(f"| {i} | {e.name} → `{e.target}` | {e.outcome.get('trigger')} | {e.start - t0:.1f} | "
+                    f"{e.outcome.get('seconds', float('nan'))} | {e.end - e.start:.2f} | {outcome} |")
+    lat = ["| answers | n | p50 ms | p99 ms | max ms |", "|---|---:|---:|---:|---:|"]
+    lat += [f"| {name} | {int(v['n'])} | {v['p50']:.1f} | {v['p99']:.1f} | {v['max']:.1f} |"
+            for name, v in split.items()]
+    checks = [
+        f"- failed requests: **{verdict.failed}**",
+        f"- corrupted bundle refused: **{'yes' if verdict.corrupted_refused else 'NO'}**; answers from it: "
+        f"**{verdict.corrupted_served}**",
+        f"- versions seen, in order of first answer: {' → '.join(f'`{v}`' for v in verdict.versions_seen)} "
+        f"(expected {' → '.join(f'`{v}`' for v in verdict.expected)})",
+        f"- answers from a version that was not in service while they were in flight: **{verdict.misplaced}**",
+        f"- verdict: **{'PASS' if verdict.passed else 'FAIL'}**",
+        "",
+        "An answer is misplaced when its `index.version` was in service at no instant between its scheduled "
+        "send and its answer; inside a reload's window (reload requested → swap confirmed by the admin answer "
+        "or `/admin/status`) the old and the new version both count. \"Confirmed after\" includes the watcher's "
+        "polling delay (up to 2 s) and the benchmark's own 50 ms status polling.",
+    ]
+    cores = os.cpu_count() or 1
+    if busy:
+        checks += ["", f"> The machine was busy before the run (1-min load above its {cores} cores: other jobs), "
+                   "so latencies are inflated; the pass/fail checks do not depend on them."]
+    return "\n".join([
+        BEGIN, "## Hot reload under load", "",
+        f"Command: `{command}`", "",
+        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; python {platform.python_version()}; "
+        f"load average {load_before} before the run",
+        f"- Setup: {setup}", "",
+        *rows, "", *checks, "", *lat, "", "```", report_text, "```", END,
+    ])
+
+
+def write_section(path: Path, section: str) -> None:
+    """Replace this benchmark's section in `path` (or append it), keeping every other section."""
+    text = path.read_text() if path.is_file() else "# Benchmarks\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+# --- main ----------------------------------------------------------------------------------------------------
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Hot reloads under open-loop load: no failed request, exact switches.")
+    parser.add_argument("--student", type=Path, help="Student directory (default: distil a small one once).")
+    parser.add_argument("--corpus", type=Path, help="Corpus JSONL (default: the demo corpus, --docs documents).")
+    parser.add_argument("--docs", type=int, default=300, help="Documents of the default corpus.")
+    parser.add_argument("--rps", type=float, default=40.0)
+    parser.add_argument("--duration", type=float, default=30.0, help="Seconds of load; reloads at 1/4, 1/2, 3/4.")
+    parser.add_argument("--work", type=Path, default=ROOT_DIR / ".tandem" / "bench" / "reload")
+    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
+    parser.add_argument("--no-write", action="store_true", help="Only print the results.")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from models.versions import set_current
+    from tandem.loadtest import DEFAULT_QUERIES, format_report, run_loadtest
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    corpus = prepare_corpus(args.work, args.corpus, args.docs)
+    root = args.work / "root"
+    shutil.rmtree(root, ignore_errors=True)
+    v1 = build_version(corpus, root, "float")
+    v2 = build_version(corpus, root, "int8")
+    v3 = build_version(corpus, root, "float")
+    bad = corrupt_copy(root, v1)
+    set_current(root, v1)
+    student = prepare_student(args.work, corpus, root / v1, args.student)
+
+    token, port = secrets.token_urlsafe(24), free_port()
+    url = f"http://127.0.0.1:{port}"
+    load_before = load_average()
+    busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    server = start_server(root, student, port, token, args.work / "server.log")
+    answers: list[Answer] = []
+    events = [Event("POST /admin/reload", "switch", v2), Event("CURRENT pointer", "refused", bad),
+              Event("CURRENT pointer", "switch", v3)]
+    try:
+        with httpx.Client(base_url=url, timeout=10.0, trust_env=False) as client:
+            wait_ready(client, server)
+
+        def record(due: float, done: float, response: httpx.Response) -> None:
+            version = response.json().get("index", {}).get("version") if response.is_success else None
+            answers.append(Answer(due, done, response.status_code, version))
+
+        t0 = time.perf_counter()
+        at = [t0 + args.duration * f for f in (0.25, 0.5, 0.75)]
+        reloads = threading.Thread(target=run_reloads, args=(url, token, root, events, at), name="reloads")
+        reloads.start()
+        report = run_loadtest(url, args.rps, args.duration, DEFAULT_QUERIES, {"errors": 0.0}, top_k=10,
+                              on_response=record)
+        reloads.join(timeout=WATCH_TIMEOUT_S * 3)
+    finally:
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+    failures = sum(report.errors.values()) + sum(n for code, n in report.status.items() if code != "200")
+    verdict = check(answers, v1, events, failures)
+    report_text = format_report(report)
+    events_out = [{"name": e.name, "target": e.target, "seconds": round(e.end - e.start, 3), "outcome": e.outcome}
+                  for e in events]
+    log.info("load:\n%s", report_text)
+    log.info("reloads and checks:\n%s", json.dumps({"verdict": asdict(verdict), "events": events_out}, indent=2,
+                                                   default=str))
+    log.info("%s", "PASS" if verdict.passed else "FAIL")
+    if not args.no_write:
+        command = "python bench/reload_under_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+        docs = Counter(a.version for a in answers)
+        setup = (f"{args.docs if args.corpus is None else 'given'}-document corpus ({corpus.name}), 768-d bundles "
+                 f"`{v1}` (float), `{v2}` (int8), `{v3}` (float), `{bad}` (v1 with 16 bytes of index.faiss flipped); "
+                 f"`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
+                 f"open-loop load {args.rps:g} rps for {args.duration:g} s, answers per version "
+                 + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
+        write_section(args.out, render(command.strip(), setup, load_before, report_text, events, verdict,
+                                       latency_split(answers, events), t0, busy))
+        log.info("wrote %s", args.out)
+    return 0 if verdict.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,149 @@
+"""Prometheus metrics of one app, in a registry of its own (tests run several apps in one process).
+
+`create_app` puts a `Metrics` on `app.state.metrics`; other modules call its methods:
+
+- `metrics.observe_reload(outcome)`: count a hot reload by outcome ("success", "failed", "rolled_back", ...).
+- `metrics.set_index(version, count, load_seconds)`: the bundle now in service.
+- `metrics.observe_stage(stage, seconds)`: one stage's latency (see STAGES).
+- `metrics.watch(searcher)`: hook a (re)loaded searcher's tokenize and rescore timers.
+
+`GET /metrics` renders the registry in the Prometheus text format. Requests are counted by
+service.middleware, the queue depth is read from the batcher at scrape time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Mapping
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from service.engine import LoadState, NotReady, Searcher, SearcherLoader
+
+# tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); total: the whole HTTP request.
+STAGES = ("queue", "tokenize", "encode", "search", "rescore", "total")
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """The service's metrics; cheap to update from any thread (prometheus-client locks internally)."""
+
+    def __init__(self, queue_depth: Callable[[], float] | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.stage_seconds = Histogram(
+            "tandem_stage_duration_seconds", "Latency of one serving stage (tokenize ⊂ encode, rescore ⊂ search).",
+            ["stage"], buckets=_BUCKETS, registry=r,
+        )
+        self._stages = {stage: self.stage_seconds.labels(stage) for stage in STAGES}
+        self.requests = Counter(
+            "tandem_http_requests", "HTTP requests by route template, method and status.",
+            ["route", "method", "status"], registry=r,
+        )
+        self.overloaded = Counter("tandem_overloaded", "Requests refused with 429 (admission control).", registry=r)
+        self.queue_depth = Gauge("tandem_queue_depth", "Queries queued or running in the micro-batcher.", registry=r)
+        if queue_depth is not None:
+            self.queue_depth.set_function(queue_depth)
+        self.index_info = Gauge("tandem_index_info", "The bundle version in service (value 1).", ["version"],
+                                registry=r)
+        self.index_documents = Gauge("tandem_index_documents", "Documents in the bundle in service.", registry=r)
+        self.index_load_seconds = Gauge("tandem_index_load_seconds", "How long the bundle in service took to load.",
+                                        registry=r)
+        self.reloads = Counter("tandem_reloads", "Hot reloads by outcome.", ["outcome"], registry=r)
+        self._load_started: float | None = None  # set by track_initial_load
+        self._index_set = False
+
+    def observe_stage(self, stage: str, seconds: float) -> None:
+        hist = self._stages.get(stage)
+        if hist is not None:
+            hist.observe(seconds)
+
+    def observe_timing_ms(self, timing_ms: Mapping[str, float]) -> None:
+        """A request's per-stage timings as the batcher reports them (milliseconds)."""
+        for stage, ms in timing_ms.items():
+            self.observe_stage(stage, ms / 1e3)
+
+    def observe_request(self, route: str, method: str, status: int) -> None:
+        self.requests.labels(route, method, str(status)).inc()
+        if status == 429:
+            self.overloaded.inc()
+
+    def observe_reload(self, outcome: str) -> None:
+        self.reloads.labels(outcome).inc()
+
+    def set_index(self, version: str, count: int, load_seconds: float) -> None:
+        self._index_set = True
+        self.index_info.clear()  # only the version in service is reported
+        self.index_info.labels(version).set(1)
+        self.index_documents.set(count)
+        self.index_load_seconds.set(load_seconds)
+
+    def watch(self, searcher: Searcher) -> None:
+        """Hook the tokenize and rescore timers of a searcher (idempotent: a reloaded searcher gets hooked too)."""
+        if searcher.student.observe is None:
+            searcher.student.observe = self.observe_stage
+        if searcher.bundle.vectors.observe is None:
+            searcher.bundle.vectors.observe = self.observe_stage
+
+    async def track_initial_load(self, loader: SearcherLoader, poll_s: float = 0.05) -> None:
+        """Set the index gauges once the loader (started just before) is ready; hot reloads call set_index.
+
+        The loader has no completion callback, so this polls while it loads (then ends); a scrape in
+        between calls `sync_initial_load` itself, so /metrics never lags behind /readyz.
+        """
+        self._load_started = time.perf_counter()
+        while loader.state[0] is LoadState.LOADING:
+            await asyncio.sleep(poll_s)
+        self.sync_initial_load(loader)
+
+    def sync_initial_load(self, loader: SearcherLoader) -> None:
+        """Set the index gauges from the first searcher, unless they are set already (by this or a reload)."""
+        if self._index_set or self._load_started is None or loader.state[0] is not LoadState.READY:
+            return
+        try:
+            searcher = loader.searcher()
+        except NotReady:
+            return
+        bundle = searcher.bundle
+        self.set_index(bundle.directory.name, bundle.manifest.count, time.perf_counter() - self._load_started)
+        self.watch(searcher)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def queue_depth_of(app: FastAPI) -> Callable[[], float]:
+    """Read at scrape time from whichever searcher is in service (0 while none is)."""
+
+    def depth() -> float:
+        loader: SearcherLoader | None = getattr(app.state, "loader", None)
+        if loader is None:
+            return 0.0
+        try:
+            return float(loader.searcher().batcher.pending)
+        except NotReady:
+            return 0.0
+
+    return depth
+
+
+def get_metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+
+router = APIRouter(tags=["observability"])
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics_endpoint(request: Request, metrics: MetricsDep) -> Response:
+    """Prometheus text format; open like the probes (restrict it at the network if needed)."""
+    loader: SearcherLoader | None = getattr(request.app.state, "loader", None)
+    if loader is not None:
+        metrics.sync_initial_load(loader)
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

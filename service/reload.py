@@ -1,0 +1,310 @@
+"""Hot reload: validate a bundle off the event loop, swap it in atomically, keep previous versions for rollback.
+
+One reload thread runs reloads and rollbacks in order, so POST /admin/reload, POST /admin/rollback
+and the CURRENT-pointer watcher never race each other. A candidate must pass `verify_bundle` (the
+sha256 of every file), the student/teacher check, a FAISS load and a warm-up query before it is
+swapped in; any failure leaves the version in service untouched and is recorded as the last outcome.
+Swapped-out versions stay loaded (up to TANDEM_KEEP_VERSIONS), so a rollback is instant and survives
+the indexer pruning their files; older ones are closed once the requests holding them have finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from models.bundle import verify_bundle
+from models.errors import ContractMismatch
+from models.manifest import utc_now
+from models.student import StudentEncoder
+from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
+from service.engine import LoadState, NotReady, Searcher, SearcherLoader
+from service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+Trigger = Literal["admin", "watch"]
+
+
+class ReloadMetrics(Protocol):
+    """What the reload path reports to service.metrics.Metrics (duck-typed: the service runs without it)."""
+
+    def observe_reload(self, outcome: str) -> None: ...
+    def set_index(self, version: str, count: int, load_seconds: float) -> None: ...
+    def watch(self, searcher: Searcher) -> None: ...
+
+
+class BadReloadRequest(ValueError):
+    """The request cannot name a bundle (no path and no bundle root, or not a directory): a 422."""
+
+
+class VersionInfo(BaseModel):
+    version: str = Field(description="Bundle directory name, as /search reports it in `index.version`.")
+    build_time: str
+    count: int
+    path: str
+    loaded_at: str
+
+    @classmethod
+    def of(cls, searcher: Searcher) -> VersionInfo:
+        manifest = searcher.bundle.manifest
+        loaded = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(searcher.loaded_at))
+        return cls(version=searcher.version, build_time=manifest.build_time, count=manifest.count,
+                   path=str(searcher.bundle.directory), loaded_at=loaded)
+
+
+class ReloadOutcome(BaseModel):
+    action: Literal["reload", "rollback"]
+    trigger: Trigger
+    outcome: Literal["ok", "rejected"]
+    path: str | None = Field(default=None, description="The bundle that was tried (reloads).")
+    current: VersionInfo | None = Field(default=None, description="The version in service afterwards.")
+    previous: VersionInfo | None = Field(default=None, description="The version it replaced (ok outcomes).")
+    error: str | None = Field(default=None, description="Why the candidate was refused; the old version kept serving.")
+    started_at: str
+    seconds: float
+
+
+class AdminStatus(BaseModel):
+    state: Literal["loading", "ready", "failed"]
+    current: VersionInfo | None
+    history: list[VersionInfo] = Field(description="Previous versions kept loaded for rollback, newest first.")
+    keep_versions: int
+    root: str | None = Field(description="The bundle root whose CURRENT pointer is followed, if any.")
+    watch_interval_s: float | None = Field(description="Pointer polling interval; null when not watching.")
+    reloads_pending: int = Field(description="Reloads or rollbacks queued or running.")
+    last_reload: ReloadOutcome | None
+
+
+class Reloader:
+    """Owns the reload thread, the history of previous versions and the pointer watcher."""
+
+    def __init__(self, settings: ServiceSettings, loader: SearcherLoader, metrics: ReloadMetrics | None = None) -> None:
+        self._settings, self._loader, self._metrics = settings, loader, metrics
+        self.root = Path(settings.index) if is_bundle_root(settings.index) else None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tandem-reload")
+        self._lock = threading.Lock()  # history, last outcome, pending count: read by the event loop
+        self._history: deque[Searcher] = deque()
+        self._last: ReloadOutcome | None = None
+        self._pending = 0
+        self._watcher: PointerWatcher | None = None
+        if self.root is not None and settings.watch_interval_s > 0:
+            # Created (and the pointer first read) before the initial load starts, so no change is missed.
+            self._watcher = PointerWatcher(self.root, settings.watch_interval_s, self._on_pointer_change)
+
+    def start(self) -> None:
+        if self._watcher is not None:
+            log.info("watching %s every %g s for new versions", self._watcher.root / POINTER, self._watcher.interval_s)
+            self._watcher.start()
+
+    # --- requests -------------------------------------------------------------------------------------
+
+    def reload(self, path: Path | None, trigger: Trigger = "admin") -> Future[ReloadOutcome]:
+        """Queue a reload of `path` (a bundle, or a root's current version), or of CURRENT when None."""
+        if path is None and self.root is None:
+            raise BadReloadRequest(
+                f"no path given and the service was not started on a bundle root (--index {self._settings.index} "
+                'is a bundle directory): send {"path": "BUNDLE_DIR"}'
+            )
+        if path is not None and not _is_dir(path):
+            raise BadReloadRequest(f"path: {str(path)[:200]} is not a directory on the server")
+        return self._submit(lambda: self._reload(path, trigger))
+
+    def rollback(self) -> Future[ReloadOutcome]:
+        return self._submit(self._rollback)
+
+    def status(self) -> AdminStatus:
+        state, _ = self._loader.state
+        current = self._current()
+        with self._lock:
+            history = [VersionInfo.of(s) for s in self._history]
+            last, pending = self._last, self._pending
+        return AdminStatus(
+            state=state.value, current=current, history=history, keep_versions=self._settings.keep_versions,
+            root=str(self.root) if self.root is not None else None,
+            watch_interval_s=self._settings.watch_interval_s if self._watcher is not None else None,
+            reloads_pending=pending, last_reload=last,
+        )
+
+    def close(self) -> None:
+        """Stop watching, let a running reload finish (queued ones are dropped), close the kept versions."""
+        if self._watcher is not None:
+            self._watcher.stop()
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            kept, self._history = list(self._history), deque()
+        for searcher in kept:
+            self._loader.retire(searcher)
+
+    # --- the reload thread ----------------------------------------------------------------------------
+
+    def _submit(self, job: Callable[[], ReloadOutcome]) -> Future[ReloadOutcome]:
+        with self._lock:
+            self._pending += 1
+        try:
+            future = self._executor.submit(job)
+        except RuntimeError:  # shut down
+            with self._lock:
+                self._pending -= 1
+            raise
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, future: Future[ReloadOutcome]) -> None:
+        with self._lock:
+            self._pending -= 1
+            if not future.cancelled() and future.exception() is None:
+                self._last = future.result()
+
+    def _reload(self, path: Path | None, trigger: Trigger) -> ReloadOutcome:
+        started, started_at = time.perf_counter(), utc_now()
+        tried: Path | None = path
+        try:
+            if path is None:
+                assert self.root is not None  # reload() refuses a missing path without a root
+                tried = read_current(self.root)
+            else:
+                tried = resolve_bundle(path)
+            log.info("reload (%s): validating %s", trigger, tried)
+            verify_bundle(tried)  # sha256 of every file: a corrupted or half-copied bundle stops here
+            student = self._student()
+            candidate = Searcher.load(self._settings, tried, student)  # teacher check, FAISS load, warm-up
+        except Exception as exc:
+            log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger, tried, exc,
+                      exc_info=not isinstance(exc, ContractMismatch))
+            return self._refused("reload", trigger, tried, str(exc), started, started_at)
+        seconds = time.perf_counter() - started
+        try:
+            previous = self._loader.swap(candidate)
+        except RuntimeError as exc:  # the service is shutting down
+            candidate.close()
+            return self._refused("reload", trigger, tried, str(exc), started, started_at)
+        self._keep(previous)
+        log.info("reload (%s): now serving %s (%s, %d docs) after %.2f s of validation", trigger,
+                 candidate.version, candidate.bundle.manifest.build_time, candidate.bundle.manifest.count, seconds)
+        self._report("success", candidate, seconds)
+        return ReloadOutcome(
+            action="reload", trigger=trigger, outcome="ok", path=str(tried), current=VersionInfo.of(candidate),
+            previous=VersionInfo.of(previous) if previous is not None else None, started_at=started_at,
+            seconds=round(seconds, 3),
+        )
+
+    def _rollback(self) -> ReloadOutcome:
+        started, started_at = time.perf_counter(), utc_now()
+        with self._lock:
+            target = self._history.popleft() if self._history else None
+        if target is None:
+            error = f"no previous version is kept to roll back to (TANDEM_KEEP_VERSIONS={self._settings.keep_versions})"
+            return self._refused("rollback", "admin", None, error, started, started_at)
+        try:
+            replaced = self._loader.swap(target)
+        except RuntimeError as exc:
+            return self._refused("rollback", "admin", None, str(exc), started, started_at)
+        if replaced is not None:
+            self._loader.retire(replaced)  # the version rolled back from is dropped, not kept
+        log.warning("rollback: now serving %s again (was %s)", target.version,
+                    replaced.version if replaced is not None else None)
+        self._report("rolled_back", target, 0.0)
+        return ReloadOutcome(
+            action="rollback", trigger="admin", outcome="ok", path=str(target.bundle.directory),
+            current=VersionInfo.of(target), previous=VersionInfo.of(replaced) if replaced is not None else None,
+            started_at=started_at, seconds=round(time.perf_counter() - started, 3),
+        )
+
+    def _student(self) -> StudentEncoder | None:
+        """The student in service, shared by the candidate; None after a failed start (the candidate loads one)."""
+        state, _ = self._loader.state
+        return self._loader.searcher().student if state is LoadState.READY else None
+
+    def _current(self) -> VersionInfo | None:
+        try:
+            return VersionInfo.of(self._loader.searcher())
+        except NotReady:
+            return None
+
+    def _keep(self, previous: Searcher | None) -> None:
+        if previous is None:
+            return
+        with self._lock:
+            self._history.appendleft(previous)
+            evicted = [self._history.pop() for _ in range(len(self._history) - self._settings.keep_versions)]
+        for searcher in evicted:
+            self._loader.retire(searcher)
+
+    def _refused(self, action: Literal["reload", "rollback"], trigger: Trigger, tried: Path | None, error: str,
+                 started: float, started_at: str) -> ReloadOutcome:
+        if self._metrics is not None:
+            self._metrics.observe_reload("failed")
+        return ReloadOutcome(
+            action=action, trigger=trigger, outcome="rejected", path=str(tried) if tried is not None else None,
+            current=self._current(), error=error, started_at=started_at,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+
+    def _report(self, outcome: str, searcher: Searcher, load_seconds: float) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.observe_reload(outcome)
+        self._metrics.set_index(searcher.version, searcher.bundle.manifest.count, load_seconds)
+        self._metrics.watch(searcher)
+
+    def _on_pointer_change(self) -> bool:
+        """Reload CURRENT and wait for the outcome, so changes never pile up; False (try later) while the
+        initial load is still running."""
+        if self._loader.state[0] is LoadState.LOADING:
+            return False
+        with contextlib.suppress(CancelledError, RuntimeError):  # shutting down
+            self._submit(lambda: self._reload(None, "watch")).result()
+        return True
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return Path(path).is_dir()
+    except OSError:  # e.g. a name too long: not a directory either
+        return False
+
+
+class PointerWatcher:
+    """Polls ROOT/CURRENT every `interval_s`; a changed name calls `on_change`, which reloads and waits.
+
+    A name is acted on once: a refused version is not retried every poll (POST /admin/reload retries it).
+    """
+
+    def __init__(self, root: Path, interval_s: float, on_change: Callable[[], bool]) -> None:
+        self.root, self.interval_s, self._on_change = root, interval_s, on_change
+        self._seen = self._read()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tandem-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _read(self) -> str | None:
+        try:
+            return (self.root / POINTER).read_text().strip()
+        except OSError as exc:
+            log.warning("cannot read %s: %s", self.root / POINTER, exc)
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            name = self._read()
+            if name is None or name == self._seen:
+                continue
+            log.info("%s changed: %s → %s", self.root / POINTER, self._seen, name)
+            if self._on_change():
+                self._seen = name

@@ -1,0 +1,128 @@
+"""Admin routes: hot reload, rollback and reload status, behind a bearer token.
+
+Without TANDEM_ADMIN_TOKEN the routes answer 403 (admin disabled): never open by default.
+POST /admin/reload waits for the outcome (up to TANDEM_RELOAD_WAIT_S), because an operator or a
+deploy script wants "did it take?" in one call; past the wait it answers 202 and the outcome shows
+up in GET /admin/status. Validation runs on the reload thread, so the event loop only awaits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.deps import LoaderDep, SettingsDep
+from service.engine import LoadState, NotReady
+from service.errors import error_response
+from service.reload import AdminStatus, BadReloadRequest, Reloader, ReloadOutcome
+from service.schemas import ErrorBody
+
+
+def require_admin(request: Request, settings: SettingsDep) -> None:
+    """401 without a bearer token, 403 with a wrong one or when admin is disabled."""
+    if settings.admin_token is None:
+        raise HTTPException(403, "admin routes are disabled: start the service with --admin-token or "
+                                 "TANDEM_ADMIN_TOKEN to enable them")
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise HTTPException(401, "admin token required: send 'Authorization: Bearer <token>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    # Digests have equal lengths, so the comparison's timing says nothing about the token's length either.
+    expected = hashlib.sha256(settings.admin_token.get_secret_value().encode()).digest()
+    if not hmac.compare_digest(hashlib.sha256(given.strip().encode()).digest(), expected):
+        raise HTTPException(403, "invalid admin token")
+
+
+def get_reloader(request: Request) -> Reloader:
+    reloader: Reloader = request.app.state.reloader
+    return reloader
+
+
+ReloaderDep = Annotated[Reloader, Depends(get_reloader)]
+
+router = APIRouter(
+    prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
+    responses={401: {"model": ErrorBody, "description": "No bearer token."},
+               403: {"model": ErrorBody, "description": "Wrong token, or admin disabled (no TANDEM_ADMIN_TOKEN)."}},
+)
+
+
+class ReloadRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"path": "/bundles/v20261123T0700"}]})
+
+    path: str | None = Field(None, min_length=1, max_length=4096,
+                             description="Bundle directory (or bundle root) on the server; omitted, the version "
+                             "the root's CURRENT pointer names.")
+
+
+class ReloadPending(BaseModel):
+    outcome: str = "pending"
+    message: str
+
+
+async def _outcome(future: Future[ReloadOutcome], wait_s: float) -> ReloadOutcome | JSONResponse:
+    try:
+        # shield: a timeout here must not cancel a reload that is queued or running.
+        result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
+    except TimeoutError:
+        pending = ReloadPending(message=f"still running after {wait_s:g} s; GET /admin/status shows the outcome")
+        return JSONResponse(pending.model_dump(), status_code=202)
+    if result.outcome == "rejected":
+        serving = f" (still serving {result.current.version})" if result.current is not None else ""
+        return error_response(409, f"{result.action}_rejected", f"{result.error}{serving}")
+    return result
+
+
+def _ready(loader: LoaderDep) -> None:
+    """Reloads wait for the initial load (503 until then); after a failed start they may fix it."""
+    state, error = loader.state
+    if state is LoadState.LOADING:
+        raise NotReady(state, error)
+
+
+_OUTCOMES: dict[int | str, dict[str, Any]] = {
+    202: {"model": ReloadPending, "description": "Still validating after TANDEM_RELOAD_WAIT_S."},
+    409: {"model": ErrorBody, "description": "Refused (checksum, teacher mismatch, unreadable files, nothing "
+                                             "to roll back to); the version in service keeps serving."},
+    503: {"model": ErrorBody, "description": "The initial load is still running."},
+}
+
+
+@router.post("/reload", response_model=ReloadOutcome,
+             responses={**_OUTCOMES, 422: {"model": ErrorBody, "description": "No bundle named."}})
+async def reload(
+    reloader: ReloaderDep, loader: LoaderDep, settings: SettingsDep,
+    body: Annotated[ReloadRequest | None, Body()] = None,
+) -> ReloadOutcome | JSONResponse:
+    """Validate a bundle in the background and swap it in atomically; in-flight requests finish on the old one."""
+    _ready(loader)
+    path = Path(body.path) if body is not None and body.path is not None else None
+    try:
+        future = reloader.reload(path)
+    except BadReloadRequest as exc:
+        return error_response(422, "invalid_request", str(exc))
+    except RuntimeError:  # the reload thread is shut down
+        return error_response(503, "shutting_down", "the service is shutting down")
+    return await _outcome(future, settings.reload_wait_s)
+
+
+@router.post("/rollback", response_model=ReloadOutcome, responses=_OUTCOMES)
+async def rollback(reloader: ReloaderDep, loader: LoaderDep, settings: SettingsDep) -> ReloadOutcome | JSONResponse:
+    """Swap the previous version (kept loaded) back in; the version rolled back from is dropped."""
+    _ready(loader)
+    return await _outcome(reloader.rollback(), settings.reload_wait_s)
+
+
+@router.get("/status", response_model=AdminStatus)
+def status(reloader: ReloaderDep) -> AdminStatus:
+    """The version in service, the versions kept for rollback and the last reload's outcome."""
+    return reloader.status()

@@ -1,0 +1,109 @@
+"""Optional API keys: `Authorization: Bearer <key>` on every route but the probes, /metrics and the docs.
+
+Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (one per line,
+`#` comments); none configured means the API is open. Auth is a middleware rather than a
+route dependency so that it runs before the body is read and so that a route added later is
+protected unless it is exempted here on purpose. /admin/* is exempt: it has its own token
+(TANDEM_ADMIN_TOKEN).
+
+A presented key is compared with every configured key via `hmac.compare_digest` over
+sha256 digests: equal lengths, no early exit, so timing reveals neither which key nor how
+much of one matched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import re
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from models.errors import InputError
+from service.errors import error_response
+
+log = logging.getLogger(__name__)
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_PREFIXES = ("/admin/",)  # TANDEM_ADMIN_TOKEN guards these
+_KEY = re.compile(r"^[\x21-\x7e]{1,512}$")  # visible ASCII, as a header value can carry it
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tandem"'}
+
+
+def _digest(key: str | bytes) -> bytes:
+    return hashlib.sha256(key.encode() if isinstance(key, str) else key).digest()
+
+
+class ApiKeys:
+    """The configured keys, kept only as sha256 digests."""
+
+    def __init__(self, keys: list[str]) -> None:
+        bad = [i for i, key in enumerate(keys, 1) if not _KEY.match(key)]
+        if bad:
+            raise InputError(f"API key #{bad[0]} has spaces, control or non-ASCII characters (or is over 512)")
+        self._digests = [_digest(key) for key in dict.fromkeys(keys)]
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    @classmethod
+    def load(cls, inline: str | None, file: Path | None) -> ApiKeys:
+        """Keys from the comma-separated env value and the file; a file that is given must exist and hold a key."""
+        keys = [k.strip() for k in (inline or "").split(",") if k.strip()]
+        if file is not None:
+            try:
+                lines = Path(file).read_text().splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise InputError(f"TANDEM_API_KEYS_FILE: cannot read {file}: {exc}") from exc
+            from_file = [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
+            if not from_file:
+                raise InputError(f"TANDEM_API_KEYS_FILE: {file} holds no keys (refusing to serve without auth)")
+            keys += from_file
+        return cls(keys)
+
+    def accepts(self, presented: str) -> bool:
+        given = _digest(presented.encode("latin-1", errors="replace"))
+        ok = False
+        for digest in self._digests:  # every key is compared, match or not
+            ok |= hmac.compare_digest(given, digest)
+        return ok
+
+
+def bearer_token(authorization: bytes | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header (scheme case-insensitive), or None."""
+    if authorization is None:
+        return None
+    scheme, _, token = authorization.decode("latin-1").strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+class ApiKeyMiddleware:
+    """401 (with a Bearer challenge) without a key, 403 with a wrong one; CORS preflights pass to CORS outside."""
+
+    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        token = bearer_token(headers.get(b"authorization"))
+        if token is None:
+            response = error_response(401, "unauthorized", "an API key is required: Authorization: Bearer <key>",
+                                      headers=CHALLENGE)
+        elif not self.keys.accepts(token):
+            log.warning("rejected an invalid API key for %s %s", scope["method"], scope["path"])
+            response = error_response(403, "forbidden", "the API key is not valid")
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)
