@@ -14,6 +14,7 @@ from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
 from models.manifest import BUNDLE_MANIFEST, BundleManifest, read_manifest
 from models.registry import sha256_file
+from models.rotation import ROTATION_FILE, Rotation, rotate
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ class Bundle:
             raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
         try:
             self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization)
+            self.rotation = self._load_rotation()
         except (RuntimeError, ValueError, OSError) as exc:
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
         self.docs = DocStore(self.directory / DOCSTORE_FILE)
@@ -71,6 +73,15 @@ class Bundle:
             )
         log.info("bundle %s: %d docs, %d-d %s", self.directory, self.manifest.count, self.manifest.dim,
                  self.manifest.quantization.value)
+
+    def _load_rotation(self) -> np.ndarray | None:
+        if self.manifest.rotation is Rotation.NONE:
+            return None
+        matrix = np.load(self.directory / ROTATION_FILE)
+        width = self.manifest.teacher.dim
+        if matrix.shape != (width, width):
+            raise ValueError(f"{ROTATION_FILE} has shape {matrix.shape}, expected {(width, width)}")
+        return np.asarray(matrix, dtype=np.float32)
 
     @property
     def teacher(self) -> TeacherRef:
@@ -82,7 +93,7 @@ class Bundle:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
-        scores, rows = self.vectors.search(queries, k, oversample)
+        scores, rows = self.vectors.search(rotate(queries, self.rotation), k, oversample)
         out: list[list[Hit]] = []
         for srow, rrow in zip(scores, rows, strict=True):
             valid = [(int(r), float(s)) for r, s in zip(rrow, srow, strict=True) if r >= 0]

@@ -5,6 +5,10 @@
 - student:    student-encoded queries and documents, indexed like the bundle (the baseline
               that shows what the teacher-built index buys).
 Retention is each setup's nDCG@10 over the teacher's.
+
+With `matrix`, the same encodings (plus the teacher's full-dimension document vectors from
+the embedding store, and the student's backbone used alone in its own space, `backbone`)
+are also scored at every dim and quantization (eval_matrix.py).
 """
 
 from __future__ import annotations
@@ -16,28 +20,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-import pytrec_eval
 from pydantic import BaseModel
 from tqdm.auto import tqdm
 
-from models.beir import BeirDataset, Qrels, load_beir
+from models.beir import BeirDataset, load_beir
 from models.bundle import Bundle
 from models.contract import check_same_teacher
 from models.errors import ContractMismatch, InputError
-from models.registry import resolve
+from models.eval_matrix import Setup, evaluate_matrix
+from models.ir_metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
+from models.registry import load_card, resolve
 from models.student import Precision, StudentEncoder
 from models.vector_index import VectorIndex
 
 log = logging.getLogger(__name__)
 
-TOP_K = 100
-NDCG, RECALL = "ndcg@10", "recall@100"
-_MEASURES = {"ndcg_cut.10": NDCG, "recall.100": RECALL}
 PRECISIONS: tuple[Precision, ...] = ("int8", "fp32")
 SETUPS = ("teacher", "asymmetric", "student")
 STUDENT_DOC_BATCH = 32
-
-Run = dict[str, dict[str, float]]
 
 
 class EvalRequest(BaseModel):
@@ -46,26 +46,10 @@ class EvalRequest(BaseModel):
     student: Path
     split: str = "test"
     teacher: Path | None = None
+    backbone: Path | None = None
     precision: str = "int8"
     device: str | None = None
-
-
-def score_run(qrels: Qrels, run: Run) -> dict[str, float]:
-    """Mean nDCG@10 and Recall@100 over every judged query; a query without results scores 0."""
-    per_query = pytrec_eval.RelevanceEvaluator(qrels, set(_MEASURES)).evaluate(run)
-    out = {}
-    for measure, name in _MEASURES.items():
-        key = measure.replace(".", "_")
-        out[name] = float(np.mean([per_query.get(qid, {}).get(key, 0.0) for qid in qrels]))
-    return out
-
-
-def run_from_rows(qids: Sequence[str], scores: np.ndarray, rows: np.ndarray, doc_ids: Sequence[str]) -> Run:
-    """pytrec_eval run from FAISS-style (scores, rows) where rows index `doc_ids`; -1 rows are padding."""
-    return {
-        qid: {doc_ids[r]: float(s) for s, r in zip(srow, rrow, strict=True) if r >= 0}
-        for qid, srow, rrow in zip(qids, scores, rows, strict=True)
-    }
+    matrix: bool = False
 
 
 def _bundle_run(bundle: Bundle, qids: Sequence[str], queries: np.ndarray) -> Run:
@@ -109,7 +93,7 @@ def _timed(name: str, seconds: dict[str, float], fn: Callable[[], Run]) -> Run:
 
 
 def run_eval(req: EvalRequest) -> dict:
-    """Evaluate teacher, asymmetric and student setups; returns the report as a JSON-ready dict."""
+    """Evaluate teacher, asymmetric and student setups (and the matrix); returns a JSON-ready report."""
     if req.precision not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {req.precision!r}")
     precision: Precision = "int8" if req.precision == "int8" else "fp32"
@@ -125,18 +109,23 @@ def run_eval(req: EvalRequest) -> dict:
         check_same_teacher(teacher.card.teacher_ref(), bundle.teacher, what="teacher model")
         dim, quantization = bundle.manifest.dim, bundle.manifest.quantization
         qids, texts = list(dataset.queries), list(dataset.queries.values())
+        doc_ids, passages = [d.id for d in dataset.corpus], [d.passage() for d in dataset.corpus]
+        vectors: dict[str, np.ndarray] = {}
+
+        def bundle_run(name: str, encode: Callable[[list[str]], np.ndarray]) -> Run:
+            vectors[name] = encode(texts)
+            return _bundle_run(bundle, qids, vectors[name])
 
         def student_run() -> Run:
-            vectors = encode_passages(student, [d.passage() for d in dataset.corpus])
-            scores, rows = VectorIndex.build(vectors, dim, quantization).search(student.encode(texts), TOP_K)
-            return run_from_rows(qids, scores, rows, [d.id for d in dataset.corpus])
+            vectors["student_docs"] = encode_passages(student, passages)
+            index = VectorIndex.build(vectors["student_docs"], dim, quantization)
+            scores, rows = index.search(vectors["asymmetric"], TOP_K)
+            return run_from_rows(qids, scores, rows, doc_ids)
 
         seconds: dict[str, float] = {}
         runs = {
-            "teacher": _timed("teacher", seconds, lambda: _bundle_run(bundle, qids, teacher.encode(texts))),
-            "asymmetric": _timed(
-                "asymmetric", seconds, lambda: _bundle_run(bundle, qids, student.encode(texts))
-            ),
+            "teacher": _timed("teacher", seconds, lambda: bundle_run("teacher", teacher.encode)),
+            "asymmetric": _timed("asymmetric", seconds, lambda: bundle_run("asymmetric", student.encode)),
             "student": _timed("student", seconds, student_run),
         }
     finally:
@@ -146,6 +135,18 @@ def run_eval(req: EvalRequest) -> dict:
     report["retention"] = {
         name: (report[name][NDCG] / base if base > 0 else None) for name in ("asymmetric", "student")
     }
+    if req.matrix:
+        started = time.perf_counter()
+        teacher_docs = _teacher_documents(teacher.card.path, dataset, req.device)
+        backbone_queries, backbone_docs = _backbone_vectors(req.backbone, texts, passages, req.device)
+        setups = [
+            Setup("teacher", vectors["teacher"], teacher_docs),
+            Setup("asymmetric", vectors["asymmetric"], teacher_docs),
+            Setup("student", vectors["asymmetric"], vectors["student_docs"]),
+            Setup("backbone", backbone_queries, backbone_docs),
+        ]
+        report["matrix"] = [cell.as_dict() for cell in evaluate_matrix(setups, qids, doc_ids, dataset.qrels)]
+        seconds["matrix"] = round(time.perf_counter() - started, 2)
     report["meta"] = {
         "data": str(dataset.directory.resolve()),
         "split": dataset.split,
@@ -161,6 +162,25 @@ def run_eval(req: EvalRequest) -> dict:
         "seconds": seconds,
     }
     return report
+
+
+def _teacher_documents(teacher_dir: str, dataset: BeirDataset, device: str | None) -> np.ndarray:
+    """The teacher's full-dimension document vectors: the indexer's embedding-store entry, else encoded once."""
+    from models.distill.targets import TeacherTargets
+
+    return TeacherTargets(load_card(Path(teacher_dir)), device).documents(dataset.corpus)
+
+
+def _backbone_vectors(
+    backbone: Path | None, queries: list[str], passages: list[str], device: str | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The student's backbone alone, un-distilled, in its own space: what skipping the teacher gives."""
+    from models.teacher import TeacherEncoder
+
+    encoder = TeacherEncoder(resolve("backbone", backbone), device=device)
+    log.info("backbone %s alone: encoding %d queries and %d documents", encoder.card.name, len(queries),
+             len(passages))
+    return encoder.encode(queries), encoder.encode(passages, progress=True)
 
 
 def format_table(report: dict) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 FP32_MIN_COSINE = 0.999
 INT8_MIN_COSINE = 0.99
+QUANTIZE_MIN_COSINE = 0.995  # int8 vs fp32 ONNX while choosing what to quantize: a margin above the gate
 OPSET = 17
 RAW_FILE = "model.raw.onnx"
 
@@ -70,12 +72,58 @@ def optimize_onnx(raw: Path, out: Path, num_heads: int, hidden_size: int) -> dic
     return {k: v for k, v in optimized.get_fused_operator_statistics().items() if v}
 
 
-def quantize_onnx(fp32: Path, out: Path) -> None:
+def quantize_onnx(fp32: Path, out: Path, nodes_to_exclude: Sequence[str] = ()) -> None:
     """Per-channel dynamic int8 weights; fused ORT ops lack shape info, hence the default tensor type."""
     quantize_dynamic(
-        fp32, out, per_channel=True, weight_type=QuantType.QInt8,
+        fp32, out, per_channel=True, weight_type=QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude),
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
+
+
+def weight_matmuls(path: Path) -> list[str]:
+    """Names of the MatMul nodes with a constant operand: the ones dynamic quantization turns int8."""
+    graph = onnx.load(str(path)).graph
+    constants = {init.name for init in graph.initializer}
+    return [n.name for n in graph.node if n.op_type == "MatMul" and any(i in constants for i in n.input)]
+
+
+def onnx_vectors(path: Path, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
+    """Run an ONNX student file directly (no student directory needed yet)."""
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    input_ids, mask = tokens.pad(tokens.encode(texts))
+    feed = {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()}
+    return np.asarray(session.run(None, {k: v for k, v in feed.items() if k in names})[0])
+
+
+def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[str]) -> list[str]:
+    """Quantize every weight MatMul; if the int8 graph misses the parity gate, keep the most sensitive ones fp32.
+
+    Some students carry activation outliers that per-tensor dynamic activation scales cannot
+    represent (a teacher cut down to its first and last layers feeds layer 0's output into the
+    last layer). Each candidate's sensitivity is the mean cosine to fp32 when it alone is
+    quantized; the worst are excluded one by one until the whole graph passes. Returns the
+    excluded node names (empty for a graph that passes as is, such as MiniLM's).
+    """
+    reference = onnx_vectors(fp32, tokens, texts)
+
+    def cosine(excluded: Sequence[str] = (), only: str | None = None) -> float:
+        if only is not None:
+            excluded = [n for n in candidates if n != only]
+        quantize_onnx(fp32, out, excluded)
+        return float(np.mean(np.sum(onnx_vectors(out, tokens, texts) * reference, axis=1)))
+
+    candidates = weight_matmuls(fp32)
+    if cosine() >= QUANTIZE_MIN_COSINE:
+        return []
+    sensitivity = sorted(candidates, key=lambda name: cosine(only=name))
+    for n in range(1, len(sensitivity) + 1):
+        excluded = sensitivity[:n]
+        score = cosine(excluded)
+        log.info("int8: %d of %d MatMuls kept in fp32, cosine to fp32 %.5f", n, len(candidates), score)
+        if score >= QUANTIZE_MIN_COSINE:
+            return excluded
+    return sensitivity
 
 
 def check_parity(model: StudentModel, tokens: Tokens, directory: Path, texts: Sequence[str]) -> ParityReport:
@@ -119,10 +167,14 @@ def export_student(
                               int(config.hidden_size))
         log.info("ORT fusions: %s", fused)
         (staging / RAW_FILE).unlink()
-        quantize_onnx(staging / manifest.onnx_fp32, staging / manifest.onnx_int8)
+        kept_fp32 = quantize_with_parity(staging / manifest.onnx_fp32, staging / manifest.onnx_int8, tokens,
+                                         parity_texts)
+        if kept_fp32:
+            log.warning("int8: %d MatMuls stay fp32 to hold parity: %s", len(kept_fp32), ", ".join(kept_fp32))
         shutil.copyfile(Path(backbone_dir) / "tokenizer.json", staging / manifest.tokenizer)
         (staging / STUDENT_MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
-        manifest = manifest.model_copy(update={"parity": check_parity(model, tokens, staging, parity_texts)})
+        parity = check_parity(model, tokens, staging, parity_texts).model_copy(update={"int8_fp32_nodes": kept_fp32})
+        manifest = manifest.model_copy(update={"parity": parity})
         (staging / STUDENT_MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
     log.info("student exported to %s in %.1fs", out, time.perf_counter() - started)
     return manifest

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
+from models.rotation import Rotation
 
 BUNDLE_FORMAT = 1
 STUDENT_FORMAT = 1
@@ -45,9 +46,21 @@ class EmbeddingSource(BaseModel):
 
 
 class CorpusInfo(BaseModel):
-    path: str
+    path: str = Field(description="the corpus file; a relative path is inside the bundle (updates)")
     sha256: str
     count: int
+
+
+class BaseInfo(BaseModel):
+    """The bundle an update started from, and what it changed."""
+
+    version: str
+    build_time: str
+    count: int
+    added: int = 0
+    replaced: int = 0
+    deleted: int = 0
+    encoded: int = Field(0, description="documents the teacher encoded for this update (new or changed text)")
 
 
 class BundleManifest(BaseModel):
@@ -63,6 +76,10 @@ class BundleManifest(BaseModel):
     corpus: CorpusInfo
     embeddings: EmbeddingSource
     files: dict[str, str] = Field(default_factory=dict, description="file name → sha256")
+    version: str | None = Field(None, description="the version name when published into a bundle root")
+    rotation: Rotation = Field(Rotation.NONE, description="pca: vectors rotated onto the corpus's principal axes "
+                               "before truncation; queries must be rotated alike (rotation.npy)")
+    base: BaseInfo | None = Field(None, description="set by `tandem index update`: the version it started from")
 
     def summary(self) -> dict[str, object]:
         """What the service reports about the index it answers from."""
@@ -71,6 +88,7 @@ class BundleManifest(BaseModel):
             "teacher_fingerprint": self.teacher.fingerprint,
             "dim": self.dim,
             "quantization": self.quantization.value,
+            "rotation": self.rotation.value,
             "count": self.count,
             "build_time": self.build_time,
         }
@@ -81,6 +99,7 @@ class ParityReport(BaseModel):
     fp32_mean_cosine: float
     int8_mean_cosine: float
     int8_min_cosine: float
+    int8_fp32_nodes: list[str] = Field(default_factory=list, description="MatMuls left fp32 to hold int8 parity")
 
 
 class StudentManifest(BaseModel):

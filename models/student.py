@@ -7,6 +7,7 @@ tokenizes, runs the session and returns unit vectors in the teacher's space.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -17,6 +18,7 @@ from tokenizers import Tokenizer
 
 from models.contract import TeacherRef
 from models.manifest import STUDENT_MANIFEST, StudentManifest, read_manifest
+from models.timing import StageObserver
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +30,17 @@ def read_student_manifest(directory: Path) -> StudentManifest:
 
 
 def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
+    """Truncate at `max_length`; pad to the batch's longest text with the tokenizer's own pad token.
+
+    The pad token comes from the file's padding config where it has one (MPNet's is `<pad>`, id 1,
+    while its vocabulary also holds an unrelated `[PAD]`), else BERT's `[PAD]`.
+    """
     tokenizer = Tokenizer.from_file(str(path))
     tokenizer.enable_truncation(max_length=max_length)
-    tokenizer.enable_padding(pad_id=tokenizer.token_to_id("[PAD]") or 0, pad_token="[PAD]")
+    configured = tokenizer.padding or {}
+    pad_token = configured.get("pad_token") or "[PAD]"
+    pad_id = configured.get("pad_id", tokenizer.token_to_id(pad_token) or 0)
+    tokenizer.enable_padding(pad_id=pad_id, pad_token=pad_token)
     return tokenizer
 
 
@@ -51,6 +61,7 @@ class StudentEncoder:
         )
         self._inputs = {i.name for i in self.session.get_inputs()}
         self.precision = precision
+        self.observe: StageObserver | None = None  # told how long tokenization took, when set (metrics)
         log.info("student %s (%s, %d threads)", self.directory, precision, threads)
 
     @property
@@ -64,12 +75,17 @@ class StudentEncoder:
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """float32 [len(texts), dim] unit vectors in the teacher's space."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        observe, tokenizing = self.observe, 0.0
         for start in range(0, len(texts), batch_size):
+            began = time.perf_counter()
             encodings = self.tokenizer.encode_batch(list(texts[start : start + batch_size]))
+            tokenizing += time.perf_counter() - began
             feed = {
                 "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
                 "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
             }
             (emb,) = self.session.run(None, {k: v for k, v in feed.items() if k in self._inputs})
             out[start : start + len(encodings)] = emb
+        if observe is not None:
+            observe("tokenize", tokenizing)
         return out

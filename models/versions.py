@@ -89,6 +89,8 @@ def prune_versions(root: Path, keep: int) -> list[str]:
     current = read_current(root).name if is_bundle_root(root) else None
     old = [v for v in list_versions(root) if v != current]
     doomed = old[: max(len(old) - keep, 0)]
-    for name in doomed:
-        shutil.rmtree(Path(root) / name, ignore_errors=True)
+    for name in doomed:  # renamed out of sight first, so a kill mid-delete leaves no half-deleted version
+        trash = Path(root) / f".{name}.pruned-{uuid.uuid4().hex[:8]}"
+        os.replace(Path(root) / name, trash)
+        shutil.rmtree(trash, ignore_errors=True)
     return doomed

@@ -21,7 +21,7 @@ app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Asymmetric retrieval: teacher index, student queries."
 )
 models_app = typer.Typer(no_args_is_help=True, help="Provision teacher and student backbone models.")
-index_app = typer.Typer(no_args_is_help=True, help="Build index bundles.")
+index_app = typer.Typer(no_args_is_help=True, help="Build, update, verify and version index bundles.")
 demo_app = typer.Typer(no_args_is_help=True, help="The embedded default corpus.")
 app.add_typer(models_app, name="models")
 app.add_typer(index_app, name="index")
@@ -60,29 +60,112 @@ def models_fetch(
         typer.echo(f"{result.role:9s} {card.name}  dim={card.dim}  fingerprint={card.fingerprint[:16]}  {card.path}")
 
 
+RootOpt = Annotated[
+    Path | None, typer.Option(help="Bundle root: publish as ROOT/<version> and point ROOT/CURRENT at it.")
+]
+VersionOpt = Annotated[str | None, typer.Option(help="Version name under --root (default: v<UTC time>-<random>).")]
+KeepOpt = Annotated[
+    int | None, typer.Option(help="With --root: keep this many versions besides CURRENT, prune older (default: all).")
+]
+ShardSizeOpt = Annotated[
+    int, typer.Option(envvar="TANDEM_SHARD_SIZE", help="Documents per checkpointed embedding shard (resume unit).")
+]
+
+
 @index_app.command("build")
 def index_build(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL (BEIR `_id/title/text` or `id/text`).")],
-    out: Annotated[Path, typer.Option(help="Bundle directory to publish.")],
+    out: Annotated[Path | None, typer.Option(help="Bundle directory to publish (or use --root).")] = None,
+    root: RootOpt = None,
+    version: VersionOpt = None,
+    keep: KeepOpt = None,
     dim: Annotated[int, typer.Option(help="MRL dimension: 768, 512, 256 or 128.")] = 768,
     quantization: Annotated[str, typer.Option(help="float, int8 or binary.")] = "float",
+    rotation: Annotated[
+        str, typer.Option(help="none, or pca: rotate onto the corpus's principal axes before truncating.")
+    ] = "none",
     teacher: TeacherOpt = None,
     embeddings: Annotated[Path | None, typer.Option(help="Import precomputed teacher embeddings (.npy).")] = None,
     ids: Annotated[Path | None, typer.Option(help="JSON list of document ids, one per embeddings row.")] = None,
     batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
     force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
 ) -> None:
-    """Embed a corpus with the teacher and publish an index bundle atomically."""
+    """Embed a corpus with the teacher and publish an index bundle atomically (resumable if killed)."""
     from indexer.build import BuildRequest, build
 
-    manifest = build(
-        BuildRequest(
-            corpus=corpus, out=out, dim=dim, quantization=quantization, teacher=teacher,
-            embeddings=embeddings, ids=ids, batch_size=batch_size, device=device, force=force,
-        )
+    req = BuildRequest(
+        corpus=corpus, out=out, root=root, version=version, keep=keep, dim=dim, quantization=quantization,
+        rotation=rotation, teacher=teacher, embeddings=embeddings, ids=ids, batch_size=batch_size,
+        shard_size=shard_size, device=device, force=force,
     )
-    typer.echo(f"published {out}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value}")
+    manifest = build(req)
+    typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "
+               f"{manifest.dim}-d {manifest.quantization.value}")
+
+
+@index_app.command("update")
+def index_update(
+    changes: Annotated[
+        Path | None, typer.Option(help='JSONL: documents to add or replace, or {"_id": ID, "delete": true}.')
+    ] = None,
+    delete_ids: Annotated[Path | None, typer.Option(help="Ids to delete, one per line.")] = None,
+    root: RootOpt = None,
+    base: Annotated[
+        Path | None, typer.Option(help="Bundle to start from: a version under --root, a bundle dir or a root "
+                                       "(default: --root's CURRENT).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Publish to this directory instead of a new --root version.")] = None,
+    version: VersionOpt = None,
+    keep: KeepOpt = None,
+    teacher: TeacherOpt = None,
+    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    shard_size: ShardSizeOpt = 512,
+    device: DeviceOpt = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
+) -> None:
+    """Add, replace or delete documents by id into a new bundle version; only new or changed texts are encoded."""
+    from indexer.update import UpdateRequest, update
+
+    req = UpdateRequest(changes=changes, delete_ids=delete_ids, base=base, root=root, out=out, version=version,
+                        keep=keep, force=force, teacher=teacher, batch_size=batch_size, shard_size=shard_size,
+                        device=device)
+    manifest = update(req)
+    b = manifest.base
+    assert b is not None
+    typer.echo(f"published {req.target.describe(manifest.version)} from {b.version}: {manifest.count} docs "
+               f"(+{b.added} added, {b.replaced} replaced, -{b.deleted} deleted, {b.encoded} encoded)")
+
+
+@index_app.command("verify")
+def index_verify(
+    path: Annotated[Path, typer.Argument(help="A bundle directory, or a bundle root (checks CURRENT).")],
+    all_versions: Annotated[bool, typer.Option("--all", help="Check every version under a root.")] = False,
+    teacher: TeacherOpt = None,
+) -> None:
+    """Check file checksums, counts and the teacher fingerprint of a published bundle (exit 2 on any mismatch)."""
+    from indexer.verify import verify
+
+    for line in verify(path, all_versions=all_versions, teacher=teacher):
+        typer.echo(line)
+
+
+@index_app.command("current")
+def index_current(
+    root: Annotated[Path, typer.Argument(help="Bundle root.")],
+    set_version: Annotated[
+        str | None, typer.Option("--set", help="Point CURRENT at this version (verified first): rollback.")
+    ] = None,
+    path: Annotated[bool, typer.Option("--path", help="Print only the current bundle's directory.")] = False,
+) -> None:
+    """Show the versions under a root and which one is CURRENT, or move CURRENT (rollback / roll forward)."""
+    from indexer.current import describe_versions, switch_current
+
+    if set_version is not None:
+        switch_current(root, set_version)
+    for line in describe_versions(root, path_only=path):
+        typer.echo(line)
 
 
 @app.command("distill")
@@ -90,7 +173,7 @@ def distill(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
     index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target).")],
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
-    preset: Annotated[str, typer.Option(help="quick, default or full.")] = "default",
+    preset: Annotated[str, typer.Option(help="quick, default or full, or a JSON file of preset fields.")] = "default",
     train_queries: Annotated[
         Path | None,
         typer.Option(help="Optional BEIR queries JSONL of a *train* split to add as training text. Never pass "
@@ -121,16 +204,30 @@ def evaluate(
     student: Annotated[Path, typer.Option(help="Student directory.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write metrics as JSON here.")] = None,
+    report_dir: Annotated[
+        Path | None,
+        typer.Option("--report", help="Also score every dim × quantization, plus the backbone alone, and write "
+                                      "eval.json, matrix.md and ndcg_vs_dim.png into this directory."),
+    ] = None,
     teacher: TeacherOpt = None,
+    backbone: BackboneOpt = None,
     precision: Annotated[str, typer.Option(help="Student ONNX precision: int8 or fp32.")] = "int8",
     device: DeviceOpt = None,
 ) -> None:
-    """nDCG@10 and Recall@100 for teacher, asymmetric and student setups."""
+    """nDCG@10 and Recall@100 for teacher, asymmetric and student setups (and the full matrix with --report)."""
+    from models.eval_matrix import format_matrix
+    from models.eval_report import cells_of, write_report
     from models.evaluate import EvalRequest, format_table, run_eval
 
     report = run_eval(EvalRequest(data=data, index=index, student=student, split=split, teacher=teacher,
-                                  precision=precision, device=device))
+                                  backbone=backbone, precision=precision, device=device,
+                                  matrix=report_dir is not None))
     typer.echo(format_table(report))
+    if report_dir is not None:
+        typer.echo("\nnDCG@10 (retention of the teacher at the same dim and quantization):\n")
+        typer.echo(format_matrix(cells_of(report)))
+        for path in write_report(report, report_dir):
+            typer.echo(f"wrote {path}")
     if json_out is not None:
         import json
 
@@ -171,16 +268,31 @@ def loadtest(
 
 @app.command("serve")
 def serve(
-    index: Annotated[Path, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory.")],
+    index: Annotated[Path, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory, or a bundle root: its "
+                                        "CURRENT version is served and the pointer watched for new ones.")],
     student: Annotated[Path, typer.Option(envvar="TANDEM_STUDENT", help="Student directory.")],
     host: Annotated[str, typer.Option(envvar="TANDEM_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TANDEM_PORT")] = 8000,
+    admin_token: Annotated[
+        str | None, typer.Option(envvar="TANDEM_ADMIN_TOKEN", show_default=False, help="Bearer token of /admin/* "
+                                 "(reload, rollback, status); unset, admin is disabled. Prefer the variable: "
+                                 "command lines are visible to other users.")
+    ] = None,
+    api_keys_file: Annotated[
+        Path | None, typer.Option(envvar="TANDEM_API_KEYS_FILE", help="API keys, one per line ('#' comments); "
+                                  "when set (or TANDEM_API_KEYS), /search needs 'Authorization: Bearer <key>'.")
+    ] = None,
+    log_format: Annotated[
+        str | None, typer.Option(envvar="TANDEM_LOG_FORMAT", help="json (default, one object per line) or text.")
+    ] = None,
 ) -> None:
     """Serve POST /search over the bundle with the student encoding queries."""
     from service.main import run_server
     from service.settings import ServiceSettings
 
-    run_server(ServiceSettings(index=index, student=student, host=host, port=port))
+    extra = {k: v for k, v in {"api_keys_file": api_keys_file, "log_format": log_format,
+                               "admin_token": admin_token}.items() if v is not None}
+    run_server(ServiceSettings(index=index, student=student, host=host, port=port, **extra))
 
 
 @demo_app.command("corpus")

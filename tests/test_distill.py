@@ -12,7 +12,15 @@ import pytest
 
 from models.contract import l2_normalize
 from models.corpus import Document
-from models.distill.data import SPAN_WORDS, build_training_data, clean, pseudo_queries, sentences
+from models.distill.data import (
+    MIN_VARIANT_WORDS,
+    SPAN_WORDS,
+    build_training_data,
+    clean,
+    pseudo_queries,
+    sentences,
+    variants,
+)
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import PRESETS, Preset, resolve_preset
 from models.distill.queries import read_train_queries
@@ -106,6 +114,40 @@ def test_presets_resolve_by_name_and_reject_unknown() -> None:
     assert resolve_preset(TEST_PRESET) is TEST_PRESET
     with pytest.raises(InputError, match="unknown preset 'fast'"):
         resolve_preset("fast")
+
+
+def test_presets_load_from_json_files_with_named_errors(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    path.write_text(TEST_PRESET.model_copy(update={"loss": "cosine"}).model_dump_json())
+    assert resolve_preset(str(path)) == TEST_PRESET.model_copy(update={"loss": "cosine"})
+    path.write_text('{"name": "bad", "epochs": 0, "loss": "l1"}')
+    with pytest.raises(InputError, match=r"mine\.json: invalid preset: epochs: .*; loss: "):
+        resolve_preset(str(path))
+    with pytest.raises(InputError, match="cannot read the preset"):
+        resolve_preset(str(tmp_path / "missing.json"))
+
+
+def test_variants_crop_and_mask_within_the_query() -> None:
+    query = "the gravitational pull of the moon raises and lowers sea levels twice a day"
+    for seed in range(20):
+        out = variants(query, random.Random(seed))
+        assert out and len(out) <= 2 and query not in out
+        for variant in out:
+            words = variant.split()
+            assert len(words) >= MIN_VARIANT_WORDS
+            assert all(w in query.split() for w in words)
+        cropped = out[0]
+        assert cropped in query  # contiguous
+    assert variants("too short", random.Random(0)) == []
+
+
+def test_augmentation_adds_variants_to_training_only() -> None:
+    plain = build_training_data(CORPUS, PRESET, seed=0)
+    augmented = build_training_data(CORPUS, PRESET.model_copy(update={"augment": 1.0}), seed=0)
+    assert augmented.val == plain.val
+    assert set(plain.train.queries) < set(augmented.train.queries)
+    extra = set(augmented.train.queries) - set(plain.train.queries)
+    assert all(any(w in q.split() for q in plain.train.queries for w in e.split()) for e in extra)
 
 
 def test_train_queries_drop_the_test_split(tmp_path: Path) -> None:

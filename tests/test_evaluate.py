@@ -12,7 +12,10 @@ import pytest
 
 from models.beir import load_beir
 from models.errors import ContractMismatch, InputError
-from models.evaluate import EvalRequest, format_table, run_eval, run_from_rows, score_run
+from models.eval_matrix import MATRIX_DIMS, QUANTIZATIONS
+from models.eval_report import write_report
+from models.evaluate import EvalRequest, format_table, run_eval
+from models.ir_metrics import run_from_rows, score_run
 from tests.fixtures.corpus import PROBES
 
 HEADER = "query-id\tcorpus-id\tscore\n"
@@ -127,3 +130,30 @@ def test_bundle_of_another_corpus_is_refused(tmp_path: Path, tiny_bundle: Path, 
 def test_unknown_precision_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="precision"):
         run_eval(EvalRequest(data=tmp_path, index=tmp_path, student=tmp_path, precision="fp16"))
+
+
+@pytest.mark.slow
+def test_matrix_report_on_the_tiny_corpus(
+    tiny_beir: Path, tiny_bundle: Path, tiny_student: Path, tmp_path: Path
+) -> None:
+    report = run_eval(EvalRequest(data=tiny_beir, index=tiny_bundle, student=tiny_student, matrix=True))
+    cells = {(c["setup"], c["rotation"], c["dim"], c["quantization"]): c for c in report["matrix"]}
+    for setup in ("teacher", "asymmetric", "student"):
+        assert {dim for s, r, dim, _ in cells if s == setup and r == "none"} == set(MATRIX_DIMS)
+        assert {dim for s, r, dim, _ in cells if s == setup and r == "pca"} == set(MATRIX_DIMS) - {768}
+    assert {dim for s, r, dim, _ in cells if s == "backbone" and r == "none"} == {384, 256, 128}  # its own width
+    assert {q for *_, q in cells} == set(QUANTIZATIONS)
+    assert all(c["retention"] == pytest.approx(1.0) for (s, *_), c in cells.items() if s == "teacher")
+    cells = {(s, dim, q): c for (s, r, dim, q), c in cells.items() if r == "none"}
+    # The matrix's cell for the bundle's own setting is the bundle's own evaluation.
+    for setup in ("teacher", "asymmetric", "student"):
+        assert cells[setup, 768, "float"]["ndcg@10"] == pytest.approx(report[setup]["ndcg@10"], abs=1e-6)
+    backbone = cells["backbone", 384, "float"]
+    assert backbone["retention"] == pytest.approx(backbone["ndcg@10"] / cells["teacher", 768, "float"]["ndcg@10"])
+
+    paths = write_report(report, tmp_path / "report")
+    assert [p.name for p in paths] == ["eval.json", "matrix.md", "ndcg_vs_dim.png"]
+    assert json.loads(paths[0].read_text())["matrix"] == report["matrix"]
+    table = paths[1].read_text()
+    assert "| asymmetric | 128 |" in table and "| asymmetric (pca) | 128 |" in table and "binary+rescore" in table
+    assert paths[2].read_bytes().startswith(b"\x89PNG")

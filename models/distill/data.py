@@ -1,9 +1,12 @@
 """Training text from an unlabeled corpus: passages plus pseudo-queries cut from them.
 
 Pseudo-queries (titles, single sentences, spans of 5–20 words) stand in for query logs,
-which the student sees at serving time. Validation holds out whole documents, so no
-sentence or span of a validation document is ever trained on. Everything is a pure
-function of (corpus, preset, seed).
+which the student sees at serving time. Cropped and masked variants of them (EmbedDistill's
+task-specific data generation, without a generator model) fill the space around each query,
+so the student stays aligned for the paraphrases and fragments real users type. Masking
+deletes words rather than inserting a mask token, because teacher and student tokenizers
+spell the mask differently. Validation holds out whole documents, so no sentence or span of a
+validation document is ever trained on. Everything is a pure function of (corpus, preset, seed).
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from models.errors import InputError
 
 SPAN_WORDS = (5, 20)
 SENTENCE_WORDS = (4, 32)  # shorter is not a query; longer sentences are cropped
+CROP_FRACTION = (0.5, 0.8)  # a cropped variant keeps this share of the words, contiguous
+MASK_RATE = 0.15  # a masked variant drops each word with this probability
+MIN_VARIANT_WORDS = 3
 VAL_FRACTION = 0.1
 _PARAGRAPH = re.compile(r"\n\s*\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])(?:\s*\n\s*|\s+(?=[\"'(\[A-Z0-9]))")
@@ -60,6 +66,19 @@ def pseudo_queries(doc: Document, count: int, rng: random.Random) -> list[str]:
         else:
             break
     return out[:count]
+
+
+def variants(query: str, rng: random.Random) -> list[str]:
+    """A cropped and a masked variant of a query, where it has enough words to stay a query."""
+    words = query.split()
+    if len(words) < 2 * MIN_VARIANT_WORDS:
+        return []
+    keep = max(MIN_VARIANT_WORDS, round(len(words) * rng.uniform(*CROP_FRACTION)))
+    start = rng.randint(0, len(words) - keep)
+    cropped = " ".join(words[start : start + keep])
+    kept = [w for w in words if rng.random() >= MASK_RATE]
+    masked = " ".join(kept) if len(kept) >= MIN_VARIANT_WORDS else ""
+    return [v for v in (cropped, masked) if v and v != query]
 
 
 @dataclass(frozen=True)
@@ -113,7 +132,10 @@ def build_training_data(
             if dedupe.admit(doc.passage()):
                 split.passages.append(row)
             doc_rng = random.Random(f"{seed}:{doc.id}")
-            split.queries.extend(q for q in pseudo_queries(doc, preset.queries_per_doc, doc_rng) if dedupe.admit(q))
+            queries = pseudo_queries(doc, preset.queries_per_doc, doc_rng)
+            if name == "train" and preset.augment:
+                queries += [v for q in queries if doc_rng.random() < preset.augment for v in variants(q, doc_rng)]
+            split.queries.extend(q for q in queries if dedupe.admit(q))
         splits[name] = split
     if preset.max_queries is not None and len(splits["train"].queries) > preset.max_queries:
         keep = sorted(rng.sample(range(len(splits["train"].queries)), preset.max_queries))

@@ -1,15 +1,21 @@
-"""The student: HF backbone → mean pooling → Linear(backbone_dim → teacher_dim) → L2 normalize.
+"""The student: an HF encoder → mean pooling → projection to the teacher's width → L2 normalize.
 
-Eager attention keeps the graph exportable by the classic ONNX exporter. The projection is
-initialized by closed-form ridge regression (see ridge.py) before any gradient step.
-Dropout is switched off: the targets are deterministic vectors and training is short, and
-on SciFact pseudo-queries it aligned slightly faster without it (cosine 0.7225 vs 0.7195
-after one epoch from the same ridge init).
+Two families (DISTILLATION.md):
+- `backbone` (LEAF): a small pretrained encoder (MiniLM-L6) plus Linear(backbone_dim → teacher_dim),
+  initialized by closed-form ridge regression (see ridge.py) before any gradient step;
+- `teacher-layers` (Wang & Lyu): the teacher's own embeddings and its first and last k layers,
+  already in the teacher's space, so no projection (Identity).
+
+Eager attention keeps the graph exportable by the classic ONNX exporter. Dropout is switched
+off: the targets are deterministic vectors and training is short, and on SciFact pseudo-queries
+it aligned slightly faster without it (cosine 0.7225 vs 0.7195 after one epoch from the same
+ridge init).
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -20,14 +26,34 @@ from models.teacher import mean_pool
 
 
 class StudentModel(nn.Module):
-    def __init__(self, backbone_dir: Path, teacher_dim: int) -> None:
+    def __init__(
+        self, backbone_dir: Path, teacher_dim: int, keep_layers: Sequence[int] | None = None, name: str = ""
+    ) -> None:
         super().__init__()
+        self.name = name or Path(backbone_dir).name
         self.backbone = AutoModel.from_pretrained(str(backbone_dir), attn_implementation="eager")
-        self.projection = nn.Linear(int(self.backbone.config.hidden_size), teacher_dim)
+        self.projection: nn.Module = nn.Linear(int(self.backbone.config.hidden_size), teacher_dim)
+        if keep_layers is not None:
+            self._keep_layers(keep_layers, teacher_dim)
         for module in self.backbone.modules():
             if isinstance(module, nn.Dropout):
                 module.p = 0.0
         self._token_types = "token_type_ids" in inspect.signature(self.backbone.forward).parameters
+
+    def _keep_layers(self, keep: Sequence[int], teacher_dim: int) -> None:
+        """Cut the encoder down to the layers `keep` (teacher-layer extraction); the width stays the teacher's."""
+        layers = self.backbone.encoder.layer
+        if not keep or any(not 0 <= i < len(layers) for i in keep):
+            raise ValueError(f"layers {list(keep)} are not within the model's {len(layers)} layers")
+        if self.backbone_dim != teacher_dim:
+            raise ValueError(f"layer extraction needs the teacher itself ({self.backbone_dim}-d, not {teacher_dim}-d)")
+        self.backbone.encoder.layer = nn.ModuleList(layers[i] for i in keep)
+        self.backbone.config.num_hidden_layers = len(keep)
+        self.projection = nn.Identity()
+
+    @property
+    def has_projection(self) -> bool:
+        return isinstance(self.projection, nn.Linear)
 
     @property
     def backbone_dim(self) -> int:
@@ -45,5 +71,6 @@ class StudentModel(nn.Module):
 
     @torch.no_grad()
     def set_projection(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        assert isinstance(self.projection, nn.Linear), "a teacher-layer student has no projection"
         self.projection.weight.copy_(weight)
         self.projection.bias.copy_(bias)

@@ -6,7 +6,10 @@ The bundle names the teacher whose space the student must learn; the teacher mod
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -23,10 +26,11 @@ from models.distill.presets import Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge
 from models.distill.targets import TeacherTargets
-from models.distill.train import Examples, Tokens, embed, train
+from models.distill.train import LAST, Examples, Tokens, embed, train
 from models.errors import ContractMismatch
 from models.export import export_student
 from models.manifest import BundleManifest, StudentManifest
+from models.paths import cache_dir
 from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.staging import check_target
 from models.teacher import pick_device
@@ -97,14 +101,33 @@ def _ridge_init(
     return fit.val_loss
 
 
+def _student_model(backbone_dir: Path, card: ModelCard, preset: Preset) -> StudentModel:
+    if preset.student == "teacher-layers":
+        total = int(json.loads((Path(card.path) / "config.json").read_text())["num_hidden_layers"])
+        layers = preset.layer_indices(total)
+        log.info("student: %s layers %s of %d (teacher-layer extraction)", card.name, layers, total)
+        return StudentModel(backbone_dir, card.dim, keep_layers=layers, name=f"{card.name} layers {layers}")
+    return StudentModel(backbone_dir, card.dim, name=load_card(backbone_dir).name)
+
+
+def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> Path:
+    """Private to one run's inputs, so a resumed run never continues another run's training."""
+    identity = {"preset": preset.model_dump(), "seed": req.seed, "inputs": fingerprints}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir() / "checkpoints" / digest
+
+
 def run_distill(req: DistillRequest) -> StudentManifest:
     started = time.perf_counter()
     preset = resolve_preset(req.preset)
     check_target(Path(req.out), req.force)
     bundle = read_bundle_manifest(req.index)
     card = _teacher_of(bundle, req)
-    backbone_dir = resolve("backbone", req.backbone)
-    backbone = load_card(backbone_dir)
+    if preset.student == "teacher-layers":
+        backbone_dir, backbone = Path(card.path), card
+    else:
+        backbone_dir = resolve("backbone", req.backbone)
+        backbone = load_card(backbone_dir)
     docs = read_corpus(req.corpus)
     if sha256_file(Path(req.corpus)) != bundle.corpus.sha256:
         log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
@@ -120,15 +143,20 @@ def run_distill(req: DistillRequest) -> StudentManifest:
 
     device = pick_device(req.device)
     torch.manual_seed(req.seed)
-    model = StudentModel(backbone_dir, card.dim).to(device)
+    model = _student_model(backbone_dir, card, preset).to(device)
     tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
     train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens)
-    ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
-    result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device)
+    texts_digest = hashlib.sha256("\x00".join(data.train.queries + data.val.queries).encode()).hexdigest()
+    checkpoints = checkpoint_dir(req, preset, card.fingerprint, backbone.fingerprint, bundle.corpus.sha256,
+                                 texts_digest)
+    ridge_loss = None
+    if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the trained projection
+        ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
+    result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device, checkpoints)
 
     manifest = StudentManifest(
         teacher=card.teacher_ref(),
-        backbone=backbone.name,
+        backbone=model.name,
         backbone_fingerprint=backbone.fingerprint,
         max_seq_length=backbone.max_seq_length,
         training={
@@ -138,10 +166,12 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             "texts": {"train": len(data.train), "val": len(data.val), "train_queries": len(extra)},
             "epochs": result.epochs,
             "steps": result.steps,
-            "ridge_val_loss": round(ridge_loss, 5),
+            "ridge_val_loss": None if ridge_loss is None else round(ridge_loss, 5),
+            "best_epoch": result.best_epoch,
+            "resumed_from_epoch": result.resumed_from,
             "validation": [{k: round(v, 5) if isinstance(v, float) else v for k, v in asdict(h).items()}
                            for h in result.history],
-            "final_val_loss": round(result.history[-1].loss, 5),
+            "final_val_loss": round(result.history[result.best_epoch].loss, 5),
             "train_seconds": round(result.seconds, 1),
             "seconds": round(time.perf_counter() - started, 1),
         },
@@ -149,5 +179,6 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]
     parity_texts = data.val.queries[:PARITY_QUERIES] + passages
     manifest = export_student(model, backbone_dir, manifest, Path(req.out), parity_texts, force=req.force)
+    shutil.rmtree(checkpoints, ignore_errors=True)  # the published student supersedes them
     log.info("distillation finished in %.0fs", time.perf_counter() - started)
     return manifest

@@ -7,7 +7,10 @@ document passages per epoch; queries are short and cheap.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.errors import InputError
 
@@ -16,12 +19,22 @@ class Preset(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
+    student: Literal["backbone", "teacher-layers"] = Field(
+        default="backbone",
+        description="backbone: the small pretrained encoder + Linear (LEAF); teacher-layers: the teacher's "
+        "embeddings and its first and last `teacher_layers` layers (Wang & Lyu)",
+    )
+    teacher_layers: int = Field(default=2, ge=1, description="with student=teacher-layers: k first and k last layers")
     queries_per_doc: int = Field(default=3, ge=1, description="pseudo-queries per document (title included)")
     max_queries: int | None = Field(
         default=None, ge=1, description="cap on training pseudo-queries: bounds the teacher's encoding time"
     )
     passages_per_epoch: int | None = Field(
         default=1000, ge=0, description="document passages mixed into each epoch (None: all training documents)"
+    )
+    augment: float = Field(
+        default=0.0, ge=0.0, le=1.0,
+        description="share of training pseudo-queries that also get a cropped and a masked variant",
     )
     val_docs: int = Field(default=200, ge=1, description="documents held out, with their pseudo-queries")
     epochs: int = Field(default=3, ge=1)
@@ -31,6 +44,12 @@ class Preset(BaseModel):
     lr_end: float = 1e-5
     lr_cycles: int = Field(default=1, ge=1, description="linear decay restarted this many times (LEAF)")
     weight_decay: float = 0.01
+    loss: Literal["l2", "cosine"] = Field(
+        default="l2", description="alignment loss: ‖s − t‖₂ (LEAF) or 1 − cos(s, t)"
+    )
+    patience: int | None = Field(
+        default=None, ge=1, description="stop after this many epochs without a better validation overlap@10"
+    )
     max_seq_length: int = Field(default=256, ge=8, description="student truncation while training")
     score_weight: float = Field(
         default=0.0, ge=0.0, description="weight of score distillation over the corpus, added to L2 (0: off)"
@@ -40,6 +59,11 @@ class Preset(BaseModel):
         default=16384, ge=1, description="corpus rows scored per step; larger corpora are sampled"
     )
     ridge_texts: int = Field(default=6000, ge=1, description="training texts used to fit the initial projection")
+
+    def layer_indices(self, total: int) -> list[int]:
+        """The first and last `teacher_layers` of a `total`-layer teacher (all of them if they overlap)."""
+        k = self.teacher_layers
+        return sorted(set(range(min(k, total))) | set(range(max(total - k, 0), total)))
 
     def epoch_passages(self, available: int) -> int:
         """How many of `available` training passages one epoch mixes in."""
@@ -60,9 +84,18 @@ PRESETS: dict[str, Preset] = {
 
 
 def resolve_preset(preset: str | Preset) -> Preset:
+    """A Preset, a built-in preset's name, or the path of a JSON file holding a preset's fields."""
     if isinstance(preset, Preset):
         return preset
-    try:
+    if preset in PRESETS:
         return PRESETS[preset]
-    except KeyError:
-        raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}") from None
+    path = Path(preset)
+    if path.suffix == ".json":
+        try:
+            return Preset.model_validate_json(path.read_text())
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read the preset: {exc}") from exc
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'preset'}: {e['msg']}" for e in exc.errors())
+            raise InputError(f"{path}: invalid preset: {problems}") from exc
+    raise InputError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}, or a JSON file")

@@ -3,12 +3,17 @@
 Texts are tokenized once; batches group texts of similar length (queries with queries,
 passages with passages), which matters on CPU where a 256-token passage costs ten short
 queries. Each epoch sees every query and a fresh sample of passages.
+
+After every epoch the state (weights, optimizer, schedule, history) is checkpointed, so an
+interrupted run resumes from its last finished epoch; with `patience`, training stops once
+the validation ranking agreement stops improving and the best epoch's weights are kept.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -120,12 +125,36 @@ class Validation:
         return f"{text} after {self.steps} steps"
 
 
+    def score(self) -> float:
+        """Higher is better: ranking agreement where there are validation queries, else the loss."""
+        return self.overlap_at_10 if self.overlap_at_10 is not None else -self.loss
+
+
 @dataclass
 class TrainResult:
     epochs: int = 0
     steps: int = 0
     history: list[Validation] = field(default_factory=list)
     seconds: float = 0.0
+    best_epoch: int = 0  # the epoch whose weights the student keeps (0: the ridge init)
+    resumed_from: int | None = None  # the checkpointed epoch a resumed run started after
+
+
+LAST, BEST = "last.pt", "best.pt"
+
+
+def _save(obj: object, path: Path) -> None:
+    """torch.save through a temporary file and a rename, so a kill never leaves a torn checkpoint."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def alignment_loss(pred: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
+    """Mean ‖pred − target‖₂ (LEAF) or mean 1 − cos; both vectors are unit length."""
+    if kind == "cosine":
+        return (1.0 - (pred * target).sum(dim=-1)).mean()
+    return (pred - target).norm(dim=-1).mean()
 
 
 def validate(
@@ -170,11 +199,14 @@ def train(
     preset: Preset,
     seed: int,
     device: torch.device,
+    checkpoints: Path | None = None,
 ) -> TrainResult:
     """AdamW with linear decay (and restarts) from lr to lr_end; validation logged after every epoch.
 
     `train_set` and `val_set` are (queries, passages); `documents` are the teacher's vectors of
-    the corpus, which score distillation and the ranking agreement score against.
+    the corpus, which score distillation and the ranking agreement score against. With
+    `checkpoints`, a directory private to this run, each epoch is saved there and a run that
+    finds a checkpoint continues after it.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
@@ -186,13 +218,27 @@ def train(
         optimizer, lambda step: lr_factor(step, total, preset.lr_cycles, end_ratio)
     )
     scores = ScoreDistiller(documents, preset.score_temperature, preset.score_candidates, device)
-    result = TrainResult(history=[validate(model, tokens, val_set, scores.bank, 0, device)])
-    log.info("before training: %s", result.history[0])
-    log.info("training: %d queries, %d passages (%s per epoch), %d epochs, %d steps, score weight %g",
-             len(queries), len(passages), preset.passages_per_epoch or "all", preset.epochs, total,
+    result = TrainResult()
+    if checkpoints is not None and (checkpoints / LAST).is_file():
+        state = torch.load(checkpoints / LAST, map_location=device, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        result = state["result"]
+        result.resumed_from = result.epochs
+        log.info("resuming after epoch %d (%d steps) from %s", result.epochs, result.steps, checkpoints)
+    else:
+        result.history.append(validate(model, tokens, val_set, scores.bank, 0, device))
+        log.info("before training: %s", result.history[0])
+        if checkpoints is not None:
+            checkpoints.mkdir(parents=True, exist_ok=True)
+            _save(model.state_dict(), checkpoints / BEST)
+    log.info("training: %d queries, %d passages (%s per epoch), %d epochs, %d steps, %s loss, score weight %g",
+             len(queries), len(passages), preset.passages_per_epoch or "all", preset.epochs, total, preset.loss,
              preset.score_weight)
-    for epoch in range(preset.epochs):
-        if result.steps >= total:
+    best_state = None if checkpoints is not None else {k: v.clone() for k, v in model.state_dict().items()}
+    for epoch in range(result.epochs, preset.epochs):
+        if result.steps >= total or _patience_spent(result, preset):
             break
         rng = np.random.default_rng([seed, epoch])
         examples = _epoch_examples(queries, passages, preset, rng)
@@ -206,7 +252,7 @@ def train(
             input_ids, mask = tokens.pad([examples.ids[i] for i in batch])
             target = torch.from_numpy(examples.targets[batch]).to(device)
             pred = model(input_ids.to(device), mask.to(device))
-            loss = (pred - target).norm(dim=-1).mean()
+            loss = alignment_loss(pred, target, preset.loss)
             if preset.score_weight:
                 loss = loss + preset.score_weight * scores.loss(pred, target, scores.candidates(batch, rng))
             optimizer.zero_grad(set_to_none=True)
@@ -219,5 +265,24 @@ def train(
         result.epochs = epoch + 1
         result.history.append(validate(model, tokens, val_set, scores.bank, result.steps, device))
         log.info("epoch %d: %s, %.0fs", epoch + 1, result.history[-1], time.perf_counter() - started)
+        if result.history[-1].score() > result.history[result.best_epoch].score():
+            result.best_epoch = result.epochs
+            if checkpoints is not None:
+                _save(model.state_dict(), checkpoints / BEST)
+            else:
+                best_state = {k: v.clone() for k, v in model.state_dict().items()}
+        if checkpoints is not None:
+            _save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                   "scheduler": scheduler.state_dict(), "result": result}, checkpoints / LAST)
+    if result.best_epoch != result.epochs:
+        log.info("keeping the weights of epoch %d (best validation overlap@10)", result.best_epoch)
+        if checkpoints is not None:
+            best_state = torch.load(checkpoints / BEST, map_location=device, weights_only=True)
+        assert best_state is not None
+        model.load_state_dict(best_state)
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _patience_spent(result: TrainResult, preset: Preset) -> bool:
+    return preset.patience is not None and result.epochs - result.best_epoch >= preset.patience

@@ -1,0 +1,65 @@
+"""A `tandem distill` killed mid-training resumes from its checkpoint and ends where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.distill.train import LAST
+from models.paths import cache_dir
+from models.student import StudentEncoder, read_student_manifest
+from tests.fixtures.corpus import PROBES
+from tests.fixtures.student import TEST_PRESET, TEST_SEED
+
+EPOCHS = 2
+DEADLINE_S = 600
+
+
+def _distill(corpus: Path, bundle: Path, out: Path, preset: Path) -> list[str]:
+    return [str(Path(sys.executable).parent / "tandem"), "distill", "--corpus", str(corpus), "--index", str(bundle),
+            "--out", str(out), "--preset", str(preset), "--seed", str(TEST_SEED)]
+
+
+def _kill_after_first_checkpoint(cmd: list[str]) -> None:
+    """SIGKILL the run as soon as its first epoch's checkpoint exists (written by rename: whole or absent)."""
+    checkpoints = cache_dir() / "checkpoints"
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + DEADLINE_S
+    while not list(checkpoints.glob(f"*/{LAST}")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+
+
+@pytest.mark.slow
+def test_killed_distill_resumes_and_matches_an_uninterrupted_run(
+    tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path
+) -> None:
+    preset = tmp_path / "preset.json"
+    preset.write_text(TEST_PRESET.model_copy(update={"epochs": EPOCHS, "name": "resume"}).model_dump_json())
+    resumed, straight = tmp_path / "resumed", tmp_path / "straight"
+
+    _kill_after_first_checkpoint(_distill(tiny_corpus, tiny_bundle, resumed, preset))
+    assert not resumed.exists()  # nothing half-published
+    subprocess.run(_distill(tiny_corpus, tiny_bundle, resumed, preset), check=True, capture_output=True)
+    subprocess.run(_distill(tiny_corpus, tiny_bundle, straight, preset), check=True, capture_output=True)
+
+    a, b = read_student_manifest(resumed).training, read_student_manifest(straight).training
+    assert a["resumed_from_epoch"] in range(1, EPOCHS) and b["resumed_from_epoch"] is None
+    assert a["epochs"] == b["epochs"] == EPOCHS and a["steps"] == b["steps"]
+    history_a, history_b = json.loads(json.dumps(a["validation"])), json.loads(json.dumps(b["validation"]))
+    assert len(history_a) == len(history_b) == EPOCHS + 1  # before training, then after each epoch
+    for x, y in zip(history_a, history_b, strict=True):
+        assert x["loss"] == pytest.approx(y["loss"], abs=1e-4)
+    queries = list(PROBES)
+    va = StudentEncoder(resumed, precision="fp32").encode(queries)
+    vb = StudentEncoder(straight, precision="fp32").encode(queries)
+    assert np.allclose(va, vb, atol=1e-3)

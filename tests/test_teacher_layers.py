@@ -1,0 +1,44 @@
+"""The teacher-layer student (Wang & Lyu): the teacher's first and last layers, distilled, exported and searched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from models.bundle import Bundle
+from models.distill.pipeline import DistillRequest, run_distill
+from models.distill.presets import Preset
+from models.export import FP32_MIN_COSINE, INT8_MIN_COSINE
+from models.registry import load_card, resolve
+from models.student import StudentEncoder
+from tests.fixtures.corpus import PROBES
+from tests.fixtures.student import TEST_PRESET, TEST_SEED
+
+
+def test_layer_indices_are_the_first_and_last_k() -> None:
+    assert Preset(name="t", teacher_layers=1).layer_indices(12) == [0, 11]
+    assert Preset(name="t", teacher_layers=2).layer_indices(12) == [0, 1, 10, 11]
+    assert Preset(name="t", teacher_layers=4).layer_indices(6) == [0, 1, 2, 3, 4, 5]  # overlapping: all
+
+
+@pytest.mark.slow
+def test_teacher_layer_student_distills_exports_and_finds_the_probes(
+    tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path
+) -> None:
+    preset = TEST_PRESET.model_copy(update={"name": "layers", "student": "teacher-layers", "teacher_layers": 1})
+    out = tmp_path / "layers"
+    manifest = run_distill(DistillRequest(corpus=tiny_corpus, index=tiny_bundle, out=out, preset=preset,
+                                          seed=TEST_SEED))
+    teacher = load_card(resolve("teacher"))
+    assert manifest.backbone == f"{teacher.name} layers [0, 11]"
+    assert manifest.backbone_fingerprint == teacher.fingerprint
+    assert manifest.training["ridge_val_loss"] is None  # no projection to fit
+    assert manifest.parity is not None and manifest.parity.int8_fp32_nodes  # activation outliers stay fp32
+    assert manifest.parity is not None
+    assert manifest.parity.fp32_mean_cosine >= FP32_MIN_COSINE and manifest.parity.int8_mean_cosine >= INT8_MIN_COSINE
+    encoder = StudentEncoder(out, precision="int8")
+    hits = Bundle(tiny_bundle).search(encoder.encode(list(PROBES)), k=3)
+    # Two layers after six steps: every probe's document within its top 3, most of them first.
+    assert all(doc in {h.doc.id for h in found} for doc, found in zip(PROBES.values(), hits, strict=True))
+    assert sum(found[0].doc.id == doc for doc, found in zip(PROBES.values(), hits, strict=True)) >= len(PROBES) - 1
