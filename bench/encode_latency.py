@@ -23,15 +23,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
 
 log = logging.getLogger("bench.encode_latency")
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-BENCHMARKS_MD = REPO / "docs" / "BENCHMARKS.md"
 SECTION = "encode-latency"
 BLOCK_SETTLE = 3  # untimed calls at the start of each block
-BEGIN, END = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
+BEGIN, END = markers(SECTION)
 
 FALLBACK_QUERIES = [
     "how do vaccines train the immune system",
@@ -120,16 +119,6 @@ def measure(
     return [Result(name, t) for name, t in times.items()]
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def versions() -> str:
     import onnxruntime
     import torch
@@ -174,15 +163,6 @@ def render_section(
     )
 
 
-def load_average() -> tuple[float, str]:
-    """1-minute load and a printable 1/5/15-minute triple."""
-    try:
-        loads = os.getloadavg()
-    except OSError:
-        return 0.0, "n/a"
-    return loads[0], "/".join(f"{x:.1f}" for x in loads) + " (1/5/15 min)"
-
-
 def busy_note(load: float, threads: int) -> str | None:
     """Torch's OpenMP threads wait on each other at every op, so a shared CPU slows the teacher far
     more than the student (measured here: ~50 ms idle, ~1.3 s at load 4 on 2 cores)."""
@@ -193,20 +173,6 @@ def busy_note(load: float, threads: int) -> str | None:
         f"> Warning: the machine was busy before the run (1-min load {load:.1f} on {cores} cores), so these "
         "times are inflated, the teacher's most of all; rerun on an idle machine for reference numbers."
     )
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section in `path` (or append it), keeping every other section."""
-    text = path.read_text() if path.is_file() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -277,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     load = f"{load_before} before, {load_average()[1]} after"
     section = render_section(command, results, teacher_name, setup, load, note)
     if not args.no_write:
-        write_section(args.out, section)
+        write_section(args.out, SECTION, section)
         log.info("updated %s", args.out)
 
 

@@ -38,13 +38,13 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
 
 log = logging.getLogger("bench.reload")
 
-ROOT_DIR = Path(__file__).resolve().parent.parent
-BENCHMARKS_MD = ROOT_DIR / "docs" / "BENCHMARKS.md"
+
 SECTION = "reload-under-load"
-BEGIN, END = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
+BEGIN, END = markers(SECTION)
 READY_TIMEOUT_S = 180.0
 WATCH_TIMEOUT_S = 60.0
 
@@ -130,7 +130,7 @@ def start_server(root: Path, student: Path, port: int, token: str, log_path: Pat
     cmd = [sys.executable, "-m", "tandem", "serve", "--index", str(root), "--student", str(student),
            "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("wb") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT_DIR)
+        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
 
 
 def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
@@ -261,23 +261,6 @@ def latency_split(answers: list[Answer], events: list[Event]) -> dict[str, dict[
 
 # --- report ------------------------------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def load_average() -> str:
-    try:
-        return "/".join(f"{x:.1f}" for x in os.getloadavg()) + " (1/5/15 min)"
-    except OSError:
-        return "n/a"
-
-
 def render(command: str, setup: str, load_before: str, report_text: str, events: list[Event], verdict: Verdict,
            split: dict[str, dict[str, float]], t0: float, busy: bool) -> str:
     rows = ["| # | reload | trigger | at s | validated in s | confirmed after s | outcome |",
@@ -321,19 +304,6 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
     ])
 
 
-def write_section(path: Path, section: str) -> None:
-    """Replace this benchmark's section in `path` (or append it), keeping every other section."""
-    text = path.read_text() if path.is_file() else "# Benchmarks\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 # --- main ----------------------------------------------------------------------------------------------------
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -343,7 +313,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--docs", type=int, default=300, help="Documents of the default corpus.")
     parser.add_argument("--rps", type=float, default=40.0)
     parser.add_argument("--duration", type=float, default=30.0, help="Seconds of load; reloads at 1/4, 1/2, 3/4.")
-    parser.add_argument("--work", type=Path, default=ROOT_DIR / ".tandem" / "bench" / "reload")
+    parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "reload")
     parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
     parser.add_argument("--no-write", action="store_true", help="Only print the results.")
     return parser.parse_args(argv)
@@ -370,7 +340,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     token, port = secrets.token_urlsafe(24), free_port()
     url = f"http://127.0.0.1:{port}"
-    load_before = load_average()
+    load_before = load_average()[1]
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
     server = start_server(root, student, port, token, args.work / "server.log")
     answers: list[Answer] = []
@@ -415,7 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                  f"`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
                  f"open-loop load {args.rps:g} rps for {args.duration:g} s, answers per version "
                  + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
-        write_section(args.out, render(command.strip(), setup, load_before, report_text, events, verdict,
+        write_section(args.out, SECTION, render(command.strip(), setup, load_before, report_text, events, verdict,
                                        latency_split(answers, events), t0, busy))
         log.info("wrote %s", args.out)
     return 0 if verdict.passed else 1

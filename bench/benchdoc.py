@@ -1,0 +1,52 @@
+"""What the bench scripts share: the machine they ran on, and their marked sections of docs/BENCHMARKS.md.
+
+Each script owns one section between `<!-- NAME:begin -->` and `<!-- NAME:end -->`; rewriting it
+leaves every other section as it was, so scripts can be rerun independently.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS_MD = REPO / "docs" / "BENCHMARKS.md"
+
+
+def markers(section: str) -> tuple[str, str]:
+    return f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def load_average() -> tuple[float, str]:
+    """1-minute load and a printable 1/5/15-minute triple."""
+    try:
+        loads = os.getloadavg()
+    except OSError:
+        return 0.0, "n/a"
+    return loads[0], "/".join(f"{x:.1f}" for x in loads) + " (1/5/15 min)"
+
+
+def write_section(path: Path, section: str, text: str) -> None:
+    """Replace `section`'s marked block in `path` with `text` (which carries the markers), or append it."""
+    begin, end = markers(section)
+    old = path.read_text() if path.is_file() else "# Benchmarks\n"
+    if begin in old and end in old:
+        head, rest = old.split(begin, 1)
+        new = head + text + rest.split(end, 1)[1]
+    else:
+        new = old.rstrip("\n") + "\n\n" + text + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
