@@ -3,12 +3,15 @@
 Document vectors are the very ones the bundle was built from (store key: teacher
 fingerprint, max_seq_length, corpus hash), so the student aligns to what it is searched
 against. Pseudo-query vectors are cached under cache_dir()/targets, keyed by the teacher
-fingerprint and the sha256 of the texts, as resumable float16 shards.
+fingerprint and the sha256 of the texts, as resumable float16 shards. Each cached list also
+records its texts, so a later run with another preset encodes only the texts no earlier run
+did (a bigger preset's pseudo-queries are mostly a smaller one's).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from collections.abc import Callable, Sequence
 from functools import cached_property
@@ -25,6 +28,7 @@ from models.teacher import TeacherEncoder
 log = logging.getLogger(__name__)
 
 BATCH_SIZE = 32
+TEXTS_FILE = "texts.json"
 
 
 def texts_key(card: ModelCard, texts: Sequence[str]) -> str:
@@ -63,7 +67,7 @@ class TeacherTargets:
         return self.store.encode(key, [d.passage() for d in docs], self._encode, meta)
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 [len(texts), dim]: cached, or encoded by the teacher once and cached."""
+        """float32 [len(texts), dim]: from the cache, encoding only texts that no cached list holds."""
         if not texts:
             return np.empty((0, self.card.dim), dtype=np.float32)
         key = texts_key(self.card, texts)
@@ -71,6 +75,42 @@ class TeacherTargets:
         if vectors is not None:
             log.info("query targets: %d vectors from the cache (key %s)", len(vectors), key)
             return vectors
-        log.info("query targets: encoding %d texts with the teacher", len(texts))
+        known = self._cached_vectors(set(texts))
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        log.info("query targets: %d of %d texts cached by earlier runs, encoding %d with the teacher",
+                 len(texts) - len(missing), len(texts), len(missing))
         meta = {"teacher": self.card.fingerprint, "max_seq_length": self.card.max_seq_length}
-        return self.cache.encode(key, list(texts), self._encode, meta)
+        if missing:
+            new_key = texts_key(self.card, missing)
+            known.update(zip(missing, self.cache.encode(new_key, missing, self._encode, meta), strict=True))
+            self._record_texts(new_key, missing)
+        if len(missing) == len(texts):
+            return np.stack([known[t] for t in texts])
+        vectors = np.stack([known[t] for t in texts])
+        self.cache.put(key, vectors, meta)
+        self._record_texts(key, texts)
+        return vectors
+
+    def _record_texts(self, key: str, texts: Sequence[str]) -> None:
+        path = self.cache.entry(key) / TEXTS_FILE
+        tmp = path.with_name(TEXTS_FILE + ".tmp")
+        tmp.write_text(json.dumps(list(texts)))
+        tmp.replace(path)
+
+    def _cached_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
+        """Vectors of `wanted` texts held by complete cached lists of this teacher."""
+        found: dict[str, np.ndarray] = {}
+        root = self.cache.root
+        for texts_path in sorted(root.glob(f"*/{TEXTS_FILE}")) if root.is_dir() else []:
+            key = texts_path.parent.name
+            try:
+                if self.cache.meta(key).get("teacher") != self.card.fingerprint:
+                    continue
+            except (OSError, ValueError):  # an entry being written or damaged: not a source
+                continue
+            texts = json.loads(texts_path.read_text())
+            rows = [i for i, t in enumerate(texts) if t in wanted and t not in found]
+            vectors = self.cache.load(key) if rows else None
+            if vectors is not None and len(vectors) == len(texts):
+                found.update((texts[i], vectors[i]) for i in rows)
+        return found
