@@ -17,6 +17,7 @@ from models.contract import SUPPORTED_DIMS
 from models.corpus import Document, corpus_key, read_corpus
 from models.embedding_store import SHARD_SIZE, EmbeddingStore, store_key
 from models.errors import InputError
+from models.index_spec import IndexSpec, resolve_spec
 from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.rotation import Rotation
@@ -42,10 +43,21 @@ class BuildRequest:
     version: str | None = None
     keep: int | None = None
     shard_size: int = SHARD_SIZE
+    index: str = "flat"
+    hnsw_m: int | None = None
+    ef_construction: int | None = None
+    ef_search: int | None = None
+    ivf_nlist: int | None = None
+    ivf_nprobe: int | None = None
 
     @property
     def target(self) -> Target:
         return Target(out=self.out, root=self.root, version=self.version, keep=self.keep, force=self.force)
+
+    def index_spec(self, quantization: Quantization, count: int) -> IndexSpec:
+        return resolve_spec(self.index, quantization, count, hnsw_m=self.hnsw_m,
+                            ef_construction=self.ef_construction, ef_search=self.ef_search,
+                            ivf_nlist=self.ivf_nlist, ivf_nprobe=self.ivf_nprobe)
 
 
 def _quantization(value: str) -> Quantization:
@@ -121,11 +133,13 @@ def build(req: BuildRequest) -> BundleManifest:
     _check_dim(req.dim, card)
     docs = read_corpus(req.corpus)
     log.info("corpus %s: %d documents", req.corpus, len(docs))
+    index = req.index_spec(quantization, len(docs))  # refused here, before any encoding
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
     vectors, source = teacher_vectors(docs, card, req, store)
     corpus = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)), count=len(docs))
     with publish(req.target) as (staging, version):
         manifest = write_bundle(staging, docs, vectors, dim=req.dim, quantization=quantization, card=card,
-                                source=source, started=started, corpus=corpus, version=version, rotation=rotation)
+                                source=source, started=started, corpus=corpus, version=version, rotation=rotation,
+                                index=index)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

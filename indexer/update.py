@@ -135,6 +135,10 @@ def update(req: UpdateRequest) -> BundleManifest:
         check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
         base_docs = _documents(bundle)
         docs, counts = apply_changes(base_docs, changes)
+        nlist = base.index.ivf_nlist
+        if nlist is not None and nlist > len(docs):
+            raise InputError(f"the update leaves {len(docs)} documents, fewer than the base's {nlist} IVF cells; "
+                             "build a new bundle with a smaller --ivf-nlist")
         store = EmbeddingStore(req.store, shard_size=req.shard_size)
         old_vectors = _base_vectors(bundle, base_docs, card, store)
     finally:
@@ -164,6 +168,6 @@ def update(req: UpdateRequest) -> BundleManifest:
     with publish(req.target) as (staging, version):
         manifest = write_bundle(staging, docs, vectors, dim=base.dim, quantization=base.quantization, card=card,
                                 source=source, started=started, version=version, base=info,
-                                rotation=base.rotation)
+                                rotation=base.rotation, index=base.index)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

@@ -53,8 +53,8 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
         raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} "
                                f"differs from the bundle count {manifest.count}")
     note = _teacher_note(directory, manifest.teacher.fingerprint, manifest.teacher.dim, teacher)
-    return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value}, "
-            f"{len(manifest.files)} files sha256-verified, {note}")
+    return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value} "
+            f"{manifest.index.type.value}, {len(manifest.files)} files sha256-verified, {note}")
 
 
 def verify(path: Path, all_versions: bool = False, teacher: Path | None = None) -> list[str]:

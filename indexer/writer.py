@@ -10,6 +10,7 @@ import numpy as np
 
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, write_docstore
+from models.index_spec import IndexSpec
 from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.registry import ModelCard, sha256_file
 from models.rotation import ROTATION_FILE, Rotation, fit_pca_rotation, rotate
@@ -39,19 +40,22 @@ def write_bundle(
     version: str | None = None,
     base: BaseInfo | None = None,
     rotation: Rotation = Rotation.NONE,
+    index: IndexSpec | None = None,
 ) -> BundleManifest:
     """Write every file, then the manifest that lists their sha256.
 
     Without `corpus` (an update has no corpus file of its own) the documents are materialized
     as corpus.jsonl inside the bundle, so later updates, `tandem eval` and `tandem distill` can use it.
+    `index` is a resolved spec (models.index_spec.resolve_spec); default flat.
     """
+    index = index or IndexSpec()
     names = []
     if rotation is Rotation.PCA:
         matrix = fit_pca_rotation(vectors)
         np.save(staging / ROTATION_FILE, matrix)
         names.append(ROTATION_FILE)
         vectors = rotate(vectors, matrix)
-    names += VectorIndex.build(vectors, dim, quantization).save(staging)
+    names += VectorIndex.build(vectors, dim, quantization, index).save(staging)
     write_docstore(staging / DOCSTORE_FILE, docs)
     names.append(DOCSTORE_FILE)
     if corpus is None:
@@ -70,6 +74,7 @@ def write_bundle(
         version=version,
         base=base,
         rotation=rotation,
+        index=index,
     )
     (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
     return manifest

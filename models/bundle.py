@@ -62,7 +62,8 @@ class Bundle:
         if missing:
             raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
         try:
-            self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization)
+            self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization,
+                                            self.manifest.index)
             self.rotation = self._load_rotation()
         except (RuntimeError, ValueError, OSError) as exc:
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
@@ -71,8 +72,8 @@ class Bundle:
             raise ContractMismatch(
                 f"{self.directory}: index holds {self.vectors.count} vectors, manifest says {self.manifest.count}"
             )
-        log.info("bundle %s: %d docs, %d-d %s", self.directory, self.manifest.count, self.manifest.dim,
-                 self.manifest.quantization.value)
+        log.info("bundle %s: %d docs, %d-d %s %s", self.directory, self.manifest.count, self.manifest.dim,
+                 self.manifest.quantization.value, self.manifest.index.type.value)
 
     def _load_rotation(self) -> np.ndarray | None:
         if self.manifest.rotation is Rotation.NONE:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
+from models.index_spec import IndexSpec
 from models.rotation import Rotation
 
 BUNDLE_FORMAT = 1
@@ -80,6 +81,7 @@ class BundleManifest(BaseModel):
     rotation: Rotation = Field(Rotation.NONE, description="pca: vectors rotated onto the corpus's principal axes "
                                "before truncation; queries must be rotated alike (rotation.npy)")
     base: BaseInfo | None = Field(None, description="set by `tandem index update`: the version it started from")
+    index: IndexSpec = Field(default_factory=IndexSpec, description="index type and its parameters (default: flat)")
 
     def summary(self) -> dict[str, object]:
         """What the service reports about the index it answers from."""
@@ -89,6 +91,7 @@ class BundleManifest(BaseModel):
             "dim": self.dim,
             "quantization": self.quantization.value,
             "rotation": self.rotation.value,
+            "index": self.index.type.value,
             "count": self.count,
             "build_time": self.build_time,
         }

@@ -1,9 +1,12 @@
-"""FAISS indexes for each quantization, with one search path for service and evaluation.
+"""FAISS indexes for each quantization and index type, with one search path for service and evaluation.
 
 - float: IndexFlatIP over MRL-truncated unit vectors.
 - int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
 - binary: IndexBinaryFlat over sign bits; the top `k × oversample` by Hamming distance are
   rescored with the float query against the int8 vectors (memory-mapped from disk).
+
+Those are the flat (exact) first stages; models.ann also builds HNSW and IVF ones (models.index_spec),
+with the same int8 calibration and the same binary rescoring.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from models.ann import apply_search_params, build_first_stage
 from models.contract import truncate
+from models.index_spec import IndexSpec
 from models.manifest import Quantization
 from models.quantize import Int8Calibration, binary_encode, int8_decode, int8_encode
 from models.timing import StageObserver
@@ -23,13 +28,6 @@ INDEX_FILE = "index.faiss"
 CALIBRATION_FILE = "calibration.npy"
 RESCORE_FILE = "rescore.u8.npy"
 DEFAULT_OVERSAMPLE = 4
-
-
-def _int8_faiss(cal: Int8Calibration) -> faiss.IndexScalarQuantizer:
-    index = faiss.IndexScalarQuantizer(cal.dim, faiss.ScalarQuantizer.QT_8bit, faiss.METRIC_INNER_PRODUCT)
-    faiss.copy_array_to_vector(cal.to_array().ravel(), index.sq.trained)
-    index.is_trained = True
-    return index
 
 
 class VectorIndex:
@@ -42,9 +40,11 @@ class VectorIndex:
         index: faiss.Index | faiss.IndexBinary,
         calibration: Int8Calibration | None = None,
         rescore_codes: np.ndarray | None = None,
+        spec: IndexSpec | None = None,
     ) -> None:
         self.quantization = quantization
         self.dim = dim
+        self.spec = spec or IndexSpec()
         self.index = index
         self.calibration = calibration
         self.rescore_codes = rescore_codes
@@ -55,21 +55,16 @@ class VectorIndex:
         return int(self.index.ntotal)
 
     @classmethod
-    def build(cls, vectors: np.ndarray, dim: int, quantization: Quantization) -> VectorIndex:
-        """Index full-dimension unit vectors after MRL truncation to `dim`."""
-        x = np.ascontiguousarray(truncate(vectors, dim))
-        if quantization is Quantization.FLOAT:
-            flat = faiss.IndexFlatIP(dim)
-            flat.add(x)
-            return cls(quantization, dim, flat)
-        cal = Int8Calibration.fit(x)
-        if quantization is Quantization.INT8:
-            sq = _int8_faiss(cal)
-            sq.add(x)
-            return cls(quantization, dim, sq, cal)
-        binary = faiss.IndexBinaryFlat(dim)
-        binary.add(binary_encode(x))
-        return cls(quantization, dim, binary, cal, int8_encode(x, cal))
+    def build(
+        cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None
+    ) -> VectorIndex:
+        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat)."""
+        spec = spec or IndexSpec()
+        x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
+        cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
+        index = build_first_stage(x, quantization, spec, cal)
+        rescore = int8_encode(x, cal) if quantization is Quantization.BINARY and cal is not None else None
+        return cls(quantization, dim, index, cal, rescore, spec)
 
     def save(self, directory: Path) -> list[str]:
         """Write the index files into `directory`; returns their names."""
@@ -87,7 +82,11 @@ class VectorIndex:
         return names
 
     @classmethod
-    def load(cls, directory: Path, dim: int, quantization: Quantization) -> VectorIndex:
+    def load(
+        cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None
+    ) -> VectorIndex:
+        """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former."""
+        spec = spec or IndexSpec()
         path = str(directory / INDEX_FILE)
         if quantization is Quantization.BINARY:
             index: faiss.Index | faiss.IndexBinary = faiss.read_index_binary(path)
@@ -97,11 +96,12 @@ class VectorIndex:
         cal = None
         if quantization is not Quantization.FLOAT:
             cal = Int8Calibration.from_array(np.load(directory / CALIBRATION_FILE))
+        apply_search_params(index, spec)
         if index.d != dim or (cal is not None and cal.dim != dim):
             raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
         if rescore is not None and rescore.shape != (index.ntotal, dim):
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
-        return cls(quantization, dim, index, cal, rescore)
+        return cls(quantization, dim, index, cal, rescore, spec)
 
     def search(
         self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE

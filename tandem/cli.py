@@ -84,6 +84,14 @@ def index_build(
     rotation: Annotated[
         str, typer.Option(help="none, or pca: rotate onto the corpus's principal axes before truncating.")
     ] = "none",
+    index: Annotated[
+        str, typer.Option(help="flat (exact), hnsw (float, int8 or binary) or ivf (binary only).")
+    ] = "flat",
+    hnsw_m: Annotated[int | None, typer.Option(help="hnsw: neighbours per node (default 32).")] = None,
+    ef_construction: Annotated[int | None, typer.Option(help="hnsw: build-time candidate list (default 80).")] = None,
+    ef_search: Annotated[int | None, typer.Option(help="hnsw: query-time candidate list (default 64).")] = None,
+    ivf_nlist: Annotated[int | None, typer.Option(help="ivf: k-means cells (default about 4·√N).")] = None,
+    ivf_nprobe: Annotated[int | None, typer.Option(help="ivf: cells scanned per query (default nlist/8).")] = None,
     teacher: TeacherOpt = None,
     embeddings: Annotated[Path | None, typer.Option(help="Import precomputed teacher embeddings (.npy).")] = None,
     ids: Annotated[Path | None, typer.Option(help="JSON list of document ids, one per embeddings row.")] = None,
@@ -98,11 +106,12 @@ def index_build(
     req = BuildRequest(
         corpus=corpus, out=out, root=root, version=version, keep=keep, dim=dim, quantization=quantization,
         rotation=rotation, teacher=teacher, embeddings=embeddings, ids=ids, batch_size=batch_size,
-        shard_size=shard_size, device=device, force=force,
+        shard_size=shard_size, device=device, force=force, index=index, hnsw_m=hnsw_m,
+        ef_construction=ef_construction, ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe,
     )
     manifest = build(req)
     typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "
-               f"{manifest.dim}-d {manifest.quantization.value}")
+               f"{manifest.dim}-d {manifest.quantization.value} {manifest.index.type.value}")
 
 
 @index_app.command("update")

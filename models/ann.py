@@ -1,0 +1,78 @@
+"""The FAISS first stage for each index type × quantization, and its search-time parameters.
+
+The int8 types use our calibrated ranges (the rescoring codec mirrors them), binary types index
+sign bits; every float-valued index scores by inner product, which is cosine for unit vectors.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import faiss
+import numpy as np
+
+from models.index_spec import IndexSpec, IndexType
+from models.manifest import Quantization
+from models.quantize import Int8Calibration, binary_encode
+
+IVF_TRAIN_PER_CELL = 256  # k-means sees at most this many codes per cell; more adds time, not quality
+
+
+def set_calibration(sq_index: faiss.IndexScalarQuantizer, cal: Int8Calibration) -> None:
+    """Make a QT_8bit scalar quantizer use `cal` instead of training its own ranges."""
+    faiss.copy_array_to_vector(cal.to_array().ravel(), sq_index.sq.trained)
+    sq_index.is_trained = True
+
+
+def build_first_stage(
+    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None
+) -> faiss.Index | faiss.IndexBinary:
+    """A filled index over MRL-truncated unit vectors `x` (float32, C-contiguous)."""
+    dim = x.shape[1]
+    ip = faiss.METRIC_INNER_PRODUCT
+    index: faiss.Index | faiss.IndexBinary
+    if spec.type is IndexType.FLAT:
+        if quantization is Quantization.FLOAT:
+            index = faiss.IndexFlatIP(dim)
+        elif quantization is Quantization.INT8:
+            assert cal is not None
+            index = faiss.IndexScalarQuantizer(dim, faiss.ScalarQuantizer.QT_8bit, ip)
+            set_calibration(index, cal)
+        else:
+            index = faiss.IndexBinaryFlat(dim)
+    elif spec.type is IndexType.HNSW:
+        assert spec.hnsw_m is not None and spec.ef_construction is not None
+        if quantization is Quantization.FLOAT:
+            index = faiss.IndexHNSWFlat(dim, spec.hnsw_m, ip)
+        elif quantization is Quantization.INT8:
+            assert cal is not None
+            qt8: Any = faiss.ScalarQuantizer.QT_8bit  # the stubs mistype this constructor's argument
+            index = faiss.IndexHNSWSQ(dim, qt8, spec.hnsw_m, ip)
+            set_calibration(cast(faiss.IndexScalarQuantizer, faiss.downcast_index(index.storage)), cal)
+            index.is_trained = True
+        else:
+            index = faiss.IndexBinaryHNSW(dim, spec.hnsw_m)
+        index.hnsw.efConstruction = spec.ef_construction
+    else:
+        assert quantization is Quantization.BINARY and spec.ivf_nlist is not None
+        index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, spec.ivf_nlist)  # keeps its quantizer alive
+    data = binary_encode(x) if quantization is Quantization.BINARY else x
+    if not index.is_trained:
+        step = max(1, len(data) // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
+        index.train(np.ascontiguousarray(data[::step]))
+    index.add(data)
+    apply_search_params(index, spec)
+    return index
+
+
+def apply_search_params(index: faiss.Index | faiss.IndexBinary, spec: IndexSpec) -> None:
+    """Set efSearch / nprobe from the manifest; raise ValueError when the file holds another index type."""
+    typed: Any = index  # efSearch / nprobe live on the concrete classes
+    kind = IndexType.HNSW if hasattr(typed, "hnsw") else IndexType.IVF if hasattr(typed, "nprobe") else IndexType.FLAT
+    if kind is not spec.type:
+        raise ValueError(f"index file holds a {kind.value} index ({type(index).__name__}), "
+                         f"the manifest says {spec.type.value}")
+    if spec.ef_search is not None:
+        typed.hnsw.efSearch = spec.ef_search
+    if spec.ivf_nprobe is not None:
+        typed.nprobe = spec.ivf_nprobe

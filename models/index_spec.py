@@ -1,0 +1,108 @@
+"""The index-type axis of a bundle: exact (flat) search, or an approximate first stage for size and speed.
+
+Valid combinations (anything else is refused before any work is done):
+
+- flat × float / int8 / binary: exact search (binary: exact Hamming, then int8 rescoring).
+- hnsw × float (IndexHNSWFlat), int8 (IndexHNSWSQ with our calibration), binary (IndexBinaryHNSW):
+  a graph over the vectors; `ef_search` trades latency for recall.
+- ivf × binary (IndexBinaryIVF): Hamming k-means cells; `ivf_nprobe` cells are scanned per query.
+
+Binary types keep the int8 rescoring stage, so only their first stage lives in RAM. Search-time
+parameters are recorded here and applied at load, since FAISS does not persist them for every type.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.errors import InputError
+
+if TYPE_CHECKING:  # models.manifest imports this module
+    from models.manifest import Quantization
+
+HNSW_M = 32
+EF_CONSTRUCTION = 80
+EF_SEARCH = 64
+IVF_POINTS_PER_CELL = 39  # FAISS k-means wants at least this many training points per centroid
+
+
+class IndexType(StrEnum):
+    FLAT = "flat"
+    HNSW = "hnsw"
+    IVF = "ivf"
+
+
+VALID = {  # index type → quantizations it supports
+    IndexType.FLAT: {"float", "int8", "binary"},
+    IndexType.HNSW: {"float", "int8", "binary"},
+    IndexType.IVF: {"binary"},
+}
+
+
+class IndexSpec(BaseModel):
+    """Index type and its parameters, as recorded in the manifest (unset: not used by this type)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: IndexType = IndexType.FLAT
+    hnsw_m: int | None = Field(default=None, ge=2, description="hnsw: neighbours per node")
+    ef_construction: int | None = Field(default=None, ge=1, description="hnsw: candidate list size while building")
+    ef_search: int | None = Field(default=None, ge=1, description="hnsw: candidate list size per query")
+    ivf_nlist: int | None = Field(default=None, ge=1, description="ivf: number of k-means cells")
+    ivf_nprobe: int | None = Field(default=None, ge=1, description="ivf: cells scanned per query")
+
+
+def default_nlist(count: int) -> int:
+    """About 4·√N cells, but no more than k-means can train well on N points."""
+    return max(1, min(int(4 * math.sqrt(count)), count // IVF_POINTS_PER_CELL))
+
+
+def resolve_spec(
+    index_type: str,
+    quantization: Quantization,
+    count: int,
+    *,
+    hnsw_m: int | None = None,
+    ef_construction: int | None = None,
+    ef_search: int | None = None,
+    ivf_nlist: int | None = None,
+    ivf_nprobe: int | None = None,
+) -> IndexSpec:
+    """A complete spec for `count` documents, or an InputError naming the offending option."""
+    try:
+        kind = IndexType(index_type)
+    except ValueError:
+        choices = ", ".join(t.value for t in IndexType)
+        raise InputError(f"unknown --index {index_type!r}; choose one of {choices}") from None
+    if quantization.value not in VALID[kind]:
+        allowed = ", ".join(sorted(VALID[kind]))
+        raise InputError(f"--index {kind.value} does not support --quantization {quantization.value}; "
+                         f"use {allowed}")
+    given = {"--hnsw-m": hnsw_m, "--ef-construction": ef_construction, "--ef-search": ef_search,
+             "--ivf-nlist": ivf_nlist, "--ivf-nprobe": ivf_nprobe}
+    for option, value in given.items():
+        if value is not None and value < 1:
+            raise InputError(f"{option} must be at least 1, got {value}")
+    own = {IndexType.FLAT: set(), IndexType.HNSW: {"--hnsw-m", "--ef-construction", "--ef-search"},
+           IndexType.IVF: {"--ivf-nlist", "--ivf-nprobe"}}[kind]
+    stray = [option for option, value in given.items() if value is not None and option not in own]
+    if stray:
+        raise InputError(f"{', '.join(stray)} does not apply to --index {kind.value}")
+    if kind is IndexType.HNSW:
+        if hnsw_m is not None and hnsw_m < 2:
+            raise InputError(f"--hnsw-m must be at least 2, got {hnsw_m}")
+        return IndexSpec(type=kind, hnsw_m=hnsw_m or HNSW_M, ef_construction=ef_construction or EF_CONSTRUCTION,
+                         ef_search=ef_search or EF_SEARCH)
+    if kind is IndexType.IVF:
+        nlist = ivf_nlist or default_nlist(count)
+        if nlist > count:
+            raise InputError(f"--ivf-nlist {nlist} exceeds the corpus's {count} documents")
+        nprobe = ivf_nprobe or max(1, nlist // 8)
+        if nprobe > nlist:
+            raise InputError(f"--ivf-nprobe {nprobe} exceeds --ivf-nlist {nlist}")
+        return IndexSpec(type=kind, ivf_nlist=nlist, ivf_nprobe=nprobe)
+    return IndexSpec(type=kind)
