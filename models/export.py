@@ -73,11 +73,20 @@ def optimize_onnx(raw: Path, out: Path, num_heads: int, hidden_size: int) -> dic
 
 
 def quantize_onnx(fp32: Path, out: Path, nodes_to_exclude: Sequence[str] = ()) -> None:
-    """Per-channel dynamic int8 weights; fused ORT ops lack shape info, hence the default tensor type."""
-    quantize_dynamic(
-        fp32, out, per_channel=True, weight_type=QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude),
-        extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
+    """Per-channel dynamic int8 weights; fused ORT ops lack shape info, hence the default tensor type.
+
+    ORT's quantizer logs a few lines per tensor on the root logger; they are held back to warnings.
+    """
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(max(level, logging.WARNING))
+    try:
+        quantize_dynamic(
+            fp32, out, per_channel=True, weight_type=QuantType.QInt8, nodes_to_exclude=list(nodes_to_exclude),
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+        )
+    finally:
+        root.setLevel(level)
 
 
 def weight_matmuls(path: Path) -> list[str]:
