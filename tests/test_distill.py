@@ -198,3 +198,24 @@ def test_probe_documents_are_trained_on_with_the_test_seed() -> None:
     data = build_training_data(CORPUS, TEST_PRESET, seed=TEST_SEED)
     held_out = {CORPUS[r].id for r in data.val.passages}
     assert not held_out & set(PROBES.values())
+
+
+def test_alignment_losses_agree_on_unit_vectors() -> None:
+    torch = pytest.importorskip("torch")
+    from models.distill.train import alignment_loss
+
+    t = torch.nn.functional.normalize(torch.randn(8, 16), dim=-1)
+    s = torch.nn.functional.normalize(t + 0.3 * torch.randn(8, 16), dim=-1)
+    l2, cos = alignment_loss(s, t, "l2"), alignment_loss(s, t, "cosine")
+    # For unit vectors ‖s − t‖² = 2 (1 − cos): the two losses rank students alike.
+    assert float(((s - t).norm(dim=-1) ** 2).mean()) == pytest.approx(2 * float(cos), rel=1e-5)
+    assert float(l2) > 0 and float(alignment_loss(t, t, "l2")) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_patience_counts_epochs_since_the_best() -> None:
+    from models.distill.train import TrainResult, _patience_spent
+
+    preset = PRESET.model_copy(update={"patience": 2})
+    assert not _patience_spent(TrainResult(epochs=3, best_epoch=2), preset)
+    assert _patience_spent(TrainResult(epochs=4, best_epoch=2), preset)
+    assert not _patience_spent(TrainResult(epochs=9, best_epoch=0), PRESET)  # no patience: never

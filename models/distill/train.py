@@ -124,7 +124,6 @@ class Validation:
             text += f", queries {self.query_loss:.4f}, overlap@10 with the teacher {self.overlap_at_10:.4f}"
         return f"{text} after {self.steps} steps"
 
-
     def score(self) -> float:
         """Higher is better: ranking agreement where there are validation queries, else the loss."""
         return self.overlap_at_10 if self.overlap_at_10 is not None else -self.loss
