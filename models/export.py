@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 FP32_MIN_COSINE = 0.999
 INT8_MIN_COSINE = 0.99
-QUANTIZE_MIN_COSINE = 0.995  # int8 vs fp32 ONNX while choosing what to quantize: a margin above the gate
 OPSET = 17
 RAW_FILE = "model.raw.onnx"
 
@@ -123,14 +122,14 @@ def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[
         return float(np.mean(np.sum(onnx_vectors(out, tokens, texts) * reference, axis=1)))
 
     candidates = weight_matmuls(fp32)
-    if cosine() >= QUANTIZE_MIN_COSINE:
+    if cosine() >= INT8_MIN_COSINE:
         return []
     sensitivity = sorted(candidates, key=lambda name: cosine(only=name))
     for n in range(1, len(sensitivity) + 1):
         excluded = sensitivity[:n]
         score = cosine(excluded)
         log.info("int8: %d of %d MatMuls kept in fp32, cosine to fp32 %.5f", n, len(candidates), score)
-        if score >= QUANTIZE_MIN_COSINE:
+        if score >= INT8_MIN_COSINE:
             return excluded
     return sensitivity
 
