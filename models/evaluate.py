@@ -29,7 +29,7 @@ from models.contract import check_same_teacher
 from models.errors import ContractMismatch, InputError
 from models.eval_matrix import Setup, evaluate_matrix
 from models.ir_metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
-from models.registry import load_card, resolve
+from models.registry import ModelCard, resolve
 from models.student import Precision, StudentEncoder
 from models.vector_index import VectorIndex
 
@@ -137,7 +137,7 @@ def run_eval(req: EvalRequest) -> dict:
     }
     if req.matrix:
         started = time.perf_counter()
-        teacher_docs = _teacher_documents(teacher.card.path, dataset, req.device)
+        teacher_docs = _teacher_documents(teacher.card, dataset, req.device)
         backbone_queries, backbone_docs = _backbone_vectors(req.backbone, texts, passages, req.device)
         setups = [
             Setup("teacher", vectors["teacher"], teacher_docs),
@@ -164,11 +164,11 @@ def run_eval(req: EvalRequest) -> dict:
     return report
 
 
-def _teacher_documents(teacher_dir: str, dataset: BeirDataset, device: str | None) -> np.ndarray:
+def _teacher_documents(card: ModelCard, dataset: BeirDataset, device: str | None) -> np.ndarray:
     """The teacher's full-dimension document vectors: the indexer's embedding-store entry, else encoded once."""
     from models.distill.targets import TeacherTargets
 
-    return TeacherTargets(load_card(Path(teacher_dir)), device).documents(dataset.corpus)
+    return TeacherTargets(card, device).documents(dataset.corpus)
 
 
 def _backbone_vectors(

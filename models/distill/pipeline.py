@@ -101,13 +101,18 @@ def _ridge_init(
     return fit.val_loss
 
 
-def _student_model(backbone_dir: Path, card: ModelCard, preset: Preset) -> StudentModel:
+def _starting_card(card: ModelCard, preset: Preset, backbone: Path | None) -> ModelCard:
+    """The model the student starts from: the backbone, or the teacher itself for teacher-layers."""
+    return card if preset.student == "teacher-layers" else load_card(resolve("backbone", backbone))
+
+
+def _student_model(start: ModelCard, card: ModelCard, preset: Preset) -> StudentModel:
     if preset.student == "teacher-layers":
         total = int(json.loads((Path(card.path) / "config.json").read_text())["num_hidden_layers"])
         layers = preset.layer_indices(total)
         log.info("student: %s layers %s of %d (teacher-layer extraction)", card.name, layers, total)
-        return StudentModel(backbone_dir, card.dim, keep_layers=layers, name=f"{card.name} layers {layers}")
-    return StudentModel(backbone_dir, card.dim, name=load_card(backbone_dir).name)
+        return StudentModel(Path(card.path), card.dim, keep_layers=layers, name=f"{card.name} layers {layers}")
+    return StudentModel(Path(start.path), card.dim, name=start.name)
 
 
 def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> Path:
@@ -123,11 +128,8 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     check_target(Path(req.out), req.force)
     bundle = read_bundle_manifest(req.index)
     card = _teacher_of(bundle, req)
-    if preset.student == "teacher-layers":
-        backbone_dir, backbone = Path(card.path), card
-    else:
-        backbone_dir = resolve("backbone", req.backbone)
-        backbone = load_card(backbone_dir)
+    backbone = _starting_card(card, preset, req.backbone)  # before any heavy work: a missing model fails fast
+    backbone_dir = Path(backbone.path)
     docs = read_corpus(req.corpus)
     if sha256_file(Path(req.corpus)) != bundle.corpus.sha256:
         log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
@@ -143,7 +145,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
 
     device = pick_device(req.device)
     torch.manual_seed(req.seed)
-    model = _student_model(backbone_dir, card, preset).to(device)
+    model = _student_model(backbone, card, preset).to(device)
     tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
     train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens)
     texts_digest = hashlib.sha256("\x00".join(data.train.queries + data.val.queries).encode()).hexdigest()

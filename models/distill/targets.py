@@ -84,11 +84,10 @@ class TeacherTargets:
             new_key = texts_key(self.card, missing)
             known.update(zip(missing, self.cache.encode(new_key, missing, self._encode, meta), strict=True))
             self._record_texts(new_key, missing)
-        if len(missing) == len(texts):
-            return np.stack([known[t] for t in texts])
         vectors = np.stack([known[t] for t in texts])
-        self.cache.put(key, vectors, meta)
-        self._record_texts(key, texts)
+        if missing != list(texts):  # not the entry just encoded: store the whole list, a hit for the next run
+            self.cache.put(key, vectors, meta)
+            self._record_texts(key, texts)
         return vectors
 
     def _record_texts(self, key: str, texts: Sequence[str]) -> None:
