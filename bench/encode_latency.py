@@ -1,10 +1,11 @@
-"""Single-query encoding latency: student ONNX (int8, fp32) vs the teacher in torch, on CPU.
+"""Query encoding latency and throughput: student ONNX (int8, fp32) vs the teacher in torch, on CPU.
 
 Why: the point of the student is cheaper queries. This measures the cost the service pays per
-request (batch size 1, same thread count for all encoders, all in one process and one run) and
-records the result in docs/BENCHMARKS.md.
+request (batch size 1) and per micro-batch (batch size 16, what concurrent requests share), with
+the same thread count for all encoders, all in one process and one run, and records the result in
+docs/BENCHMARKS.md.
 
-    python bench/encode_latency.py --student .tandem/students/scifact
+    python bench/encode_latency.py --student .tandem/students/scifact --batch-sizes 1,16
 """
 
 from __future__ import annotations
@@ -55,7 +56,13 @@ FALLBACK_QUERIES = [
 @dataclass(frozen=True)
 class Result:
     name: str
-    times_ms: list[float]
+    batch: int
+    times_ms: list[float]  # per encode() call of `batch` queries
+
+    @property
+    def per_second(self) -> float:
+        """Queries encoded per second, from the mean call time."""
+        return self.batch * 1000 / self.mean
 
     @property
     def p50(self) -> float:
@@ -91,9 +98,10 @@ def load_queries(source: Path, n: int) -> tuple[list[str], str]:
 
 
 def measure(
-    encoders: dict[str, Callable[[str], object]], queries: Sequence[str], warmup: int, rounds: int
+    encoders: dict[str, Callable[[list[str]], object]], queries: Sequence[str], warmup: int, rounds: int,
+    batch: int,
 ) -> list[Result]:
-    """Time each encoder on each query (batch of one).
+    """Time each encoder on consecutive batches of `batch` queries.
 
     Encoders take turns in blocks, one block of queries per round, so slow drifts in machine
     load hit them alike. They are not interleaved query by query: onnxruntime and OpenMP
@@ -101,22 +109,23 @@ def measure(
     teacher's p50 rose from ~50 to ~84 ms when alternated with the student). A few untimed
     calls open each block for the same reason.
     """
+    batches = [list(queries[i : i + batch]) for i in range(0, len(queries) - batch + 1, batch)]
     for name, encode in encoders.items():
-        log.info("warming up %s (%d queries)", name, warmup)
-        for text in queries[:warmup]:
-            encode(text)
+        log.info("warming up %s (%d batches of %d)", name, warmup, batch)
+        for texts in batches[:warmup]:
+            encode(texts)
     times: dict[str, list[float]] = {name: [] for name in encoders}
-    blocks = [list(queries[r::rounds]) for r in range(rounds)]
+    blocks = [batches[r::rounds] for r in range(rounds)]
     for r, block in enumerate(blocks, start=1):
         for name, encode in encoders.items():
-            for text in block[:BLOCK_SETTLE]:
-                encode(text)
-            for text in block:
+            for texts in block[:BLOCK_SETTLE]:
+                encode(texts)
+            for texts in block:
                 start = time.perf_counter()
-                encode(text)
+                encode(texts)
                 times[name].append((time.perf_counter() - start) * 1000)
-        log.info("round %d/%d done", r, rounds)
-    return [Result(name, t) for name, t in times.items()]
+        log.info("batch %d: round %d/%d done", batch, r, rounds)
+    return [Result(name, batch, t) for name, t in times.items()]
 
 
 def versions() -> str:
@@ -129,22 +138,23 @@ def versions() -> str:
 def render_section(
     command: str, results: list[Result], teacher: str, setup: str, load: str, note: str | None
 ) -> str:
-    by_name = {r.name: r for r in results}
+    base = {r.batch: r for r in results if r.name == teacher}
     rows = [
-        "| encoder | p50 ms | p90 ms | mean ms |",
-        "|---|---:|---:|---:|",
-        *(f"| {r.name} | {r.p50:.2f} | {r.p90:.2f} | {r.mean:.2f} |" for r in results),
+        "| encoder | batch | p50 ms per call | p90 ms | mean ms | queries/s |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(f"| {r.name} | {r.batch} | {r.p50:.2f} | {r.p90:.2f} | {r.mean:.2f} | {r.per_second:.0f} |"
+          for r in results),
     ]
-    base = by_name[teacher]
     speedups = [
-        f"- {r.name}: {base.p50 / r.p50:.1f}× at p50, {base.mean / r.mean:.1f}× on the mean"
+        f"- {r.name}, batch {r.batch}: {base[r.batch].p50 / r.p50:.1f}× at p50, "
+        f"{r.per_second / base[r.batch].per_second:.1f}× the throughput"
         for r in results
         if r.name != teacher
     ]
     return "\n".join(
         [
             BEGIN,
-            "## Query encoding latency (CPU, batch size 1)",
+            "## Query encoding latency and throughput (CPU)",
             "",
             f"Command: `{command}`",
             "",
@@ -155,7 +165,7 @@ def render_section(
             *([note, ""] if note else []),
             *rows,
             "",
-            "Speed-up over the teacher (teacher time ÷ student time):",
+            "Speed-up over the teacher at the same batch size:",
             "",
             *speedups,
             END,
@@ -186,7 +196,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="BEIR directory or queries JSONL (default: $TANDEM_SCIFACT_DIR or ../shared/data/scifact).",
     )
     parser.add_argument("-n", "--num-queries", type=int, default=300, help="Timed queries per encoder.")
-    parser.add_argument("--warmup", type=int, default=20, help="Untimed queries per encoder first.")
+    parser.add_argument("--batch-sizes", default="1,16", help="Comma-separated queries per encode() call.")
+    parser.add_argument("--warmup", type=int, default=20, help="Untimed batches per encoder first.")
     parser.add_argument("--threads", type=int, default=2, help="Threads for every encoder.")
     parser.add_argument("--rounds", type=int, default=5, help="Blocks each encoder's queries are split into.")
     parser.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="Markdown file to update.")
@@ -194,6 +205,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if min(args.num_queries, args.threads, args.rounds) < 1 or args.warmup < 0:
         parser.error("--num-queries, --threads and --rounds must be >= 1, --warmup >= 0")
+    try:
+        args.batch_list = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--batch-sizes {args.batch_sizes!r}: expected comma-separated integers")
+    if min(args.batch_list) < 1 or max(args.batch_list) * args.rounds > args.num_queries:
+        parser.error("--batch-sizes must be >= 1, with --rounds batches of each within --num-queries")
     return args
 
 
@@ -219,25 +236,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         log.error("%s", exc)
         sys.exit(2)
     teacher_name = f"teacher {teacher.card.name} (torch fp32)"
-    encoders: dict[str, Callable[[str], object]] = {
-        f"student int8 (ONNX, {students['int8'].manifest.backbone})": lambda t: students["int8"].encode([t]),
-        f"student fp32 (ONNX, {students['fp32'].manifest.backbone})": lambda t: students["fp32"].encode([t]),
-        teacher_name: lambda t: teacher.encode([t], batch_size=1),
+    encoders: dict[str, Callable[[list[str]], object]] = {
+        f"student int8 (ONNX, {students['int8'].manifest.backbone})": students["int8"].encode,
+        f"student fp32 (ONNX, {students['fp32'].manifest.backbone})": students["fp32"].encode,
+        teacher_name: lambda texts: teacher.encode(texts, batch_size=len(texts)),
     }
     log.info("queries: %s", described)
     busy, load_before = load_average()
     note = busy_note(busy, args.threads)
     if note:
         log.warning("%s", note.removeprefix("> Warning: "))
-    results = measure(encoders, queries, args.warmup, args.rounds)
+    results = [r for b in args.batch_list for r in measure(encoders, queries, args.warmup, args.rounds, b)]
     for r in results:
-        log.info("%-50s p50 %7.2f ms  p90 %7.2f ms  mean %7.2f ms", r.name, r.p50, r.p90, r.mean)
+        log.info("%-50s batch %2d p50 %7.2f ms  p90 %7.2f ms  mean %7.2f ms  %6.0f q/s", r.name, r.batch, r.p50,
+                 r.p90, r.mean, r.per_second)
     setup = (
         f"{args.threads} threads for every encoder (onnxruntime intra-op threads; torch intra-op threads, "
-        f"1 inter-op), batch size 1, teacher in fp32. {args.warmup} warm-up queries per encoder, then "
-        f"{len(queries)} timed queries each, in {args.rounds} rounds of blocks (encoders take turns "
+        f"1 inter-op), batch sizes {args.batch_sizes}, teacher in fp32. {args.warmup} warm-up batches per "
+        f"encoder, then {len(queries)} timed queries each, in {args.rounds} rounds of blocks (encoders take turns "
         f"block by block; {BLOCK_SETTLE} untimed calls open each block). Times are whole `encode()` calls, "
-        f"tokenization included. Queries: {described}."
+        f"tokenization included; queries/s is the batch size over the mean call time. Queries: {described}."
     )
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"

@@ -24,8 +24,6 @@ import platform
 import secrets
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -39,13 +37,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.reload")
 
 
 SECTION = "reload-under-load"
 BEGIN, END = markers(SECTION)
-READY_TIMEOUT_S = 180.0
 WATCH_TIMEOUT_S = 60.0
 
 
@@ -119,32 +117,9 @@ def prepare_student(work: Path, corpus: Path, bundle: Path, student: Path | None
 
 # --- server ------------------------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def start_server(root: Path, student: Path, port: int, token: str, log_path: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "TANDEM_ADMIN_TOKEN": token, "TANDEM_LOG_FORMAT": "text"}
-    cmd = [sys.executable, "-m", "tandem", "serve", "--index", str(root), "--student", str(student),
-           "--host", "127.0.0.1", "--port", str(port)]
-    with log_path.open("wb") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-
-
-def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"the server exited with {server.returncode} during startup")
-        try:
-            if client.get("/readyz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise TimeoutError("the server was not ready in time")
+    env = {"TANDEM_ADMIN_TOKEN": token, "TANDEM_LOG_FORMAT": "text"}
+    return start_process(tandem_serve_cmd(root, student, port), log_path, env)
 
 
 # --- the reloads -------------------------------------------------------------------------------------------
@@ -362,14 +337,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                               on_response=record)
         reloads.join(timeout=WATCH_TIMEOUT_S * 3)
     finally:
-        server.send_signal(signal.SIGINT)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        stop(server)
 
-    failures = sum(report.errors.values()) + sum(n for code, n in report.status.items() if code != "200")
-    verdict = check(answers, v1, events, failures)
+    verdict = check(answers, v1, events, report.failures)
     report_text = format_report(report)
     events_out = [{"name": e.name, "target": e.target, "seconds": round(e.end - e.start, 3), "outcome": e.outcome}
                   for e in events]

@@ -43,6 +43,10 @@ class Metrics:
             "tandem_http_requests", "HTTP requests by route template, method and status.",
             ["route", "method", "status"], registry=r,
         )
+        self.batch_queries = Histogram(
+            "tandem_batch_queries", "Queries encoded in the same ONNX call as a request's (its micro-batch).",
+            buckets=(1, 2, 4, 8, 16, 32, 64), registry=r,
+        )
         self.overloaded = Counter("tandem_overloaded", "Requests refused with 429 (admission control).", registry=r)
         self.queue_depth = Gauge("tandem_queue_depth", "Queries queued or running in the micro-batcher.", registry=r)
         if queue_depth is not None:

@@ -15,7 +15,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
@@ -34,6 +34,8 @@ DEFAULT_QUERIES = [
 ]
 # on_response(scheduled send, answered, response), both time.perf_counter(): e.g. to record the index version.
 OnResponse = Callable[[float, float, httpx.Response], None]
+# send(client, query, top_k) → response; POST /search by default, other APIs for benchmarks of peers.
+Send = Callable[[httpx.AsyncClient, str, int], Awaitable[httpx.Response]]
 _BUDGET_ITEM = re.compile(r"^(p50|p90|p99|p99\.9|max)=(\d+(?:\.\d+)?)(ms|s)$")
 
 
@@ -49,6 +51,11 @@ class LoadReport(BaseModel):
     errors: dict[str, int]  # client-side failures by kind (timeout, connect, client_limit, ...)
     budget: dict[str, float] = {}
     budget_missed: list[str] = []
+
+    @property
+    def failures(self) -> int:
+        """Answers other than 2xx plus client-side failures."""
+        return sum(self.errors.values()) + sum(n for code, n in self.status.items() if not code.startswith("2"))
 
 
 def parse_budget(text: str) -> dict[str, float]:
@@ -103,10 +110,14 @@ class _Recorder:
         self.in_flight = 0
 
 
-async def _one(client: httpx.AsyncClient, body: dict, due: float, rec: _Recorder) -> None:
+async def post_search(client: httpx.AsyncClient, query: str, top_k: int) -> httpx.Response:
+    return await client.post("/search", json={"query": query, "top_k": top_k})
+
+
+async def _one(client: httpx.AsyncClient, send: Send, query: str, top_k: int, due: float, rec: _Recorder) -> None:
     rec.in_flight += 1
     try:
-        response = await client.post("/search", json=body)
+        response = await send(client, query, top_k)
     except httpx.TimeoutException:
         rec.errors["timeout"] += 1
     except httpx.TransportError as exc:
@@ -124,7 +135,7 @@ async def _one(client: httpx.AsyncClient, body: dict, due: float, rec: _Recorder
 
 async def _drive(url: str, rps: float, duration_s: float, queries: list[str], top_k: int,
                  concurrency_limit: int | None, timeout_s: float,
-                 on_response: OnResponse | None = None) -> tuple[_Recorder, int]:
+                 on_response: OnResponse | None, send: Send) -> tuple[_Recorder, int]:
     rec = _Recorder(on_response)
     total = int(rps * duration_s)
     limits = httpx.Limits(max_connections=concurrency_limit or 1000, max_keepalive_connections=100)
@@ -139,32 +150,33 @@ async def _drive(url: str, rps: float, duration_s: float, queries: list[str], to
             if concurrency_limit is not None and rec.in_flight >= concurrency_limit:
                 rec.errors["client_limit"] += 1
                 continue
-            body = {"query": queries[i % len(queries)], "top_k": top_k}
-            tasks.append(asyncio.create_task(_one(client, body, due, rec)))
+            tasks.append(asyncio.create_task(_one(client, send, queries[i % len(queries)], top_k, due, rec)))
         await asyncio.gather(*tasks)
     return rec, total
 
 
 def run_loadtest(url: str, rps: float, duration_s: float, queries: list[str], budget: dict[str, float],
                  top_k: int = 10, concurrency_limit: int | None = None, timeout_s: float = 10.0,
-                 on_response: OnResponse | None = None) -> LoadReport:
+                 on_response: OnResponse | None = None, send: Send = post_search) -> LoadReport:
     if rps <= 0 or duration_s <= 0:
         raise InputError("--rps and --duration must be positive")
-    rec, sent = asyncio.run(_drive(url, rps, duration_s, queries, top_k, concurrency_limit, timeout_s, on_response))
+    rec, sent = asyncio.run(
+        _drive(url, rps, duration_s, queries, top_k, concurrency_limit, timeout_s, on_response, send)
+    )
     latencies = np.asarray(rec.latencies)
     summary = {name: float(np.percentile(latencies, q)) for name, q in PERCENTILES.items()} if len(latencies) else {}
     if len(latencies):
         summary["max"] = float(latencies.max())
-    failures = sum(rec.errors.values()) + sum(n for code, n in rec.status.items() if not code.startswith("2"))
     missed = [f"{name}: {summary.get(name, float('inf')):.1f} ms > {limit:g} ms"
               for name, limit in budget.items() if name != "errors" and summary.get(name, float("inf")) > limit]
-    if failures > budget.get("errors", float("inf")):
-        missed.append(f"errors: {failures} > {budget['errors']:g}")
-    return LoadReport(
+    report = LoadReport(
         url=url, target_rps=rps, duration_s=duration_s, sent=sent, completed=len(latencies),
         achieved_rps=len(latencies) / duration_s, latency_ms={k: round(v, 2) for k, v in summary.items()},
         status=dict(rec.status), errors=dict(rec.errors), budget=budget, budget_missed=missed,
     )
+    if report.failures > budget.get("errors", float("inf")):
+        report.budget_missed.append(f"errors: {report.failures} > {budget['errors']:g}")
+    return report
 
 
 def format_report(report: LoadReport) -> str:

@@ -76,6 +76,7 @@ async def search(
         outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
         index = IndexSummary.model_validate(searcher.index_summary())  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
+    metrics.batch_queries.observe(outcome.batch_size)
     timing = Timing(**outcome.timing_ms)
     if request.query is not None:
         return SearchResponse(results=_hits(outcome.hits[0]), index=index, timing_ms=timing)

@@ -1,0 +1,341 @@
+"""End-to-end POST /search under open-loop load: index types at 100k and 1M documents, and overload.
+
+Why: an operator sizing a deployment needs the whole request (HTTP, the real int8 student encoding
+a real query, FAISS, rescoring, the document store) under concurrency, not the parts alone. Each
+configuration is a bundle built by `tandem index build` from synthetic teacher-like vectors
+(SciFact's teacher embeddings plus covariance-shaped noise, as in bench/index_types.py; index size
+is what matters here), served by a real `tandem serve` on 127.0.0.1 and driven by `tandem.loadtest`
+(open loop: no coordinated omission) with SciFact's test queries.
+
+1. Ladder, per size × index type: open-loop steps from `--start-rps`, doubling until a step fails
+   (an error, under 95% of the rate answered, or p99 over `--p99-ms`), then bisected. The first
+   step's latency is the unloaded latency; the highest passing step is the sustained throughput.
+2. Acceptance, on `--accept` (default 100k binary, int8 rescoring): `--accept-rps` for
+   `--accept-duration` s; then twice the sustained rate (overload): the share shed with 429/503 and
+   how fast, the accepted requests' p99, the server's memory; then a recovery run at half the
+   sustained rate.
+
+    python bench/serve_load.py --student .tandem/students/scifact-full
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import numpy as np
+from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from encode_latency import DEFAULT_SCIFACT, load_queries
+from index_types import DEFAULT_REFERENCE, synthesize
+from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+
+from tandem.loadtest import format_report, run_loadtest
+
+log = logging.getLogger("bench.serve_load")
+
+
+
+@dataclass
+class Config:
+    size: int
+    index: str
+    quantization: str
+    steps: list[Step] = field(default_factory=list)
+    rss_mb: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return f"{self.index}-{self.quantization}"
+
+    @property
+    def sustained(self) -> Step | None:
+        passing = [s for s in self.steps if s.passed]
+        return max(passing, key=lambda s: s.rps) if passing else None
+
+
+# --- data and bundles ----------------------------------------------------------------------------------------
+
+def synthetic_inputs(work: Path, size: int, reference: Path) -> Path:
+    """corpus.jsonl, vectors.f16.npy and ids.json for `size` synthetic documents, made once per size."""
+    directory = work / f"n{size}"
+    if (directory / "ids.json").is_file():
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    docs, _ = synthesize(reference, size, 1, seed=size)
+    np.save(directory / "vectors.f16.npy", docs.astype(np.float16))
+    del docs
+    ids = [f"doc{i}" for i in range(size)]
+    with (directory / "corpus.jsonl").open("w") as fh:
+        for doc_id in ids:
+            fh.write(json.dumps({"_id": doc_id, "title": f"Synthetic {doc_id}", "text": "Synthetic text."}) + "\n")
+    (directory / "ids.json").write_text(json.dumps(ids))  # last: marks the inputs complete
+    return directory
+
+
+def bundle_for(work: Path, inputs: Path, index: str, quantization: str) -> Path:
+    """Built once with `tandem index build` (import of the synthetic vectors); reused while it exists."""
+    out = inputs / f"bundle-{index}-{quantization}"
+    if (out / "manifest.json").is_file():
+        return out
+    cmd = [sys.executable, "-m", "tandem", "index", "build", "--corpus", str(inputs / "corpus.jsonl"),
+           "--out", str(out), "--embeddings", str(inputs / "vectors.f16.npy"), "--ids", str(inputs / "ids.json"),
+           "--quantization", quantization, "--index", index, "--force"]
+    began = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
+    log.info("built %s in %.0f s", out, time.perf_counter() - began)
+    return out
+
+
+# --- the server ----------------------------------------------------------------------------------------------
+
+class Server:
+    """`tandem serve` in a child process, with its resident memory readable while it runs."""
+
+    def __init__(self, bundle: Path, student: Path, env: dict[str, str], log_path: Path) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.process = start_process(tandem_serve_cmd(bundle, student, port), log_path,
+                                     {"TANDEM_LOG_FORMAT": "text", **env})
+        with httpx.Client(base_url=self.url, timeout=10.0, trust_env=False) as client:
+            wait_ready(client, self.process)
+
+    def rss_mb(self, field_name: str = "VmRSS") -> float:
+        return rss_mib(self.process.pid, field_name) or float("nan")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+# --- load ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Shed:
+    """Answers other than 2xx, and how long the refused requests took from their scheduled send."""
+
+    refused_ms: list[float] = field(default_factory=list)
+
+    def record(self, due: float, done: float, response: httpx.Response) -> None:
+        if response.status_code in (429, 503):
+            self.refused_ms.append((done - due) * 1e3)
+
+
+def run_step(url: str, rps: float, duration: float, queries: list[str], p99_ms: float,
+             shed: Shed | None = None) -> Step:
+    report = run_loadtest(url, rps, duration, queries, {}, top_k=10, on_response=shed.record if shed else None)
+    step = judge(report, p99_ms)
+    log.info("%s → %s", format_report(report).replace("\n", " | "), step.why)
+    return step
+
+
+def ladder(url: str, queries: list[str], args: argparse.Namespace) -> list[Step]:
+    """Double the rate until a step fails, then bisect between the last pass and the first failure."""
+    steps: list[Step] = []
+
+    def probe(rps: float) -> Step:
+        step = run_step(url, rps, args.step_duration, queries, args.p99_ms)
+        steps.append(step)
+        time.sleep(args.rest)
+        return step
+
+    rps, good, bad = args.start_rps, 0.0, 0.0
+    while rps <= args.max_rps:
+        if not probe(rps).passed:
+            bad = rps
+            break
+        good, rps = rps, rps * 2
+    for _ in range(args.bisect if bad and good else 0):
+        mid = float(round((good + bad) / 20) * 10) if good >= 20 else (good + bad) / 2  # round rates to 10s
+        if mid in (good, bad):
+            break
+        if probe(mid).passed:
+            good = mid
+        else:
+            bad = mid
+    return sorted(steps, key=lambda s: s.rps)
+
+
+@dataclass
+class Acceptance:
+    steady: Step
+    overload: Step
+    refused_p50_ms: float
+    refused_p99_ms: float
+    recovery: Step
+    rss_mb: dict[str, float]
+    alive: bool
+
+
+def acceptance(server: Server, queries: list[str], sustained: float, args: argparse.Namespace) -> Acceptance:
+    rss = {"before": server.rss_mb()}
+    steady = run_step(server.url, args.accept_rps, args.accept_duration, queries, args.accept_p99_ms)
+    rss["after steady"] = server.rss_mb()
+    time.sleep(args.rest)
+    peak = [server.rss_mb()]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.25):
+            if server.alive():
+                peak.append(server.rss_mb())
+
+    sampler = threading.Thread(target=sample, name="rss")
+    sampler.start()
+    shed = Shed()
+    overload = run_step(server.url, 2 * sustained, args.overload_duration, queries, args.overload_p99_ms, shed)
+    done.set()
+    sampler.join()
+    rss["peak during overload"] = max(peak)
+    rss["after overload"] = server.rss_mb()
+    time.sleep(args.rest)
+    recovery = run_step(server.url, sustained / 2, args.step_duration, queries, args.p99_ms)
+    rss["after recovery"] = server.rss_mb()
+    refused = np.asarray(shed.refused_ms) if shed.refused_ms else np.asarray([float("nan")])
+    return Acceptance(steady=steady, overload=overload, refused_p50_ms=float(np.percentile(refused, 50)),
+                      refused_p99_ms=float(np.percentile(refused, 99)), recovery=recovery, rss_mb=rss,
+                      alive=server.alive())
+
+
+# --- report --------------------------------------------------------------------------------------------------
+
+def acceptance_lines(accept: Acceptance, args: argparse.Namespace) -> list[str]:
+    steady, overload, recovery = accept.steady, accept.overload, accept.recovery
+    status = overload.report.status
+    total = sum(status.values()) + sum(overload.report.errors.values())
+    shed = sum(n for code, n in status.items() if code in ("429", "503"))
+    return [
+        f"- **{steady.rps:g} rps for {args.accept_duration:g} s**: p99 {steady.ms('p99'):.1f} ms "
+        f"(bound {args.accept_p99_ms:g} ms), {steady.report.failures} errors → "
+        f"**{'met' if steady.passed else 'MISSED'}**",
+        f"- **Overload at {overload.rps:g} rps** (twice the sustained rate) for {args.overload_duration:g} s: "
+        f"{shed} of {total} requests ({shed / max(total, 1):.0%}) shed with 429/503, answered in p50 "
+        f"{accept.refused_p50_ms:.1f} ms / p99 {accept.refused_p99_ms:.1f} ms from their scheduled send; accepted "
+        f"requests p99 **{overload.ms('p99'):.1f} ms** (bound {args.overload_p99_ms:g} ms); other failures "
+        f"{overload.report.failures - shed}; server alive afterwards: **{'yes' if accept.alive else 'NO'}**",
+        "- Server resident memory (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in accept.rss_mb.items()),
+        f"- **Recovery** at {recovery.rps:g} rps right after: p99 {recovery.ms('p99'):.1f} ms, "
+        f"{recovery.report.failures} errors → **{'recovered' if recovery.passed else 'NOT recovered'}**",
+    ]
+
+
+def render(configs: list[Config], accept: Acceptance | None, accept_label: str, command: str, setup: str,
+           load: str, args: argparse.Namespace) -> str:
+    import faiss
+    import onnxruntime
+
+    sizes = " and ".join(f"{size:,}" for size in dict.fromkeys(c.size for c in configs))
+    begin, end = markers(args.section)
+    lines = [
+        begin, f"## End-to-end POST /search under open-loop load: {sizes} documents", "", f"Command: `{command}`", "",
+        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
+        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible (server and load generator share them); "
+        f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, faiss {faiss.__version__}; "
+        f"load average {load}",
+        f"- Setup: {setup}", "",
+        f"| docs | index | unloaded p50 ms | unloaded p99 ms | sustained rps (p99 ≤ {args.p99_ms:g} ms) "
+        "| p99 ms there | server RSS MB | ladder (rps: p99 ms) |",
+        "|---:|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for c in configs:
+        first, top = c.steps[0], c.sustained
+        trail = ", ".join(f"{s.rps:g}: {s.ms('p99'):.1f}{'' if s.passed else ' ✗'}" for s in c.steps)
+        sustained = f"{top.rps:g} | {top.ms('p99'):.1f}" if top else "— | —"
+        lines.append(f"| {c.size:,} | {c.label} | {first.ms('p50'):.1f} | {first.ms('p99'):.1f} | {sustained} "
+                     f"| {c.rss_mb:.0f} | {trail} |")
+    lines += ["", "✗: the step failed (an error, under 95% of the rate answered, or p99 over the bound). "
+              "`binary` serves Hamming top 4·k rescored against memory-mapped int8 codes."]
+    if accept is not None:
+        lines += ["", f"### Acceptance: {accept_label}", "", *acceptance_lines(accept, args), "", "```",
+                  *(format_report(s.report) for s in (accept.steady, accept.overload, accept.recovery)), "```"]
+    lines.append(end)
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="End-to-end /search latency and throughput under open-loop load.")
+    parser.add_argument("--student", type=Path, required=True, help="Exported student directory (int8 served).")
+    parser.add_argument("--sizes", default="100000,1000000", help="Comma-separated corpus sizes.")
+    parser.add_argument("--types", default="flat-float,flat-int8,flat-binary,hnsw-float",
+                        help="Comma-separated INDEX-QUANTIZATION pairs.")
+    parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
+    parser.add_argument("--queries", type=Path, default=Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT)))
+    parser.add_argument("--start-rps", type=float, default=5.0)
+    parser.add_argument("--max-rps", type=float, default=1280.0)
+    parser.add_argument("--bisect", type=int, default=2, help="Bisection steps after the doubling.")
+    parser.add_argument("--step-duration", type=float, default=15.0)
+    parser.add_argument("--p99-ms", type=float, default=50.0, help="p99 bound of a passing ladder step.")
+    parser.add_argument("--rest", type=float, default=2.0, help="Seconds between steps.")
+    parser.add_argument("--accept", default="100000:flat-binary", help="SIZE:INDEX-QUANTIZATION, or 'none'.")
+    parser.add_argument("--accept-rps", type=float, default=200.0)
+    parser.add_argument("--accept-duration", type=float, default=60.0)
+    parser.add_argument("--accept-p99-ms", type=float, default=25.0)
+    parser.add_argument("--overload-duration", type=float, default=30.0)
+    parser.add_argument("--overload-p99-ms", type=float, default=100.0)
+    parser.add_argument("--env", action="append", default=[], metavar="TANDEM_X=VALUE",
+                        help="Server settings (repeatable), e.g. TANDEM_BATCH_MAX_QUERIES=8.")
+    parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "serve")
+    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
+    parser.add_argument("--section", default="serve-load", help="Marked section of --out to write.")
+    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    env = dict(item.split("=", 1) for item in args.env)
+    queries, described = load_queries(args.queries, 10_000)
+    accept_size, accept_label = (None, "") if args.accept == "none" else args.accept.split(":", 1)
+    load_before = load_average()[1]
+    configs: list[Config] = []
+    accept: Acceptance | None = None
+    for size in (int(s) for s in args.sizes.split(",")):
+        inputs = synthetic_inputs(args.work, size, args.reference)
+        for label in args.types.split(","):
+            index, quantization = label.split("-", 1)
+            bundle = bundle_for(args.work, inputs, index, quantization)
+            config = Config(size, index, quantization)
+            server = Server(bundle, args.student, env, args.work / f"server-{size}-{label}.log")
+            try:
+                run_step(server.url, 10, 2, queries, float("inf"))  # warm-up
+                config.steps = ladder(server.url, queries, args)
+                config.rss_mb = server.rss_mb("VmHWM")
+                top = config.sustained
+                if accept_size is not None and int(accept_size) == size and label == accept_label and top:
+                    accept = acceptance(server, queries, top.rps, args)
+            finally:
+                stop(server.process)
+            configs.append(config)
+    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    setup = (
+        f"synthetic corpora of SciFact-like teacher vectors (768-d, bench/index_types.py), bundles built by "
+        f"`tandem index build --embeddings`; `tandem serve` with the int8 student `{args.student.name}` "
+        f"({'defaults' if not env else ', '.join(f'{k}={v}' for k, v in env.items())}); queries: {described}; "
+        f"top_k 10; ladder steps of {args.step_duration:g} s from {args.start_rps:g} rps, doubling then "
+        f"{args.bisect} bisections; latencies from the scheduled send (open loop)."
+    )
+    section = render(configs, accept, f"{accept_size} documents, {accept_label}" if accept_size else "",
+                     command, setup, f"{load_before} before, {load_average()[1]} after", args)
+    log.info("results:\n%s", section)
+    if not args.no_write:
+        write_section(args.out, args.section, section)
+        log.info("updated %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""What the bench scripts that drive a live HTTP server share: a free port, `tandem serve` as a subprocess,
+waiting until a server answers, its memory, stopping it, and judging a load step against a p99 bound.
+
+Servers run as child processes on 127.0.0.1 with their output in a log file; each is stopped with SIGINT
+(uvicorn's graceful shutdown) and killed only if it does not exit in time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from benchdoc import REPO
+
+from tandem.loadtest import LoadReport
+
+log = logging.getLogger("bench.servers")
+
+READY_TIMEOUT_S = 180.0
+STOP_TIMEOUT_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_process(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`cmd` in the repository root, stdout and stderr into `log_path`, with `env` added to this environment."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("wb") as fh:
+        return subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
+                                cwd=REPO)
+
+
+def tandem_serve_cmd(index: Path, student: Path, port: int) -> list[str]:
+    """`tandem serve` with its default settings on 127.0.0.1:`port`."""
+    return [sys.executable, "-m", "tandem", "serve", "--index", str(index), "--student", str(student),
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes], path: str = "/readyz",
+               timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Poll GET `path` until it answers 200; fail early if the server exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode} during startup")
+        try:
+            if client.get(path).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"the server was not ready within {timeout_s:g} s")
+
+
+def rss_mib(pid: int, field: str = "VmHWM") -> float | None:
+    """A memory field of /proc/PID/status in MiB: VmHWM (peak resident set so far) or VmRSS (now); None where
+    unknown (the process is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def stop(server: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGINT (graceful shutdown), then SIGKILL after `timeout_s`."""
+    if server.poll() is not None:
+        return
+    server.send_signal(signal.SIGINT)
+    try:
+        server.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        log.warning("pid %d did not stop within %g s; killing it", server.pid, timeout_s)
+        server.kill()
+        server.wait()
+
+
+@dataclass(frozen=True)
+class Step:
+    """One open-loop run at a fixed rate, judged: no error, enough of the rate answered, p99 within a bound."""
+
+    report: LoadReport
+    passed: bool
+    why: str
+
+    @property
+    def rps(self) -> float:
+        return self.report.target_rps
+
+    def ms(self, name: str) -> float:
+        """A latency percentile of the 2xx answers ("p50", "p99", ...); infinite when none came."""
+        return self.report.latency_ms.get(name, float("inf"))
+
+
+def judge(report: LoadReport, p99_bound_ms: float, min_fraction: float = 0.95) -> Step:
+    why = []
+    if report.failures:
+        why.append(f"{report.failures} errors")
+    if report.achieved_rps < min_fraction * report.target_rps:
+        why.append(f"achieved {report.achieved_rps:.1f} < {min_fraction:.0%} of {report.target_rps:g} rps")
+    p99 = report.latency_ms.get("p99", float("inf"))
+    if p99 > p99_bound_ms:
+        why.append(f"p99 {p99:.0f} ms > {p99_bound_ms:g} ms")
+    return Step(report, not why, "; ".join(why) or "ok")
