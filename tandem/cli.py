@@ -43,7 +43,9 @@ def _setup(
     log_level: Annotated[str, typer.Option(envvar="TANDEM_LOG_LEVEL", help="Logging level.")] = "INFO",
 ) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    # httpx logs every request at INFO: a load test's thousands of lines would cost its generator CPU.
+    for noisy in ("faiss.loader", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
 @models_app.command("fetch")
