@@ -6,12 +6,15 @@ leaves every other section as it was, so scripts can be rerun independently.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS_MD = REPO / "docs" / "BENCHMARKS.md"
+
+log = logging.getLogger("bench")
 
 
 def markers(section: str) -> tuple[str, str]:
@@ -50,3 +53,11 @@ def write_section(path: Path, section: str, text: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(new)
     tmp.replace(path)
+
+
+def publish(path: Path, section: str, text: str, write: bool = True) -> None:
+    """Log a script's results and, unless `write` is false (its --no-write), put them into `path`."""
+    log.info("results:\n%s", text)
+    if write:
+        write_section(path, section, text)
+        log.info("updated %s", path)

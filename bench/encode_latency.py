@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
 
 log = logging.getLogger("bench.encode_latency")
 
@@ -260,9 +260,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"
     section = render_section(command, results, teacher_name, setup, load, note)
-    if not args.no_write:
-        write_section(args.out, SECTION, section)
-        log.info("updated %s", args.out)
+    publish(args.out, SECTION, section, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
 
 log = logging.getLogger("bench.index_types")
 
@@ -263,10 +263,7 @@ def main(argv: Sequence[str] | None = None) -> None:
              f"`VectorIndex.search` for one query at a time, {args.latency_queries} queries, FAISS threads 1, "
              f"oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
     section = render(rows, command, setup, f"{load_before} before, {load_average()[1]} after")
-    log.info("results:\n%s", section)
-    if not args.no_write:
-        write_section(args.out, SECTION, section)
-        log.info("updated %s", args.out)
+    publish(args.out, SECTION, section, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import numpy as np
 from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
@@ -42,7 +43,16 @@ from encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
 from peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
-from tandem.loadtest import LoadReport, Send, format_report, post_search, run_loadtest
+from tandem.loadtest import (
+    Answer,
+    LoadReport,
+    Send,
+    client_session,
+    format_report,
+    post_search,
+    read_answer,
+    run_loadtest,
+)
 
 log = logging.getLogger("bench.peers")
 
@@ -53,8 +63,9 @@ DEFAULT_LADDER = "5,10,20,40,80,160,320,640"
 REFERENCE = "all-mpnet-base-v2.corpus"  # the SciFact reference vectors: {REFERENCE}.f16.npy, {REFERENCE}.ids.json
 
 
-async def txtai_search(client: httpx.AsyncClient, query: str, top_k: int) -> httpx.Response:
-    return await client.get("/search", params={"query": query, "limit": top_k})
+async def txtai_search(session: aiohttp.ClientSession, query: str, top_k: int) -> Answer:
+    async with session.get("/search", params={"query": query, "limit": top_k}) as response:
+        return await read_answer(response)
 
 
 def result_ids(body: Any) -> list[str]:
@@ -116,16 +127,17 @@ def reference(queries: list[str], teacher: Path, embeddings: Path, ids: Path, to
     return Reference(queries, vectors, top)
 
 
-async def _ask(url: str, send: Send, queries: Sequence[str], top_k: int) -> list[httpx.Response]:
+async def _ask(url: str, send: Send, queries: Sequence[str], top_k: int) -> list[Answer]:
     """One query at a time (warm-up and checks, not timed)."""
-    async with httpx.AsyncClient(base_url=url, timeout=120.0, trust_env=False) as client:
-        return [await send(client, q, top_k) for q in queries]
+    async with client_session(url, timeout_s=120.0) as session:
+        return [await send(session, q, top_k) for q in queries]
 
 
 def check_hits(peer: Peer, ref: Reference, top_k: int) -> float:
     answers = asyncio.run(_ask(peer.url, peer.send, ref.queries, top_k))
     for answer in answers:
-        answer.raise_for_status()
+        if not answer.ok:
+            raise RuntimeError(f"{peer.name}: a check query got HTTP {answer.status}: {answer.body[:200]!r}")
     found = [result_ids(a.json()) for a in answers]
     return float(np.mean([len(set(f) & set(t)) / len(t) for f, t in zip(found, ref.top, strict=True)]))
 
@@ -365,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for name in args.peers:
             outcomes.append(measure(launchers[name](), args, queries, ref))
-    except (RuntimeError, TimeoutError, httpx.HTTPError, subprocess.SubprocessError) as exc:
+    except (RuntimeError, TimeoutError, httpx.HTTPError, aiohttp.ClientError, subprocess.SubprocessError) as exc:
         log.error("%s (server logs in %s)", exc, args.work)
         return 1
     log.info("all servers measured in %.0f s", time.monotonic() - started)

@@ -301,6 +301,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from models.versions import set_current
     from tandem.loadtest import DEFAULT_QUERIES, format_report, run_loadtest
+    from tandem.loadtest import Answer as LoadAnswer
 
     args.work.mkdir(parents=True, exist_ok=True)
     corpus = prepare_corpus(args.work, args.corpus, args.docs)
@@ -325,9 +326,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with httpx.Client(base_url=url, timeout=10.0, trust_env=False) as client:
             wait_ready(client, server)
 
-        def record(due: float, done: float, response: httpx.Response) -> None:
-            version = response.json().get("index", {}).get("version") if response.is_success else None
-            answers.append(Answer(due, done, response.status_code, version))
+        def record(due: float, done: float, response: LoadAnswer) -> None:
+            version = response.json().get("index", {}).get("version") if response.ok else None
+            answers.append(Answer(due, done, response.status, version))
 
         t0 = time.perf_counter()
         at = [t0 + args.duration * f for f in (0.25, 0.5, 0.75)]

@@ -37,12 +37,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from index_types import DEFAULT_REFERENCE, synthesize
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
-from tandem.loadtest import format_report, run_loadtest
+from tandem.loadtest import Answer, format_report, run_loadtest
 
 log = logging.getLogger("bench.serve_load")
 
@@ -127,8 +127,8 @@ class Shed:
 
     refused_ms: list[float] = field(default_factory=list)
 
-    def record(self, due: float, done: float, response: httpx.Response) -> None:
-        if response.status_code in (429, 503):
+    def record(self, due: float, done: float, response: Answer) -> None:
+        if response.status in (429, 503):
             self.refused_ms.append((done - due) * 1e3)
 
 
@@ -330,10 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     section = render(configs, accept, f"{accept_size} documents, {accept_label}" if accept_size else "",
                      command, setup, f"{load_before} before, {load_average()[1]} after", args)
-    log.info("results:\n%s", section)
-    if not args.no_write:
-        write_section(args.out, args.section, section)
-        log.info("updated %s", args.out)
+    publish(args.out, args.section, section, write=not args.no_write)
     return 0
 
 

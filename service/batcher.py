@@ -6,9 +6,14 @@ dynamic quantization scales activations per batch, so batchmates move a query's 
 slightly). A worker waits at most `max_wait_s` for company, and only while other work is
 pending: a lone request never pays the wait. A batch request's own queries always share a call.
 
-Admission is bounded: at most `max_pending` queries may be queued or running, and a request
-that would exceed it is refused at once (`Overloaded`, a 429), never left to wait without
-bound. A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`).
+Admission is bounded twice, and a request refused is refused at once (`Overloaded`, a 429),
+never left to wait without bound:
+- by count: at most `max_pending` queries may be queued or running;
+- by time: while every worker is busy, a job is refused when the queue ahead of it would take
+  longer than `max_queue_s`, judged from a moving average of the measured seconds per query.
+  A count alone cannot keep a latency budget: the same queue drains in 40 ms on one machine
+  and in 400 ms on another, or with a slower index.
+A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`).
 """
 
 from __future__ import annotations
@@ -56,17 +61,23 @@ class _Job:
     enqueued: float = field(default_factory=time.monotonic)
 
 
+_SMOOTHING = 0.1  # weight of the latest batch in the moving average of seconds per query
+
+
 class MicroBatcher:
     """Worker threads drain a queue of jobs, coalescing up to `max_batch` queries per ONNX call."""
 
     def __init__(
-        self, encode: Encode, search: Search, *, max_batch: int, max_wait_s: float, max_pending: int, workers: int
+        self, encode: Encode, search: Search, *, max_batch: int, max_wait_s: float, max_pending: int,
+        max_queue_s: float, workers: int,
     ) -> None:
         self._encode, self._search = encode, search
         self.max_batch, self.max_wait_s, self.max_pending = max_batch, max_wait_s, max_pending
+        self.max_queue_s, self.workers = max_queue_s, workers
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._pending = 0
+        self._seconds_per_query: float | None = None  # unknown until a batch has run
         self._closed = False
         self._threads = [
             threading.Thread(target=self._work, name=f"tandem-batch-{i}", daemon=True) for i in range(workers)
@@ -79,14 +90,25 @@ class MicroBatcher:
         with self._lock:
             return self._pending
 
+    def _queue_wait_s(self) -> float:
+        """Estimated wait of a job admitted now (under the lock): zero while a worker is free, else the queries
+        ahead of it (one finishing on each busy worker, the rest queued) at the measured pace of all workers."""
+        ahead = self._pending - self.workers + 1
+        if ahead <= 0 or self._seconds_per_query is None:
+            return 0.0
+        return ahead * self._seconds_per_query / self.workers
+
     def submit(self, queries: Sequence[str], top_k: int, timeout_s: float) -> Future[BatchOutcome]:
-        """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending."""
+        """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s."""
         job = _Job(list(queries), top_k, time.monotonic() + timeout_s)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
             if self._pending + len(job.queries) > self.max_pending:
                 raise Overloaded(f"{self._pending} queries pending, at most {self.max_pending} are admitted")
+            if (wait := self._queue_wait_s()) > self.max_queue_s:
+                raise Overloaded(f"the queue would take about {wait * 1e3:.0f} ms, more than the "
+                                 f"{self.max_queue_s * 1e3:.0f} ms admitted")
             self._pending += len(job.queries)
         self._queue.put(job)
         return job.future
@@ -168,6 +190,10 @@ class MicroBatcher:
                 job.future.set_exception(exc)
             return
         size = int(offsets[-1])
+        pace = (done - started) / size
+        with self._lock:
+            previous = self._seconds_per_query
+            self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
         for job, job_hits in zip(live, hits, strict=True):
             timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
                       "search": (done - encoded) * 1e3}

@@ -69,7 +69,8 @@ class Searcher:
         self.search_threads = settings.search_threads
         self.batcher = MicroBatcher(
             self.student.encode, self.search_vectors, max_batch=settings.batch_max_queries,
-            max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending, workers=settings.workers,
+            max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending,
+            max_queue_s=settings.max_queue_ms / 1e3, workers=settings.workers,
         )
 
     @classmethod

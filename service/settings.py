@@ -33,6 +33,10 @@ class ServiceSettings(BaseSettings):
     )
     batch_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits for company while others are pending.")
     max_pending: int = Field(64, ge=1, description="Queries queued or running before new requests get 429.")
+    max_queue_ms: float = Field(
+        40.0, gt=0, description="While every worker is busy, a request whose estimated queue wait (from the "
+        "measured pace) exceeds this gets 429: it bounds the latency of accepted requests under overload.",
+    )
     request_timeout_ms: float = Field(1000.0, gt=0, description="Deadline of one request, queueing included (503).")
     max_batch_queries: int = Field(64, ge=1, description="Most queries in one batch request ({'queries': [...]}).")
     max_query_chars: int = Field(2048, ge=1)

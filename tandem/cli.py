@@ -43,7 +43,7 @@ def _setup(
     log_level: Annotated[str, typer.Option(envvar="TANDEM_LOG_LEVEL", help="Logging level.")] = "INFO",
 ) -> None:
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    # httpx logs every request at INFO: a load test's thousands of lines would cost its generator CPU.
+    # httpx logs every request at INFO (the demo's readiness polls, for one); faiss logs its loader choice.
     for noisy in ("faiss.loader", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
