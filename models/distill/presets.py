@@ -73,7 +73,7 @@ class Preset(BaseModel):
 # Measured on the 2-core machine, SciFact (5,183 docs): quick ≈ 10 min (half of it the teacher encoding
 # pseudo-queries), default ≈ 35 min. full trains the same texts for eight epochs in two LEAF cycles (linear decay,
 # restarted), sized to finish within an hour on that machine. Score distillation is on in every preset: on
-# SciFact's quick preset it lifted asymmetric nDCG@10 from 83.5% to 89.1% of the teacher.
+# SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to 89.8% of the teacher (docs/BENCHMARKS.md).
 PRESETS: dict[str, Preset] = {
     "quick": Preset(name="quick", queries_per_doc=2, max_queries=5000, passages_per_epoch=300, val_docs=100,
                     epochs=1, ridge_texts=4000, score_weight=1.0),
