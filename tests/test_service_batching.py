@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
-from tests.fixtures.server import serve_app
+from tests.fixtures.server import post_together, serve_app
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +31,8 @@ def test_concurrent_requests_share_batches_and_keep_their_answers(tiny_bundle: P
                                batch_wait_ms=200.0, student_precision="fp32", request_timeout_ms=60_000)
     queries = sorted(PROBES)
     with serve_app(create_app(settings)) as server:
-        start = threading.Barrier(len(queries))
-
-        def ask(query: str) -> httpx.Response:
-            with httpx.Client(base_url=server.url, timeout=60.0, trust_env=False) as client:
-                start.wait()
-                return client.post("/search", json={"query": query, "top_k": 1})
-
         for _ in range(ROUNDS):
-            with ThreadPoolExecutor(max_workers=len(queries)) as pool:
-                responses = list(pool.map(ask, queries))
+            responses = post_together(server.url, [{"query": query, "top_k": 1} for query in queries])
             assert [r.status_code for r in responses] == [200] * len(queries)
             assert [r.json()["results"][0]["id"] for r in responses] == [PROBES[q] for q in queries]
         count, alone = _histogram(server.client.get("/metrics").text, "tandem_batch_queries")

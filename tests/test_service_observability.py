@@ -10,10 +10,8 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -23,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.app import create_app
 from service.logs import make_handler
 from service.settings import ServiceSettings
-from tests.fixtures.corpus import PROBES
-from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, serve_app
+from tests.fixtures.corpus import LONG_BATCH
+from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, post_together, serve_app
 
 pytestmark = pytest.mark.slow
 
@@ -99,20 +97,10 @@ def test_binary_bundles_time_the_rescoring(tiny_corpus: Path, tiny_student: Path
 
 
 def test_429s_are_counted(tiny_bundle: Path, tiny_student: Path) -> None:
-    batch = [f"{query} " + "with a long tail of words to encode " * 12 for query in sorted(PROBES)] * 4
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(batch),
-                               max_batch_queries=len(batch))
-    clients = 6
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(LONG_BATCH),
+                               max_batch_queries=len(LONG_BATCH))
     with serve_app(create_app(settings)) as server:
-        start = threading.Barrier(clients)
-
-        def ask(_: int) -> int:
-            with httpx.Client(base_url=server.url, timeout=60.0, trust_env=False) as client:
-                start.wait()
-                return client.post("/search", json={"queries": batch, "top_k": 1}).status_code
-
-        with ThreadPoolExecutor(max_workers=clients) as pool:
-            codes = list(pool.map(ask, range(clients)))
+        codes = [r.status_code for r in post_together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 6)]
         samples = _samples(server)
     refused = codes.count(429)
     assert refused >= 1, codes

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -11,27 +9,16 @@ import pytest
 
 from service.app import create_app
 from service.settings import ServiceSettings
-from tests.fixtures.corpus import PROBES
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.corpus import LONG_BATCH
+from tests.fixtures.server import LiveServer, post_together, serve_app
 
 pytestmark = pytest.mark.slow
 
-CLIENTS = 6
-# Each request fills the whole admission window, so while one runs every other one must be refused.
-BATCH = [f"{query} " + "with a long tail of words to encode " * 12 for query in sorted(PROBES)] * 4
+CLIENTS = 6  # each sends LONG_BATCH, which fills the whole admission window: while one runs, the rest are refused
 
 
 def _burst(url: str) -> list[httpx.Response]:
-    """CLIENTS batch requests of BATCH sent at the same instant."""
-    start = threading.Barrier(CLIENTS)
-
-    def ask(_: int) -> httpx.Response:
-        with httpx.Client(base_url=url, timeout=60.0, trust_env=False) as client:
-            start.wait()
-            return client.post("/search", json={"queries": BATCH, "top_k": 1})
-
-    with ThreadPoolExecutor(max_workers=CLIENTS) as pool:
-        return list(pool.map(ask, range(CLIENTS)))
+    return post_together(url, [{"queries": LONG_BATCH, "top_k": 1}] * CLIENTS)
 
 
 def _check_shed_then_recovered(server: LiveServer, responses: list[httpx.Response], refusal: str) -> None:
@@ -42,7 +29,7 @@ def _check_shed_then_recovered(server: LiveServer, responses: list[httpx.Respons
         assert refused.json()["error"] == "overloaded"
         assert refusal in refused.json()["message"]
     for answered in (r for r in responses if r.status_code == 200):
-        assert len(answered.json()["results"]) == len(BATCH)
+        assert len(answered.json()["results"]) == len(LONG_BATCH)
     recovered = server.client.post("/search", json={"query": "ocean tides and the moon", "top_k": 1})
     assert recovered.status_code == 200
     assert recovered.json()["results"][0]["id"] == "tides"
@@ -51,17 +38,18 @@ def _check_shed_then_recovered(server: LiveServer, responses: list[httpx.Respons
 def test_excess_requests_get_429_with_retry_after_then_service_recovers(tiny_bundle: Path, tiny_student: Path) -> None:
     # Admission by count is under test: a generous deadline keeps a slow machine from turning the admitted
     # request into a 503, and a generous queue-time bound leaves the refusals to max_pending.
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(BATCH),
-                               max_batch_queries=len(BATCH), request_timeout_ms=60_000, max_queue_ms=60_000)
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(LONG_BATCH),
+                               max_batch_queries=len(LONG_BATCH), request_timeout_ms=60_000, max_queue_ms=60_000)
     with serve_app(create_app(settings)) as server:
-        _check_shed_then_recovered(server, _burst(server.url), f"at most {len(BATCH)} are admitted")
+        _check_shed_then_recovered(server, _burst(server.url), f"at most {len(LONG_BATCH)} are admitted")
 
 
 def test_requests_that_would_queue_past_the_time_bound_get_429(tiny_bundle: Path, tiny_student: Path) -> None:
     # The count bound admits every burst here; only the estimated queue wait (any measured pace, times a
-    # whole BATCH ahead, is far beyond a microsecond) refuses. The worker is free for the first request.
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=CLIENTS * len(BATCH),
-                               max_batch_queries=len(BATCH), request_timeout_ms=60_000, max_queue_ms=0.001)
+    # whole LONG_BATCH ahead, is far beyond a microsecond) refuses. The worker is free for the first request.
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1,
+                               max_pending=CLIENTS * len(LONG_BATCH), max_batch_queries=len(LONG_BATCH),
+                               request_timeout_ms=60_000, max_queue_ms=0.001)
     with serve_app(create_app(settings)) as server:
         assert server.client.post("/search", json={"query": "warm-up: measures the pace", "top_k": 1}).is_success
         _check_shed_then_recovered(server, _burst(server.url), "more than the 0 ms admitted")
