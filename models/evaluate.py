@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 PRECISIONS: tuple[Precision, ...] = ("int8", "fp32")
 SETUPS = ("teacher", "asymmetric", "student")
 STUDENT_DOC_BATCH = 32
+# Queries go through the student one per call, as `POST /search` encodes a single query: the
+# int8 graph quantizes activations over each call's whole tensor, so batching queries together
+# (with their padding) changes their vectors. On SciFact with the full preset's student, int8
+# asymmetric nDCG@10 was 0.6394 encoded one by one and 0.6337 in batches of 64 (fp32: 0.6413 both).
+STUDENT_QUERY_BATCH = 1
 
 
 class EvalRequest(BaseModel):
@@ -125,7 +130,8 @@ def run_eval(req: EvalRequest) -> dict:
         seconds: dict[str, float] = {}
         runs = {
             "teacher": _timed("teacher", seconds, lambda: bundle_run("teacher", teacher.encode)),
-            "asymmetric": _timed("asymmetric", seconds, lambda: bundle_run("asymmetric", student.encode)),
+            "asymmetric": _timed("asymmetric", seconds, lambda: bundle_run(
+                "asymmetric", lambda queries: student.encode(queries, batch_size=STUDENT_QUERY_BATCH))),
             "student": _timed("student", seconds, student_run),
         }
     finally:
@@ -159,6 +165,7 @@ def run_eval(req: EvalRequest) -> dict:
         "quantization": quantization.value,
         "precision": precision,
         "top_k": TOP_K,
+        "student_query_batch": STUDENT_QUERY_BATCH,
         "seconds": seconds,
     }
     return report

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
 
 import faiss
@@ -67,8 +68,11 @@ class Searcher:
         self.loaded_at = time.time()
         self.oversample = settings.binary_oversample
         self.search_threads = settings.search_threads
+        # batch_max_queries also caps each ONNX call of a batch request: with the default 1 a query's
+        # vector never depends on the queries it came with (int8 scales activations per call).
         self.batcher = MicroBatcher(
-            self.student.encode, self.search_vectors, max_batch=settings.batch_max_queries,
+            partial(self.student.encode, batch_size=settings.batch_max_queries), self.search_vectors,
+            max_batch=settings.batch_max_queries,
             max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending,
             max_queue_s=settings.max_queue_ms / 1e3, workers=settings.workers,
         )

@@ -28,8 +28,9 @@ class ServiceSettings(BaseSettings):
     search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker (1 avoids oversubscription).")
     workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core).")
     batch_max_queries: int = Field(
-        1, ge=1, description="Most queries of concurrent requests encoded together in one ONNX call (1: none). "
-        "The int8 student scales activations per batch, so batchmates move a vector slightly (cosine ≥ 0.99).",
+        1, ge=1, description="Most queries encoded together in one ONNX call, from concurrent requests or one "
+        "batch request (1: each alone). The int8 student scales activations per call, so batchmates move a "
+        "vector slightly (cosine ≥ 0.99).",
     )
     batch_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits for company while others are pending.")
     max_pending: int = Field(64, ge=1, description="Queries queued or running before new requests get 429.")

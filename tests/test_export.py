@@ -8,8 +8,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 import torch
+from torch import nn
 
 from models.bundle import Bundle
+from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
 from models.distill.train import Tokens, embed
 from models.errors import ContractMismatch
@@ -74,6 +76,40 @@ def test_parity_gate_rejects_a_graph_that_differs(exported: tuple[StudentModel, 
         check_parity(other, Tokens(backbone_dir / "tokenizer.json", 256), out, TEXTS)
 
 
+def test_int8_emulation_predicts_the_int8_graph(exported: tuple[StudentModel, Path], backbone_dir: Path) -> None:
+    """Quantization-aware training is only as good as torch's copy of ORT's rounding (one query per call)."""
+    model, out = exported
+    texts = [*TEXTS, "tides", "a mortgage is a loan secured by real estate"]
+    int8 = np.concatenate([StudentEncoder(out, precision="int8").encode([text]) for text in texts])
+    fp32 = np.concatenate([_torch_vectors(model, backbone_dir, [text]) for text in texts])
+    with int8_emulation(model):
+        emulated = np.concatenate([_torch_vectors(model, backbone_dir, [text]) for text in texts])
+
+    def distance(vectors: np.ndarray) -> float:
+        return float(np.mean(1.0 - np.sum(vectors * int8, axis=1)))
+
+    assert distance(emulated) < distance(fp32) / 4
+
+
+def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> None:
+    model = StudentModel(backbone_dir, 768)
+    keys = set(model.state_dict())
+    input_ids = torch.tensor([[101, 7592, 2088, 2003, 102, 0], [101, 7592, 2088, 2003, 2172, 102]])
+    with int8_emulation(model) as swapped:
+        # MiniLM-L6: six Linear per layer and the projection; three embedding tables and their LayerNorm
+        assert swapped == 6 * 6 + 1 + 4
+        assert set(model.state_dict()) == keys
+        model(input_ids, (input_ids != 0).long()).sum().backward()
+    assert type(model.projection) is nn.Linear and set(model.state_dict()) == keys
+    assert model.projection.weight.grad is not None and model.projection.weight.grad.abs().sum() > 0
+    assert model.backbone.embeddings.word_embeddings.weight.grad is not None
+    with pytest.raises(RuntimeError, match="inside"), int8_emulation(model):
+        raise RuntimeError("inside")
+    assert type(model.backbone.embeddings.LayerNorm) is nn.LayerNorm
+    with int8_emulation(model, enabled=False) as swapped:
+        assert swapped == 0
+
+
 def test_graph_contract(tiny_student: Path) -> None:
     manifest = read_student_manifest(tiny_student)
     for name in (manifest.onnx_fp32, manifest.onnx_int8):
@@ -107,6 +143,7 @@ def test_manifest_names_the_teacher_and_passes_parity(tiny_student: Path, tiny_b
     history = training["validation"]  # before training, then after each epoch
     assert [h["steps"] for h in history] == sorted({h["steps"] for h in history}) and len(history) == 3
     assert all(0.0 <= h["overlap_at_10"] <= 1.0 for h in history)
+    assert [h["int8"] for h in history] == [False, False, True]  # the last epoch trained through int8 rounding
 
 
 def test_batching_does_not_change_vectors(tiny_student: Path) -> None:

@@ -110,6 +110,16 @@ def test_batch_returns_one_list_per_query_in_order(live_server: LiveServer) -> N
     assert [hits[0]["id"] for hits in body["results"]] == [PROBES[q] for q in queries]
 
 
+def test_a_batch_answers_each_query_as_it_would_be_answered_alone(live_server: LiveServer) -> None:
+    """The int8 student quantizes activations per ONNX call, so each query of a batch gets its own call."""
+    queries = sorted(PROBES)
+    batch = live_server.client.post("/search", json={"queries": queries, "top_k": 3}).json()["results"]
+    alone = [live_server.client.post("/search", json={"query": q, "top_k": 3}).json()["results"] for q in queries]
+    assert [[(h["id"], h["score"]) for h in hits] for hits in batch] == [
+        [(h["id"], h["score"]) for h in hits] for hits in alone
+    ]
+
+
 def test_too_long_query_message_names_the_limit(live_server: LiveServer) -> None:
     response = live_server.client.post("/search", json={"query": "x" * 2049})
     assert "at most 2048" in response.json()["message"]

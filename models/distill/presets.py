@@ -51,6 +51,9 @@ class Preset(BaseModel):
         default=None, ge=1, description="stop after this many epochs without a better validation overlap@10"
     )
     max_seq_length: int = Field(default=256, ge=8, description="student truncation while training")
+    int8_epochs: int = Field(
+        default=0, ge=0, description="last epochs trained through the int8 graph's rounding (int8_emulation.py)"
+    )
     score_weight: float = Field(
         default=0.0, ge=0.0, description="weight of score distillation over the corpus, added to L2 (0: off)"
     )
@@ -72,15 +75,17 @@ class Preset(BaseModel):
 
 # Measured on the 2-core machine, SciFact (5,183 docs): quick ≈ 10 min (half of it the teacher encoding
 # pseudo-queries), default ≈ 35 min. full trains the same texts for eight epochs in two LEAF cycles (linear decay,
-# restarted), sized to finish within an hour on that machine. Score distillation is on in every preset: on
-# SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to 89.8% of the teacher (docs/BENCHMARKS.md).
+# restarted), sized for about an hour on that machine; its last two epochs train through the int8 graph's rounding,
+# since the int8 student is what serves (65 min in all on 2026-11-23, 3.5 of them the rounding's overhead).
+# Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
+# 89.8% of the teacher (docs/BENCHMARKS.md).
 PRESETS: dict[str, Preset] = {
     "quick": Preset(name="quick", queries_per_doc=2, max_queries=5000, passages_per_epoch=300, val_docs=100,
                     epochs=1, ridge_texts=4000, score_weight=1.0),
     "default": Preset(name="default", queries_per_doc=3, max_queries=12000, passages_per_epoch=800, val_docs=200,
                       epochs=3, score_weight=1.0),
     "full": Preset(name="full", queries_per_doc=3, max_queries=12000, passages_per_epoch=800, val_docs=200,
-                   epochs=8, lr_cycles=2, patience=3, score_weight=1.0),
+                   epochs=8, lr_cycles=2, patience=3, score_weight=1.0, int8_epochs=2),
 }
 
 

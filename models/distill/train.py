@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
 from models.distill.presets import Preset
 from models.distill.scores import ScoreDistiller, overlap_at_k
@@ -117,12 +118,13 @@ class Validation:
     loss: float  # mean ‖student(x) − teacher(x)‖ over validation queries and passages
     query_loss: float | None  # the same over validation queries alone
     overlap_at_10: float | None  # agreement of the student's and the teacher's top 10 over the corpus
+    int8: bool = False  # measured through the int8 graph's rounding (int8_emulation.py)
 
     def __str__(self) -> str:
         text = f"validation loss {self.loss:.4f}"
         if self.query_loss is not None:
             text += f", queries {self.query_loss:.4f}, overlap@10 with the teacher {self.overlap_at_10:.4f}"
-        return f"{text} after {self.steps} steps"
+        return f"{text} after {self.steps} steps{' (int8)' if self.int8 else ''}"
 
     def score(self) -> float:
         """Higher is better: ranking agreement where there are validation queries, else the loss."""
@@ -158,7 +160,7 @@ def alignment_loss(pred: torch.Tensor, target: torch.Tensor, kind: str) -> torch
 
 def validate(
     model: StudentModel, tokens: Tokens, val_set: tuple[Examples, Examples], bank: torch.Tensor, steps: int,
-    device: torch.device,
+    device: torch.device, int8: bool = False,
 ) -> Validation:
     queries, passages = val_set
     val_all = Examples.concat(queries, passages)
@@ -170,6 +172,7 @@ def validate(
         loss=float(distances.mean()),
         query_loss=float(distances[:n].mean()) if n else None,
         overlap_at_10=overlap_at_k(pred[:n], queries.targets, bank) if n else None,
+        int8=int8,
     )
 
 
@@ -245,24 +248,26 @@ def train(
         batches = batches[: total - result.steps]
         if preset.score_weight:
             scores.prepare(examples.targets)
+        emulate = epoch >= preset.epochs - preset.int8_epochs
         model.train()
-        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{preset.epochs}", unit="step")
-        for batch in bar:
-            input_ids, mask = tokens.pad([examples.ids[i] for i in batch])
-            target = torch.from_numpy(examples.targets[batch]).to(device)
-            pred = model(input_ids.to(device), mask.to(device))
-            loss = alignment_loss(pred, target, preset.loss)
-            if preset.score_weight:
-                loss = loss + preset.score_weight * scores.loss(pred, target, scores.candidates(batch, rng))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            result.steps += 1
-            bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
-        bar.close()
-        result.epochs = epoch + 1
-        result.history.append(validate(model, tokens, val_set, scores.bank, result.steps, device))
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{preset.epochs}{' (int8)' if emulate else ''}", unit="step")
+        with int8_emulation(model, enabled=emulate):
+            for batch in bar:
+                input_ids, mask = tokens.pad([examples.ids[i] for i in batch])
+                target = torch.from_numpy(examples.targets[batch]).to(device)
+                pred = model(input_ids.to(device), mask.to(device))
+                loss = alignment_loss(pred, target, preset.loss)
+                if preset.score_weight:
+                    loss = loss + preset.score_weight * scores.loss(pred, target, scores.candidates(batch, rng))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                scheduler.step()
+                result.steps += 1
+                bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+            bar.close()
+            result.epochs = epoch + 1
+            result.history.append(validate(model, tokens, val_set, scores.bank, result.steps, device, emulate))
         log.info("epoch %d: %s, %.0fs", epoch + 1, result.history[-1], time.perf_counter() - started)
         if result.history[-1].score() > result.history[result.best_epoch].score():
             result.best_epoch = result.epochs

@@ -1,0 +1,123 @@
+"""Quantization-aware training: the student's forward pass as the int8 ONNX graph computes it.
+
+`export.quantize_onnx` quantizes the served student dynamically: every weight MatMul (QKV,
+attention output, both FFN matrices, the projection) gets per-output-channel symmetric int8
+weights in 7 bits, and its input is quantized per call to uint8 over the tensor's range, 0 included
+(DynamicQuantizeLinear); the embedding tables and the embedding LayerNorm are stored as
+per-tensor uint8. Inside `int8_emulation(model)` the same rounding happens in torch, with
+straight-through gradients, so training moves the weights to where the int8 graph is good,
+not only the fp32 one. Activations get one range per example: the service encodes a query
+alone, so a query's scale never depends on the others in a training batch.
+
+The modules' classes are swapped for the duration only; parameters, state dicts and the ONNX
+export stay those of the plain model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+INT8_MAX = 64.0  # ORT's symmetric int8 range with reduce_range, which export.quantize_onnx sets
+UINT8_MAX = 255.0
+
+
+def _straight_through(x: torch.Tensor, rounded: torch.Tensor) -> torch.Tensor:
+    """`rounded` forward, identity backward."""
+    return x + (rounded - x).detach()
+
+
+def _uint8(x: torch.Tensor, low: torch.Tensor, high: torch.Tensor) -> torch.Tensor:
+    """Asymmetric uint8 over [min(low, 0), max(high, 0)], as DynamicQuantizeLinear does."""
+    low, high = low.clamp(max=0.0), high.clamp(min=0.0)
+    scale = ((high - low) / UINT8_MAX).clamp(min=torch.finfo(x.dtype).tiny)
+    zero = torch.round(-low / scale).clamp(0.0, UINT8_MAX)
+    q = (torch.round(x / scale) + zero).clamp(0.0, UINT8_MAX)
+    return (q - zero) * scale
+
+
+def activation_uint8(x: torch.Tensor) -> torch.Tensor:
+    """Per-example dynamic uint8 of a [batch, ...] activation."""
+    with torch.no_grad():
+        flat = x.detach().reshape(x.shape[0], -1)
+        shape = (x.shape[0],) + (1,) * (x.dim() - 1)
+        low, high = flat.amin(dim=1).reshape(shape), flat.amax(dim=1).reshape(shape)
+        rounded = _uint8(x.detach(), low, high)
+    return _straight_through(x, rounded)
+
+
+def tensor_uint8(w: torch.Tensor) -> torch.Tensor:
+    """Per-tensor uint8 of a stored weight (embedding tables, the embedding LayerNorm)."""
+    with torch.no_grad():
+        rounded = _uint8(w.detach(), w.detach().amin(), w.detach().amax())
+    return _straight_through(w, rounded)
+
+
+def channel_int8(weight: torch.Tensor) -> torch.Tensor:
+    """Per-output-channel symmetric int8 of a Linear weight [out, in]."""
+    with torch.no_grad():
+        scale = (weight.detach().abs().amax(dim=1, keepdim=True) / INT8_MAX).clamp(min=torch.finfo(weight.dtype).tiny)
+        rounded = torch.round(weight.detach() / scale).clamp(-INT8_MAX, INT8_MAX) * scale
+    return _straight_through(weight, rounded)
+
+
+class Int8Linear(nn.Linear):
+    """DynamicQuantizeLinear on the input, int8 per-channel weights, fp32 bias."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(activation_uint8(x), channel_int8(self.weight), self.bias)
+
+
+class Int8Embedding(nn.Embedding):
+    """The looked-up rows of a per-tensor uint8 table (the range is the whole table's)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = super().forward(ids)
+        with torch.no_grad():
+            rounded = _uint8(rows.detach(), self.weight.detach().amin(), self.weight.detach().amax())
+        return _straight_through(rows, rounded)
+
+
+class Int8LayerNorm(nn.LayerNorm):
+    """LayerNorm with per-tensor uint8 gain and bias (QEmbedLayerNormalization stores them so)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = None if self.weight is None else tensor_uint8(self.weight)
+        bias = None if self.bias is None else tensor_uint8(self.bias)
+        return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
+
+
+def _targets(model: nn.Module) -> list[tuple[nn.Module, type[nn.Module]]]:
+    """The modules the int8 graph quantizes, with their emulating class.
+
+    Every Linear does except a BERT pooler's, which the student never uses (it is not in the graph);
+    the embeddings' tables and LayerNorm are those of the module named `embeddings`.
+    """
+    swaps: list[tuple[nn.Module, type[nn.Module]]] = []
+    for name, module in model.named_modules():
+        parts = name.split(".")
+        if type(module) is nn.Linear and "pooler" not in parts:
+            swaps.append((module, Int8Linear))
+        elif "embeddings" in parts[:-1] and type(module) is nn.Embedding:
+            swaps.append((module, Int8Embedding))
+        elif "embeddings" in parts[:-1] and type(module) is nn.LayerNorm:
+            swaps.append((module, Int8LayerNorm))
+    return swaps
+
+
+@contextmanager
+def int8_emulation(model: nn.Module, enabled: bool = True) -> Iterator[int]:
+    """Within the block, `model` computes as its int8 export would; yields how many modules were swapped."""
+    swaps = _targets(model) if enabled else []
+    originals = [type(module) for module, _ in swaps]
+    try:
+        for module, emulating in swaps:
+            module.__class__ = emulating
+        yield len(swaps)
+    finally:
+        for (module, _), original in zip(swaps, originals, strict=True):
+            module.__class__ = original
