@@ -36,7 +36,6 @@ log = logging.getLogger("bench.int8_variants")
 
 SECTION = "int8-variants"
 BEGIN, END = markers(SECTION)
-TOP_K = 100
 BATCH = 64
 
 
@@ -61,8 +60,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from models.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
     from models.bundle import Bundle
     from models.errors import TandemError
+    from models.evaluate import bundle_search_run
     from models.export import quantize_onnx
-    from models.ir_metrics import score_run
+    from models.ir_metrics import NDCG, TOP_K, score_run
     from models.student import StudentEncoder, read_student_manifest
 
     variants = {  # name: (reduce_range, weight type)
@@ -82,9 +82,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
 
     def ndcg(vectors: np.ndarray) -> float:
-        hits = bundle.search(vectors, TOP_K)
-        run = {qid: {h.doc.id: h.score for h in row} for qid, row in zip(qids, hits, strict=True)}
-        return float(score_run(qrels, run)["ndcg@10"])
+        return float(score_run(qrels, bundle_search_run(bundle, qids, vectors))[NDCG])
 
     def alone(encoder: StudentEncoder) -> tuple[np.ndarray, float]:
         encoder.encode(texts[:10], batch_size=1)  # warm-up

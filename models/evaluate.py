@@ -57,7 +57,8 @@ class EvalRequest(BaseModel):
     matrix: bool = False
 
 
-def _bundle_run(bundle: Bundle, qids: Sequence[str], queries: np.ndarray) -> Run:
+def bundle_search_run(bundle: Bundle, qids: Sequence[str], queries: np.ndarray) -> Run:
+    """The run of query vectors against a bundle, searched as the service searches it (top TOP_K)."""
     hits = bundle.search(queries, TOP_K)
     return {qid: {h.doc.id: h.score for h in row} for qid, row in zip(qids, hits, strict=True)}
 
@@ -119,7 +120,7 @@ def run_eval(req: EvalRequest) -> dict:
 
         def bundle_run(name: str, encode: Callable[[list[str]], np.ndarray]) -> Run:
             vectors[name] = encode(texts)
-            return _bundle_run(bundle, qids, vectors[name])
+            return bundle_search_run(bundle, qids, vectors[name])
 
         def student_run() -> Run:
             vectors["student_docs"] = encode_passages(student, passages)
