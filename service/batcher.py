@@ -2,9 +2,10 @@
 
 Concurrent requests can share one ONNX call and one FAISS search per distinct `top_k`, up
 to `max_batch` queries (TANDEM_BATCH_MAX_QUERIES; 1 by default, because the int8 student's
-dynamic quantization scales activations per batch, so batchmates move a query's vector
+dynamic quantization scales activations per call, so batchmates move a query's vector
 slightly). A worker waits at most `max_wait_s` for company, and only while other work is
-pending: a lone request never pays the wait. A batch request's own queries always share a call.
+pending: a lone request never pays the wait. A batch request is one job, whatever its size;
+the `encode` the searcher passes runs its queries `max_batch` per ONNX call.
 
 Admission is bounded twice, and a request refused is refused at once (`Overloaded`, a 429),
 never left to wait without bound:
@@ -49,7 +50,7 @@ class DeadlineExceeded(Exception):
 class BatchOutcome:
     hits: list[list[Hit]]  # one list per query of the job, in order
     timing_ms: dict[str, float]  # queue, encode, search
-    batch_size: int  # queries encoded together with this job's
+    batch_size: int  # queries in this job's micro-batch, its own included (encoded max_batch per call)
 
 
 @dataclass

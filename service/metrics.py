@@ -44,7 +44,8 @@ class Metrics:
             ["route", "method", "status"], registry=r,
         )
         self.batch_queries = Histogram(
-            "tandem_batch_queries", "Queries encoded in the same ONNX call as a request's (its micro-batch).",
+            "tandem_batch_queries",
+            "Queries in a request's micro-batch, its own included (encoded TANDEM_BATCH_MAX_QUERIES per ONNX call).",
             buckets=(1, 2, 4, 8, 16, 32, 64), registry=r,
         )
         self.overloaded = Counter("tandem_overloaded", "Requests refused with 429 (admission control).", registry=r)
