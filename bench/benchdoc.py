@@ -6,6 +6,7 @@ leaves every other section as it was, so scripts can be rerun independently.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import platform
@@ -61,3 +62,16 @@ def publish(path: Path, section: str, text: str, write: bool = True) -> None:
     if write:
         write_section(path, section, text)
         log.info("updated %s", path)
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    """--out and --no-write, which every script that publishes a section takes."""
+    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="Markdown file to update.")
+    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
+
+
+def start_logging() -> None:
+    """INFO logs for a bench run (httpx's line per request held back); never reach for a model hub."""
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
+from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 
 log = logging.getLogger("bench.encode_latency")
 
@@ -200,8 +200,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=20, help="Untimed batches per encoder first.")
     parser.add_argument("--threads", type=int, default=2, help="Threads for every encoder.")
     parser.add_argument("--rounds", type=int, default=5, help="Blocks each encoder's queries are split into.")
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="Markdown file to update.")
-    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
+    add_output_args(parser)
     args = parser.parse_args(argv)
     if min(args.num_queries, args.threads, args.rounds) < 1 or args.warmup < 0:
         parser.error("--num-queries, --threads and --rounds must be >= 1, --warmup >= 0")
@@ -216,8 +215,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start_logging()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
+from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 
 log = logging.getLogger("bench.index_types")
 
@@ -221,8 +221,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ef-search", type=int, default=None, help="hnsw efSearch (default: tandem's).")
     parser.add_argument("--build-threads", type=int, default=2, help="FAISS threads for builds and batch search.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="Markdown file to update.")
-    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
+    add_output_args(parser)
     parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # child mode
     parser.add_argument("--meta", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
@@ -233,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.measure is not None:
         print(json.dumps(measure(args.measure, json.loads(args.meta), args.latency_queries)))  # read by the parent
         return
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    start_logging()
     dims = [int(d) for d in args.dims.split(",")]
     types = [tuple(t.split("-", 1)) for t in args.types.split(",")]
     if not args.reference.is_file():

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import BENCHMARKS_MD, cpu_model, load_average, markers, publish
+from benchdoc import add_output_args, cpu_model, load_average, markers, publish, start_logging
 
 log = logging.getLogger("bench.int8_variants")
 
@@ -46,15 +46,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--index", type=Path, required=True, help="bundle built from the dataset's corpus")
     parser.add_argument("--split", default="test")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
-    parser.add_argument("--no-write", action="store_true", help="log the results only")
+    add_output_args(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start_logging()
     from onnxruntime.quantization import QuantType
 
     from models.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries

@@ -38,7 +38,15 @@ from typing import Any
 import aiohttp
 import httpx
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from benchdoc import (
+    REPO,
+    add_output_args,
+    cpu_model,
+    load_average,
+    markers,
+    publish,
+    start_logging,
+)
 from encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
 from peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
@@ -307,8 +315,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--min-achieved", type=float, default=0.95, help="Share of the target rate to answer.")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "peers",
                         help="txtai index, configs and server logs.")
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="Markdown file to update.")
-    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
+    add_output_args(parser)
     args = parser.parse_args(argv)
     args.peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     if not args.peers or set(args.peers) - set(PEERS):
@@ -354,9 +361,7 @@ def make_peers(args: argparse.Namespace, teacher: Path, embeddings: Path, ids: P
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start_logging()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from models.registry import resolve
 
@@ -398,11 +403,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"
     section = render(command, setup, load, note, outcomes, args)
-    if args.no_write:
-        log.info("section (not written):\n%s", section)
-    else:
-        write_section(args.out, SECTION, section)
-        log.info("updated %s", args.out)
+    publish(args.out, SECTION, section, write=not args.no_write)
     return 0
 
 

@@ -36,7 +36,15 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, write_section
+from benchdoc import (
+    REPO,
+    add_output_args,
+    cpu_model,
+    load_average,
+    markers,
+    publish,
+    start_logging,
+)
 from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.reload")
@@ -289,16 +297,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--rps", type=float, default=40.0)
     parser.add_argument("--duration", type=float, default=30.0, help="Seconds of load; reloads at 1/4, 1/2, 3/4.")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "reload")
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
-    parser.add_argument("--no-write", action="store_true", help="Only print the results.")
+    add_output_args(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start_logging()
     from models.versions import set_current
     from tandem.loadtest import DEFAULT_QUERIES, format_report, run_loadtest
     from tandem.loadtest import Answer as LoadAnswer
@@ -348,17 +353,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("reloads and checks:\n%s", json.dumps({"verdict": asdict(verdict), "events": events_out}, indent=2,
                                                    default=str))
     log.info("%s", "PASS" if verdict.passed else "FAIL")
-    if not args.no_write:
-        command = "python bench/reload_under_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
-        docs = Counter(a.version for a in answers)
-        setup = (f"{args.docs if args.corpus is None else 'given'}-document corpus ({corpus.name}), 768-d bundles "
-                 f"`{v1}` (float), `{v2}` (int8), `{v3}` (float), `{bad}` (v1 with 16 bytes of index.faiss flipped); "
-                 f"`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
-                 f"open-loop load {args.rps:g} rps for {args.duration:g} s, answers per version "
-                 + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
-        write_section(args.out, SECTION, render(command.strip(), setup, load_before, report_text, events, verdict,
-                                       latency_split(answers, events), t0, busy))
-        log.info("wrote %s", args.out)
+    command = "python bench/reload_under_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    docs = Counter(a.version for a in answers)
+    setup = (f"{args.docs if args.corpus is None else 'given'}-document corpus ({corpus.name}), 768-d bundles "
+             f"`{v1}` (float), `{v2}` (int8), `{v3}` (float), `{bad}` (v1 with 16 bytes of index.faiss flipped); "
+             f"`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
+             f"open-loop load {args.rps:g} rps for {args.duration:g} s, answers per version "
+             + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
+    section = render(command.strip(), setup, load_before, report_text, events, verdict,
+                     latency_split(answers, events), t0, busy)
+    publish(args.out, SECTION, section, write=not args.no_write)
     return 0 if verdict.passed else 1
 
 

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
+from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from index_types import DEFAULT_REFERENCE, synthesize
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
@@ -286,17 +286,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--env", action="append", default=[], metavar="TANDEM_X=VALUE",
                         help="Server settings (repeatable), e.g. TANDEM_BATCH_MAX_QUERIES=8.")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "serve")
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
+    add_output_args(parser)
     parser.add_argument("--section", default="serve-load", help="Marked section of --out to write.")
-    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start_logging()
     env = dict(item.split("=", 1) for item in args.env)
     queries, described = load_queries(args.queries, 10_000)
     accept_size, accept_label = (None, "") if args.accept == "none" else args.accept.split(":", 1)

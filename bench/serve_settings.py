@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchdoc import BENCHMARKS_MD, REPO, cpu_model, load_average, markers, publish
+from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from serve_load import Server
 from servers import stop
@@ -117,15 +117,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--queries", type=Path, default=Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT)))
     parser.add_argument("--rest", type=float, default=2.0, help="Seconds between runs.")
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD)
-    parser.add_argument("--no-write", action="store_true", help="Only log the results.")
+    add_output_args(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    start_logging()
     if not (args.index / "manifest.json").is_file():
         log.error("%s is not a bundle; build it with bench/serve_load.py or `tandem index build`", args.index)
         return 2
