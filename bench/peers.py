@@ -38,15 +38,7 @@ from typing import Any
 import aiohttp
 import httpx
 import numpy as np
-from benchdoc import (
-    REPO,
-    add_output_args,
-    cpu_model,
-    load_average,
-    markers,
-    publish,
-    start_logging,
-)
+from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
 from peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready

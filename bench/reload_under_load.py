@@ -36,15 +36,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import (
-    REPO,
-    add_output_args,
-    cpu_model,
-    load_average,
-    markers,
-    publish,
-    start_logging,
-)
+from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.reload")
