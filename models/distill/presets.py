@@ -76,7 +76,8 @@ class Preset(BaseModel):
 # Measured on the 2-core machine, SciFact (5,183 docs): quick ≈ 10 min (half of it the teacher encoding
 # pseudo-queries), default ≈ 35 min. full trains the same texts for eight epochs in two LEAF cycles (linear decay,
 # restarted), sized for about an hour on that machine; its last two epochs train through the int8 graph's rounding,
-# since the int8 student is what serves (65 min in all on 2026-11-23, 3.5 of them the rounding's overhead).
+# since the int8 student is what serves (57.5 min in all on 2026-11-23, with the fused AdamW step and the in-place
+# rounding; 65 min before them).
 # Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
 # 89.8% of the teacher (docs/BENCHMARKS.md).
 PRESETS: dict[str, Preset] = {
