@@ -75,9 +75,12 @@ class Preset(BaseModel):
 
 # Measured on the 2-core machine, SciFact (5,183 docs): quick ≈ 10 min (half of it the teacher encoding
 # pseudo-queries), default ≈ 35 min. full trains the same texts for eight epochs in two LEAF cycles (linear decay,
-# restarted), sized for about an hour on that machine; its last two epochs train through the int8 graph's rounding,
-# since the int8 student is what serves (57.5 min in all on 2026-11-23, with the fused AdamW step and the in-place
-# rounding; 65 min before them).
+# restarted), sized for an hour on that machine with nothing cached but the bundle's document vectors; its last
+# two epochs train through the int8 graph's rounding, since the int8 student is what serves. 54.5 min in all on
+# 2026-11-23, 9 of them the teacher encoding 13,407 pseudo-queries. It mixes 400 passages into each epoch: with
+# 800 the training alone took 55 min, over the hour once the teacher's encoding is added. On SciFact the 400-passage
+# run scored 0.0025–0.0047 below two 800-passage runs in asymmetric nDCG@10 at 768 float, which differ by 0.0022
+# from each other (docs/BENCHMARKS.md).
 # Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
 # 89.8% of the teacher (docs/BENCHMARKS.md).
 PRESETS: dict[str, Preset] = {
@@ -85,7 +88,7 @@ PRESETS: dict[str, Preset] = {
                     epochs=1, ridge_texts=4000, score_weight=1.0),
     "default": Preset(name="default", queries_per_doc=3, max_queries=12000, passages_per_epoch=800, val_docs=200,
                       epochs=3, score_weight=1.0),
-    "full": Preset(name="full", queries_per_doc=3, max_queries=12000, passages_per_epoch=800, val_docs=200,
+    "full": Preset(name="full", queries_per_doc=3, max_queries=12000, passages_per_epoch=400, val_docs=200,
                    epochs=8, lr_cycles=2, patience=3, score_weight=1.0, int8_epochs=2),
 }
 
