@@ -78,9 +78,9 @@ class Preset(BaseModel):
 # restarted), sized for an hour on that machine with nothing cached but the bundle's document vectors; its last
 # two epochs train through the int8 graph's rounding, since the int8 student is what serves. 54.5 min in all on
 # 2026-11-23, 9 of them the teacher encoding 13,407 pseudo-queries. It mixes 400 passages into each epoch: with
-# 800 the training alone took 55 min, over the hour once the teacher's encoding is added. On SciFact the 400-passage
-# run scored 0.0025–0.0047 below two 800-passage runs in asymmetric nDCG@10 at 768 float, which differ by 0.0022
-# from each other (docs/BENCHMARKS.md).
+# 800 the training alone took 55 min, over the hour once the teacher's encoding is added. On SciFact two 400-passage
+# runs (seeds 0 and 1) kept 96.9% and 97.3% of the teacher's asymmetric nDCG@10 at 768 float, two 800-passage runs
+# 97.3% and 97.7%: within run-to-run noise (docs/BENCHMARKS.md).
 # Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
 # 89.8% of the teacher (docs/BENCHMARKS.md).
 PRESETS: dict[str, Preset] = {
