@@ -6,6 +6,8 @@ the same thread count for all encoders, all in one process and one run, and reco
 docs/BENCHMARKS.md.
 
     python bench/encode_latency.py --student .tandem/students/scifact --batch-sizes 1,16
+
+Repeat --student to measure several students (say, both student families) in the same run.
 """
 
 from __future__ import annotations
@@ -187,7 +189,8 @@ def busy_note(load: float, threads: int) -> str | None:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Single-query encoding latency: student ONNX vs teacher torch.")
-    parser.add_argument("--student", type=Path, required=True, help="Exported student directory.")
+    parser.add_argument("--student", type=Path, action="append", required=True,
+                        help="Exported student directory; repeat it to measure several side by side.")
     parser.add_argument("--teacher", type=Path, default=None, help="Teacher HF directory (default: provisioned).")
     parser.add_argument(
         "--queries",
@@ -228,17 +231,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     torch.set_num_interop_threads(1)
     try:
         queries, described = load_queries(args.queries, args.num_queries)
-        students = {p: StudentEncoder(args.student, precision=p, threads=args.threads) for p in ("int8", "fp32")}
+        students = {(path, p): StudentEncoder(path, precision=p, threads=args.threads)
+                    for path in args.student for p in ("int8", "fp32")}
         teacher = TeacherEncoder(resolve("teacher", args.teacher), device="cpu")
     except TandemError as exc:
         log.error("%s", exc)
         sys.exit(2)
     teacher_name = f"teacher {teacher.card.name} (torch fp32)"
     encoders: dict[str, Callable[[list[str]], object]] = {
-        f"student int8 (ONNX, {students['int8'].manifest.backbone})": students["int8"].encode,
-        f"student fp32 (ONNX, {students['fp32'].manifest.backbone})": students["fp32"].encode,
-        teacher_name: lambda texts: teacher.encode(texts, batch_size=len(texts)),
+        f"student {p} (ONNX, {s.manifest.backbone}{f'; {path.name}' if len(args.student) > 1 else ''})": s.encode
+        for (path, p), s in students.items()
     }
+    encoders[teacher_name] = lambda texts: teacher.encode(texts, batch_size=len(texts))
     log.info("queries: %s", described)
     busy, load_before = load_average()
     note = busy_note(busy, args.threads)
