@@ -24,7 +24,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
 
 from models.distill.model import StudentModel
-from models.distill.train import EVAL_BATCH, Tokens, embed
+from models.distill.train import Tokens, embed
 from models.errors import ContractMismatch
 from models.manifest import STUDENT_MANIFEST, ParityReport, StudentManifest
 from models.staging import staged
@@ -107,24 +107,18 @@ def weight_matmuls(path: Path) -> list[str]:
 def onnx_vectors(path: Path, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
     """Run an ONNX student file directly (no student directory needed yet); rows in input order.
 
-    Texts go in length-sorted calls of EVAL_BATCH. In one call, 200 parity queries padded to
-    the passages' 256 tokens took a teacher-layer student's int8 graph 49 s and 4.9 GB, against
-    12 s and 1.3 GB in length-sorted calls of 64, and the parity search makes dozens of such passes.
+    Texts go in length-sorted calls of 64 (Tokens.map_sorted). In one call, 200 parity queries
+    padded to the passages' 256 tokens took a teacher-layer student's int8 graph 49 s and 4.9 GB,
+    against 12 s and 1.3 GB in calls of 64, and the parity search makes dozens of such passes.
     """
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
-    ids = tokens.encode(texts)
-    order = np.argsort([len(row) for row in ids], kind="stable")
-    out = np.empty((0, 0), dtype=np.float32)
-    for start in range(0, len(order), EVAL_BATCH):
-        rows = order[start : start + EVAL_BATCH]
-        input_ids, mask = tokens.pad([ids[i] for i in rows])
+
+    def run(input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         feed = {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()}
-        vectors = np.asarray(session.run(None, {k: v for k, v in feed.items() if k in names})[0])
-        if not out.size:
-            out = np.empty((len(ids), vectors.shape[1]), dtype=np.float32)
-        out[rows] = vectors
-    return out
+        return np.asarray(session.run(None, {k: v for k, v in feed.items() if k in names})[0])
+
+    return tokens.map_sorted(tokens.encode(texts), run)
 
 
 def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[str]) -> list[str]:

@@ -55,6 +55,21 @@ class Tokens:
             mask[i, : len(row)] = 1
         return input_ids, mask
 
+    def map_sorted(
+        self, ids: Sequence[Sequence[int]], fn: Callable[[torch.Tensor, torch.Tensor], np.ndarray]
+    ) -> np.ndarray:
+        """`fn(input_ids, mask)` over length-sorted batches of EVAL_BATCH texts (little padding), rows in order."""
+        order = np.argsort([len(row) for row in ids], kind="stable")
+        out: np.ndarray | None = None
+        for start in range(0, len(order), EVAL_BATCH):
+            idx = order[start : start + EVAL_BATCH]
+            result = fn(*self.pad([ids[i] for i in idx]))
+            if out is None:
+                out = np.empty((len(ids), result.shape[1]), dtype=np.float32)
+            out[idx] = result
+        assert out is not None, "map_sorted() needs at least one text"
+        return out
+
 
 @dataclass(frozen=True)
 class Examples:
@@ -97,17 +112,7 @@ def embed(
 ) -> np.ndarray:
     """Run `fn` (model.pooled or model.forward) over all texts in eval mode; rows in input order."""
     model.eval()
-    order = np.argsort([len(row) for row in ids], kind="stable")
-    out: np.ndarray | None = None
-    for start in range(0, len(order), EVAL_BATCH):
-        idx = order[start : start + EVAL_BATCH]
-        input_ids, mask = tokens.pad([ids[i] for i in idx])
-        result = fn(input_ids.to(device), mask.to(device)).float().cpu().numpy()
-        if out is None:
-            out = np.empty((len(ids), result.shape[1]), dtype=np.float32)
-        out[idx] = result
-    assert out is not None, "embed() needs at least one text"
-    return out
+    return tokens.map_sorted(ids, lambda ids_, mask: fn(ids_.to(device), mask.to(device)).float().cpu().numpy())
 
 
 @dataclass(frozen=True)
