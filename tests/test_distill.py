@@ -219,16 +219,3 @@ def test_patience_counts_epochs_since_the_best() -> None:
     assert not _patience_spent(TrainResult(epochs=3, best_epoch=2), preset)
     assert _patience_spent(TrainResult(epochs=4, best_epoch=2), preset)
     assert not _patience_spent(TrainResult(epochs=9, best_epoch=0), PRESET)  # no patience: never
-
-
-def test_a_soup_averages_float_weights_and_keeps_the_rest() -> None:
-    torch = pytest.importorskip("torch")
-    from models.distill.soup import average
-
-    a = {"w": torch.tensor([1.0, 2.0]), "h": torch.tensor([0.5], dtype=torch.float16), "ids": torch.tensor([3, 4])}
-    b = {"w": torch.tensor([3.0, 6.0]), "h": torch.tensor([1.5], dtype=torch.float16), "ids": torch.tensor([3, 4])}
-    soup = average([a, b])
-    assert torch.equal(soup["w"], torch.tensor([2.0, 4.0]))
-    assert soup["h"].dtype == torch.float16 and float(soup["h"]) == 1.0
-    assert torch.equal(soup["ids"], a["ids"]) and soup["ids"] is not a["ids"]
-    assert torch.equal(average([a])["w"], a["w"])

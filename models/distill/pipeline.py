@@ -25,9 +25,8 @@ from models.distill.model import StudentModel
 from models.distill.presets import Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge
-from models.distill.soup import START, train_soup
 from models.distill.targets import TeacherTargets
-from models.distill.train import Examples, Tokens, TrainResult, Validation, embed
+from models.distill.train import LAST, Examples, Tokens, embed, train
 from models.errors import ContractMismatch
 from models.export import export_student
 from models.manifest import BundleManifest, StudentManifest
@@ -116,17 +115,6 @@ def _student_model(start: ModelCard, card: ModelCard, preset: Preset) -> Student
     return StudentModel(Path(start.path), card.dim, name=start.name)
 
 
-def _rounded(validation: Validation) -> dict[str, object]:
-    return {k: round(v, 5) if isinstance(v, float) else v for k, v in asdict(validation).items()}
-
-
-def _branch_record(result: TrainResult) -> dict[str, object]:
-    """One branch's training, for the student manifest: validation before training, then after each epoch."""
-    return {"epochs": result.epochs, "steps": result.steps, "best_epoch": result.best_epoch,
-            "resumed_from_epoch": result.resumed_from, "validation": [_rounded(h) for h in result.history],
-            "train_seconds": round(result.seconds, 1)}
-
-
 def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> Path:
     """Private to one run's inputs, so a resumed run never continues another run's training."""
     identity = {"preset": preset.model_dump(), "seed": req.seed, "inputs": fingerprints}
@@ -164,9 +152,9 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     checkpoints = checkpoint_dir(req, preset, card.fingerprint, backbone.fingerprint, bundle.corpus.sha256,
                                  texts_digest)
     ridge_loss = None
-    if model.has_projection and not (checkpoints / START).is_file():  # resuming restores the fitted projection
+    if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the trained projection
         ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
-    result = train_soup(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device, checkpoints)
+    result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device, checkpoints)
 
     manifest = StudentManifest(
         teacher=card.teacher_ref(),
@@ -178,14 +166,15 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             "seed": req.seed,
             "corpus": str(Path(req.corpus).resolve()),
             "texts": {"train": len(data.train), "val": len(data.val), "train_queries": len(extra)},
-            "epochs": sum(b.epochs for b in result.branches),
-            "steps": sum(b.steps for b in result.branches),
+            "epochs": result.epochs,
+            "steps": result.steps,
             "ridge_val_loss": None if ridge_loss is None else round(ridge_loss, 5),
-            "branches": [_branch_record(b) for b in result.branches],
-            "soup_validation": None if result.soup is None else _rounded(result.soup),
-            "kept": result.kept,
-            "final_val_loss": round(result.validation.loss, 5),
-            "train_seconds": round(sum(b.seconds for b in result.branches), 1),
+            "best_epoch": result.best_epoch,
+            "resumed_from_epoch": result.resumed_from,
+            "validation": [{k: round(v, 5) if isinstance(v, float) else v for k, v in asdict(h).items()}
+                           for h in result.history],
+            "final_val_loss": round(result.history[result.best_epoch].loss, 5),
+            "train_seconds": round(result.seconds, 1),
             "seconds": round(time.perf_counter() - started, 1),
         },
     )

@@ -47,10 +47,6 @@ class Preset(BaseModel):
     loss: Literal["l2", "cosine"] = Field(
         default="l2", description="alignment loss: ‖s − t‖₂ (LEAF) or 1 − cos(s, t)"
     )
-    branches: int = Field(
-        default=1, ge=1, description="copies trained from one start on different data orders, then averaged "
-        "(a model soup, soup.py); each trains `epochs` epochs"
-    )
     patience: int | None = Field(
         default=None, ge=1, description="stop after this many epochs without a better validation overlap@10"
     )

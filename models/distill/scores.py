@@ -29,18 +29,13 @@ def top_k(vectors: np.ndarray, bank: torch.Tensor, k: int) -> np.ndarray:
     return out
 
 
-def document_bank(documents: np.ndarray, device: torch.device) -> torch.Tensor:
-    """The teacher's document vectors as one float32 tensor on `device`: what queries are scored against."""
-    return torch.from_numpy(np.ascontiguousarray(documents, dtype=np.float32)).to(device)
-
-
 class ScoreDistiller:
     """KL(teacher ‖ student) over softmax(scores / temperature) against the teacher's document vectors."""
 
     def __init__(
         self, documents: np.ndarray, temperature: float, max_candidates: int, device: torch.device
     ) -> None:
-        self.bank = document_bank(documents, device)
+        self.bank = torch.from_numpy(np.ascontiguousarray(documents, dtype=np.float32)).to(device)
         self.temperature = temperature
         self.max_candidates = max_candidates
         self.neighbours: np.ndarray | None = None

@@ -149,7 +149,7 @@ class TrainResult:
 LAST, BEST = "last.pt", "best.pt"
 
 
-def save_atomic(obj: object, path: Path) -> None:
+def _save(obj: object, path: Path) -> None:
     """torch.save through a temporary file and a rename, so a kill never leaves a torn checkpoint."""
     tmp = path.with_name(f".{path.name}.tmp")
     torch.save(obj, tmp)
@@ -207,15 +207,13 @@ def train(
     seed: int,
     device: torch.device,
     checkpoints: Path | None = None,
-    branch: int = 0,
 ) -> TrainResult:
     """AdamW with linear decay (and restarts) from lr to lr_end; validation logged after every epoch.
 
     `train_set` and `val_set` are (queries, passages); `documents` are the teacher's vectors of
     the corpus, which score distillation and the ranking agreement score against. With
     `checkpoints`, a directory private to this run, each epoch is saved there and a run that
-    finds a checkpoint continues after it. `branch` > 0 draws another data order from the same
-    seed (soup.py trains several branches from one start).
+    finds a checkpoint continues after it.
     """
     started = time.perf_counter()
     torch.manual_seed(seed)
@@ -243,16 +241,15 @@ def train(
         log.info("before training: %s", result.history[0])
         if checkpoints is not None:
             checkpoints.mkdir(parents=True, exist_ok=True)
-            save_atomic(model.state_dict(), checkpoints / BEST)
+            _save(model.state_dict(), checkpoints / BEST)
     log.info("training: %d queries, %d passages (%s per epoch), %d epochs, %d steps, %s loss, score weight %g",
              len(queries), len(passages), preset.passages_per_epoch or "all", preset.epochs, total, preset.loss,
              preset.score_weight)
     best_state = None if checkpoints is not None else {k: v.clone() for k, v in model.state_dict().items()}
-    prefix = f"branch {branch + 1}/{preset.branches}, " if preset.branches > 1 else ""
     for epoch in range(result.epochs, preset.epochs):
         if result.steps >= total or _patience_spent(result, preset):
             break
-        rng = np.random.default_rng([seed, epoch, branch] if branch else [seed, epoch])
+        rng = np.random.default_rng([seed, epoch])
         examples = _epoch_examples(queries, passages, preset, rng)
         batches = length_batches([len(row) for row in examples.ids], preset.batch_size, rng)
         batches = batches[: total - result.steps]
@@ -260,8 +257,7 @@ def train(
             scores.prepare(examples.targets)
         emulate = epoch >= preset.epochs - preset.int8_epochs
         model.train()
-        bar = tqdm(batches, desc=f"{prefix}epoch {epoch + 1}/{preset.epochs}{' (int8)' if emulate else ''}",
-                   unit="step")
+        bar = tqdm(batches, desc=f"epoch {epoch + 1}/{preset.epochs}{' (int8)' if emulate else ''}", unit="step")
         with int8_emulation(model, enabled=emulate):
             for batch in bar:
                 input_ids, mask = tokens.pad([examples.ids[i] for i in batch])
@@ -279,15 +275,15 @@ def train(
             bar.close()
             result.epochs = epoch + 1
             result.history.append(validate(model, tokens, val_set, scores.bank, result.steps, device, emulate))
-        log.info("%sepoch %d: %s, %.0fs", prefix, epoch + 1, result.history[-1], time.perf_counter() - started)
+        log.info("epoch %d: %s, %.0fs", epoch + 1, result.history[-1], time.perf_counter() - started)
         if result.history[-1].score() > result.history[result.best_epoch].score():
             result.best_epoch = result.epochs
             if checkpoints is not None:
-                save_atomic(model.state_dict(), checkpoints / BEST)
+                _save(model.state_dict(), checkpoints / BEST)
             else:
                 best_state = {k: v.clone() for k, v in model.state_dict().items()}
         if checkpoints is not None:
-            save_atomic({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            _save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                    "scheduler": scheduler.state_dict(), "result": result}, checkpoints / LAST)
     if result.best_epoch != result.epochs:
         log.info("keeping the weights of epoch %d (best validation overlap@10)", result.best_epoch)
