@@ -2,7 +2,8 @@
 
 Reproduces "Ablation: weight averaging (model soups)" in docs/BENCHMARKS.md: the fp32 ONNX graphs'
 float initializers are averaged one by one and the result is re-quantized with the export's own
-quantize_onnx; tokenizer and student.json come from the first student. Score the result with
+quantize_onnx; tokenizer and student.json come from the first student, less its parity report, which
+described the first student's graph and not the average. Score the result with
 `tandem eval`. Students from one backbone and one export path have identical graphs; any other pair
 is refused.
 
@@ -21,6 +22,7 @@ import onnx
 from onnx import numpy_helper
 
 from models.export import quantize_onnx
+from models.manifest import STUDENT_MANIFEST
 from models.student import read_student_manifest
 
 log = logging.getLogger("soup_students")
@@ -46,6 +48,8 @@ def main() -> None:
     shutil.copytree(args.students[0], args.out)
     onnx.save(base, str(args.out / manifests[0].onnx_fp32))
     quantize_onnx(args.out / manifests[0].onnx_fp32, args.out / manifests[0].onnx_int8)
+    manifest = manifests[0].model_copy(update={"parity": None})
+    (args.out / STUDENT_MANIFEST).write_text(manifest.model_dump_json(indent=2) + "\n")
     log.info("averaged %d students into %s", len(args.students), args.out)
 
 
