@@ -94,6 +94,20 @@ def test_extra_queries_join_training_and_validation() -> None:
     joined = set(data.train.queries) | set(data.val.queries)
     assert set(extra) <= joined
     assert set(extra) & set(data.val.queries)  # some are held out to validate on
+    # real queries come last on each side, and are counted, so training can repeat them
+    assert data.train.real + data.val.real == len(extra) and data.val.real > 0
+    assert set(data.train.queries[-data.train.real :]) | set(data.val.queries[-data.val.real :]) == set(extra)
+    assert build_training_data(CORPUS, PRESET, seed=0).train.real == 0
+
+
+def test_repeat_last_repeats_the_real_queries_only() -> None:
+    from models.distill.train import Examples
+
+    examples = Examples([[1], [2], [3], [4]], np.arange(8, dtype=np.float32).reshape(4, 2))
+    repeated = examples.repeat_last(2, 3)
+    assert repeated.ids == [[1], [2], [3], [4], [3], [4], [3], [4]]
+    assert np.array_equal(repeated.targets[4:6], examples.targets[2:]) and len(repeated.targets) == 8
+    assert examples.repeat_last(0, 3) is examples and examples.repeat_last(2, 1) is examples
 
 
 def test_max_queries_caps_pseudo_queries_but_keeps_real_ones() -> None:

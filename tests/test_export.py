@@ -110,6 +110,33 @@ def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> No
         assert swapped == 0
 
 
+def test_fast_attention_computes_the_same_and_restores_eager(backbone_dir: Path) -> None:
+    """Training attends through SDPA; vectors and gradients stay eager's, and export finds eager again."""
+    model = StudentModel(backbone_dir, 768)
+    tokens = Tokens(backbone_dir / "tokenizer.json", 256)
+    input_ids, mask = tokens.pad(tokens.encode(TEXTS))  # padded rows, a 256-token one among them
+
+    def vectors_and_grad() -> tuple[torch.Tensor, torch.Tensor]:
+        model.zero_grad()
+        out = model(input_ids, mask)
+        out.sum().backward()
+        assert model.projection.weight.grad is not None
+        return out.detach(), model.projection.weight.grad.clone()
+
+    eager = vectors_and_grad()
+    with model.fast_attention() as attention:
+        assert attention == "sdpa" == model.backbone.config._attn_implementation
+        fused = vectors_and_grad()
+    assert model.backbone.config._attn_implementation == "eager"
+    assert torch.allclose(eager[0], fused[0], atol=1e-5) and torch.allclose(eager[1], fused[1], atol=1e-4)
+    with pytest.raises(RuntimeError, match="inside"), model.fast_attention():
+        raise RuntimeError("inside")
+    assert model.backbone.config._attn_implementation == "eager"
+    teacher_layers = StudentModel(resolve("teacher"), 768, keep_layers=[0])
+    with teacher_layers.fast_attention() as attention:  # MPNet has no SDPA path: it stays eager
+        assert attention == "eager"
+
+
 def test_graph_contract(tiny_student: Path) -> None:
     manifest = read_student_manifest(tiny_student)
     for name in (manifest.onnx_fp32, manifest.onnx_int8):

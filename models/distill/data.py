@@ -87,6 +87,7 @@ class Split:
 
     passages: list[int]
     queries: list[str]
+    real: int = 0  # the last `real` queries are real (train-split) queries, not pseudo-queries
 
     def __len__(self) -> int:
         return len(self.passages) + len(self.queries)
@@ -143,6 +144,7 @@ def build_training_data(
     extra = [clean(q) for q in extra_queries]
     rng.shuffle(extra)
     n_extra_val = round(len(extra) * VAL_FRACTION)
-    splits["val"].queries.extend(q for q in extra[:n_extra_val] if dedupe.admit(q))
-    splits["train"].queries.extend(q for q in extra[n_extra_val:] if dedupe.admit(q))
+    for name, part in (("val", extra[:n_extra_val]), ("train", extra[n_extra_val:])):
+        real = [q for q in part if dedupe.admit(q)]
+        splits[name] = Split(splits[name].passages, splits[name].queries + real, real=len(real))
     return TrainingData(train=splits["train"], val=splits["val"])

@@ -6,7 +6,9 @@ Two families (DISTILLATION.md):
 - `teacher-layers` (Wang & Lyu): the teacher's own embeddings and its first and last k layers,
   already in the teacher's space, so no projection (Identity).
 
-Eager attention keeps the graph exportable by the classic ONNX exporter. Dropout is switched
+The model is loaded with eager attention, which keeps the graph exportable by the classic ONNX
+exporter; `fast_attention()` swaps in torch's fused SDPA kernel for training and for the ridge
+fit's forward passes, where the backbone supports it (same function, other kernel). Dropout is switched
 off: the targets are deterministic vectors and training is short, and on SciFact pseudo-queries
 it aligned slightly faster without it (cosine 0.7225 vs 0.7195 after one epoch from the same
 ridge init).
@@ -15,7 +17,8 @@ ridge init).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -50,6 +53,22 @@ class StudentModel(nn.Module):
         self.backbone.encoder.layer = nn.ModuleList(layers[i] for i in keep)
         self.backbone.config.num_hidden_layers = len(keep)
         self.projection = nn.Identity()
+
+    @contextmanager
+    def fast_attention(self) -> Iterator[str]:
+        """Within the block the backbone attends through SDPA if it can; yields the implementation in use.
+
+        On the 2-core CPU a training step over 32 passages of 256 tokens (MiniLM-L6) took 3.7 s with SDPA
+        against 5.5 s eager; short queries cost the same either way. Vectors and gradients agree to 1e-6.
+        Eager is restored on exit, whatever happens, since export needs it.
+        """
+        eager = self.backbone.config._attn_implementation
+        fused = "sdpa" if self.backbone._supports_sdpa and self.backbone._can_set_attn_implementation() else eager
+        self.backbone.set_attn_implementation(fused)
+        try:
+            yield fused
+        finally:
+            self.backbone.set_attn_implementation(eager)
 
     @property
     def has_projection(self) -> bool:

@@ -68,13 +68,18 @@ def _teacher_of(bundle: BundleManifest, req: DistillRequest) -> ModelCard:
 
 
 def _examples(
-    data: TrainingData, passages: list[str], doc_vectors: np.ndarray, query_vectors: np.ndarray, tokens: Tokens
+    data: TrainingData, passages: list[str], doc_vectors: np.ndarray, query_vectors: np.ndarray, tokens: Tokens,
+    repeats: int = 1,
 ) -> tuple[tuple[Examples, Examples], tuple[Examples, Examples]]:
-    """(queries, passages) examples for train and validation; query_vectors cover train then val queries."""
+    """(queries, passages) examples for train and validation; query_vectors cover train then val queries.
+
+    Training's real queries appear `repeats` times: validation is left as it is.
+    """
     n_train = len(data.train.queries)
     sides = []
-    for split, vectors in ((data.train, query_vectors[:n_train]), (data.val, query_vectors[n_train:])):
-        queries = Examples(tokens.encode(split.queries), vectors)
+    splits = ((data.train, query_vectors[:n_train], repeats), (data.val, query_vectors[n_train:], 1))
+    for split, vectors, times in splits:
+        queries = Examples(tokens.encode(split.queries), vectors).repeat_last(split.real, times)
         docs = Examples(tokens.encode([passages[r] for r in split.passages]), doc_vectors[split.passages])
         sides.append((queries, docs))
     return sides[0], sides[1]
@@ -135,8 +140,9 @@ def run_distill(req: DistillRequest) -> StudentManifest:
         log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
     extra = read_train_queries(req.train_queries) if req.train_queries is not None else []
     data = build_training_data(docs, preset, req.seed, extra)
-    log.info("training text: %d passages + %d queries; validation: %d passages + %d queries",
-             len(data.train.passages), len(data.train.queries), len(data.val.passages), len(data.val.queries))
+    log.info("training text: %d passages + %d queries (%d real, each %d× per epoch); validation: %d passages + %d "
+             "queries (%d real)", len(data.train.passages), len(data.train.queries), data.train.real,
+             preset.real_query_repeats, len(data.val.passages), len(data.val.queries), data.val.real)
 
     targets = TeacherTargets(card, req.device)
     doc_vectors = targets.documents(docs)
@@ -147,14 +153,17 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     torch.manual_seed(req.seed)
     model = _student_model(backbone, card, preset).to(device)
     tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
-    train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens)
+    train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens,
+                                   preset.real_query_repeats)
     texts_digest = hashlib.sha256("\x00".join(data.train.queries + data.val.queries).encode()).hexdigest()
     checkpoints = checkpoint_dir(req, preset, card.fingerprint, backbone.fingerprint, bundle.corpus.sha256,
                                  texts_digest)
     ridge_loss = None
-    if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the trained projection
-        ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
-    result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device, checkpoints)
+    with model.fast_attention() as attention:
+        log.info("student attention while training: %s", attention)
+        if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the trained projection
+            ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
+        result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device, checkpoints)
 
     manifest = StudentManifest(
         teacher=card.teacher_ref(),

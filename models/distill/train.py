@@ -84,6 +84,13 @@ class Examples:
     def take(self, rows: Sequence[int] | np.ndarray) -> Examples:
         return Examples([self.ids[i] for i in rows], self.targets[np.asarray(rows, dtype=np.int64)])
 
+    def repeat_last(self, n: int, times: int) -> Examples:
+        """These examples with their last `n` rows `times` times over (real queries among pseudo-queries)."""
+        if n == 0 or times == 1:
+            return self
+        tail = self.take(np.arange(len(self) - n, len(self)))
+        return Examples.concat(self, *[tail] * (times - 1))
+
     @staticmethod
     def concat(*parts: Examples) -> Examples:
         return Examples([row for p in parts for row in p.ids], np.concatenate([p.targets for p in parts]))

@@ -1,0 +1,118 @@
+"""How closely students rank like their teacher, without labels: overlap@10 over the corpus, by kind of query.
+
+Why: training validates on the overlap@10 of held-out pseudo-queries and held-out real train-split
+queries together, and SciFact's 300 judged queries move nDCG@10 by ±0.004 between runs that agree on
+that figure. Splitting it by kind shows where a recipe changes the student; the test queries'
+overlap (their judgments unused) shows whether the change reaches real queries of the benchmark.
+It is a diagnostic, never a criterion that picks an epoch or a preset.
+
+For each student the validation texts of its own run are rebuilt from its student.json (preset, seed,
+corpus, and the dataset's train-split queries if it trained on them); its int8 graph encodes each
+query alone, as `POST /search` does. Teacher vectors of the validation texts come from the target
+cache (`tandem distill` put them there); the test queries are encoded by the teacher here.
+
+    python bench/agreement.py --data ../shared/data/scifact --index .tandem/bundles/scifact-768-float \
+        .tandem/students/scifact-full-b32 .tandem/students/scifact-full-b16
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+from benchdoc import add_output_args, cpu_model, markers, publish, start_logging
+
+log = logging.getLogger("bench.agreement")
+
+SECTION = "student-agreement"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("students", type=Path, nargs="+", help="student directories (tandem distill --out)")
+    parser.add_argument("--data", type=Path, required=True, help="BEIR dataset directory (corpus, queries, qrels)")
+    parser.add_argument("--index", type=Path, required=True, help="bundle built from the dataset's corpus")
+    parser.add_argument("--split", default="test", help="qrels split whose queries are scored (labels unused)")
+    add_output_args(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    start_logging()
+    import torch
+
+    from models.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
+    from models.bundle import Bundle
+    from models.contract import check_same_teacher
+    from models.corpus import read_corpus
+    from models.distill.data import build_training_data
+    from models.distill.presets import Preset
+    from models.distill.queries import read_train_queries
+    from models.distill.scores import overlap_at_k
+    from models.distill.targets import TeacherTargets
+    from models.errors import TandemError
+    from models.registry import load_card, resolve
+    from models.student import StudentEncoder, read_student_manifest
+    from models.teacher import TeacherEncoder
+
+    try:
+        bundle = Bundle(args.index)
+        card = load_card(resolve("teacher"))
+        check_same_teacher(card.teacher_ref(), bundle.teacher, what="teacher model")
+        docs = read_corpus(args.data / "corpus.jsonl")
+        qrels, _ = read_qrels(args.data / QRELS_DIR / f"{args.split}.tsv")
+        all_queries = read_queries(args.data / QUERIES_FILE)
+        test = [all_queries[q] for q in qrels if q in all_queries]
+        manifests = [read_student_manifest(s) for s in args.students]
+    except TandemError as exc:
+        log.error("%s", exc)
+        sys.exit(2)
+    targets = TeacherTargets(card)
+    bank = torch.from_numpy(np.ascontiguousarray(targets.documents(docs), dtype=np.float32))
+    test_teacher = TeacherEncoder(card.path).encode(test)
+    rows = []
+    for directory, manifest in zip(args.students, manifests, strict=True):
+        training = manifest.training
+        preset = Preset.model_validate(training["preset"])
+        real = read_train_queries(args.data / QUERIES_FILE) if training["texts"]["train_queries"] else []
+        if len(real) != training["texts"]["train_queries"]:
+            sys.exit(f"{directory} trained on {training['texts']['train_queries']} train-split queries, "
+                     f"{args.data / QUERIES_FILE} has {len(real)}: not this student's data")
+        val = build_training_data(docs, preset, int(training["seed"]), real).val
+        encoder = StudentEncoder(directory, precision="int8", threads=2)
+        student = np.concatenate([encoder.encode([text]) for text in [*val.queries, *test]])
+        teacher = np.concatenate([targets.queries(val.queries), test_teacher])
+        n_pseudo, n_val = len(val.queries) - val.real, len(val.queries)
+        parts = {"pseudo": slice(0, n_pseudo), "real": slice(n_pseudo, n_val), "test": slice(n_val, None)}
+        overlap = {name: overlap_at_k(student[part], teacher[part], bank) for name, part in parts.items()}
+        counts = {"pseudo": n_pseudo, "real": val.real, "test": len(test)}
+        cells = " | ".join(f"{overlap[name]:.4f} ({counts[name]})" for name in parts)
+        rows.append(f"| `{directory.name}` | {preset.batch_size} | {preset.real_query_repeats} | {cells} |")
+        log.info("%s: %s", directory, overlap)
+    begin, end = markers(SECTION)
+    command = "python bench/agreement.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    text = "\n".join([
+        begin,
+        f"Command: `{command}`; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu_model()}. overlap@10 of the int8 "
+        f"student's top 10 (one query per call) with the teacher's, over the {len(docs):,} documents, on each "
+        f"run's held-out pseudo-queries and held-out real train-split queries, and on the `{args.split}` queries "
+        "(judgments unused); query counts in brackets.",
+        "",
+        "| student | batch | real-query repeats | held-out pseudo-queries | held-out real queries | test queries |",
+        "|---|---:|---:|---:|---:|---:|",
+        *rows,
+        end,
+    ])
+    bundle.close()
+    publish(args.out, SECTION, text, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
