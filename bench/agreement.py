@@ -48,10 +48,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     import torch
 
-    from models.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
+    from models.beir import QUERIES_FILE, load_beir
     from models.bundle import Bundle
     from models.contract import check_same_teacher
-    from models.corpus import read_corpus
     from models.distill.data import build_training_data
     from models.distill.presets import Preset
     from models.distill.queries import read_train_queries
@@ -66,14 +65,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         bundle = Bundle(args.index)
         card = load_card(resolve("teacher"))
         check_same_teacher(card.teacher_ref(), bundle.teacher, what="teacher model")
-        docs = read_corpus(args.data / "corpus.jsonl")
-        qrels, _ = read_qrels(args.data / QRELS_DIR / f"{args.split}.tsv")
-        all_queries = read_queries(args.data / QUERIES_FILE)
-        test = [all_queries[q] for q in qrels if q in all_queries]
+        dataset = load_beir(args.data, args.split)
         manifests = [read_student_manifest(s) for s in args.students]
+        # read once, and only if a student trained on train-split queries: it must have used these
+        trained_on_queries = any(m.training["texts"]["train_queries"] for m in manifests)
+        train_queries = read_train_queries(args.data / QUERIES_FILE) if trained_on_queries else []
     except TandemError as exc:
         log.error("%s", exc)
         sys.exit(2)
+    docs, test = dataset.corpus, list(dataset.queries.values())
     targets = TeacherTargets(card)
     bank = torch.from_numpy(np.ascontiguousarray(targets.documents(docs), dtype=np.float32))
     test_teacher = TeacherEncoder(card.path).encode(test)
@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for directory, manifest in zip(args.students, manifests, strict=True):
         training = manifest.training
         preset = Preset.model_validate(training["preset"])
-        real = read_train_queries(args.data / QUERIES_FILE) if training["texts"]["train_queries"] else []
+        real = train_queries if training["texts"]["train_queries"] else []
         if len(real) != training["texts"]["train_queries"]:
             sys.exit(f"{directory} trained on {training['texts']['train_queries']} train-split queries, "
                      f"{args.data / QUERIES_FILE} has {len(real)}: not this student's data")

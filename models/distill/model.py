@@ -62,13 +62,13 @@ class StudentModel(nn.Module):
         against 5.5 s eager; short queries cost the same either way. Vectors and gradients agree to 1e-6.
         Eager is restored on exit, whatever happens, since export needs it.
         """
-        eager = self.backbone.config._attn_implementation
-        fused = "sdpa" if self.backbone._supports_sdpa and self.backbone._can_set_attn_implementation() else eager
+        loaded = self.backbone.config._attn_implementation
+        fused = "sdpa" if self.backbone._supports_sdpa and self.backbone._can_set_attn_implementation() else loaded
         self.backbone.set_attn_implementation(fused)
         try:
             yield fused
         finally:
-            self.backbone.set_attn_implementation(eager)
+            self.backbone.set_attn_implementation(loaded)
 
     @property
     def has_projection(self) -> bool:
