@@ -94,7 +94,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         overlap = {name: overlap_at_k(student[part], teacher[part], bank) for name, part in parts.items()}
         counts = {"pseudo": n_pseudo, "real": val.real, "test": len(test)}
         cells = " | ".join(f"{overlap[name]:.4f} ({counts[name]})" for name in parts)
-        rows.append(f"| `{directory.name}` | {preset.batch_size} | {preset.real_query_repeats} | {cells} |")
+        recipe = f"{preset.members} × {preset.epochs} | {preset.batch_size} | {preset.real_query_repeats}"
+        rows.append(f"| `{directory.name}` | {recipe} | {cells} |")
         log.info("%s: %s", directory, overlap)
     begin, end = markers(SECTION)
     command = "python bench/agreement.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
@@ -105,8 +106,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"run's held-out pseudo-queries and held-out real train-split queries, and on the `{args.split}` queries "
         "(judgments unused); query counts in brackets.",
         "",
-        "| student | batch | real-query repeats | held-out pseudo-queries | held-out real queries | test queries |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| student | members × epochs | batch | real-query repeats | held-out pseudo-queries | held-out real queries "
+        "| test queries |",
+        "|---|---:|---:|---:|---:|---:|---:|",
         *rows,
         end,
     ])

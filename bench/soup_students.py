@@ -5,7 +5,7 @@ float initializers are averaged one by one and the result is re-quantized with t
 quantize_onnx; tokenizer and student.json come from the first student, less its parity report, which
 described the first student's graph and not the average. Score the result with
 `tandem eval`. Students from one backbone and one export path have identical graphs; any other pair
-is refused.
+is refused. `tandem distill` trains and averages members in one run with preset `members`.
 
     python bench/soup_students.py --out /tmp/soup .tandem/students/a .tandem/students/b
 """

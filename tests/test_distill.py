@@ -118,6 +118,34 @@ def test_max_queries_caps_pseudo_queries_but_keeps_real_ones() -> None:
     assert len(real) + len([q for q in capped.val.queries if q in extra]) == len(extra)
 
 
+def test_soup_members_share_validation_and_real_queries_but_draw_their_own_pseudo_queries() -> None:
+    extra = [f"real question {i} about tides" for i in range(30)]
+    preset = PRESET.model_copy(update={"max_queries": 40})
+    first, second = (build_training_data(CORPUS, preset, seed=0, extra_queries=extra, member=m) for m in (0, 1))
+    assert first == build_training_data(CORPUS, preset, seed=0, extra_queries=extra)  # member 0: as without members
+    assert second.val == first.val and second.train.passages == first.train.passages
+    assert second.train.real == first.train.real
+    assert second.train.queries[-second.train.real :] == first.train.queries[-first.train.real :]
+    pseudo = [set(d.train.queries[: len(d.train.queries) - d.train.real]) for d in (first, second)]
+    assert pseudo[0] != pseudo[1] and len(pseudo[1]) == 40
+    texts = _all_texts(second)
+    assert not {_key(t) for t in texts["val"]} & {_key(t) for t in texts["train"]}
+
+
+def test_average_states_means_floats_and_refuses_disagreeing_integers() -> None:
+    import torch
+
+    from models.distill.soup import average_states, member_seed
+
+    a = {"w": torch.tensor([1.0, 3.0]), "ids": torch.tensor([0, 1])}
+    b = {"w": torch.tensor([3.0, 5.0]), "ids": torch.tensor([0, 1])}
+    soup = average_states([a, b])
+    assert torch.equal(soup["w"], torch.tensor([2.0, 4.0])) and torch.equal(soup["ids"], a["ids"])
+    with pytest.raises(ValueError, match="ids"):
+        average_states([a, {"w": b["w"], "ids": torch.tensor([1, 0])}])
+    assert member_seed(7, 0) == 7 and member_seed(7, 1) != member_seed(7, 2) != 7
+
+
 def test_a_single_document_corpus_is_refused() -> None:
     with pytest.raises(InputError, match="at least 2 documents"):
         build_training_data(CORPUS[:1], PRESET, seed=0)

@@ -114,37 +114,70 @@ class _Dedupe:
 
 
 def build_training_data(
-    docs: Sequence[Document], preset: Preset, seed: int, extra_queries: Iterable[str] = ()
+    docs: Sequence[Document], preset: Preset, seed: int, extra_queries: Iterable[str] = (), member: int = 0
 ) -> TrainingData:
-    """Split documents into train/validation and derive each side's texts; no text is on both sides."""
+    """Split documents into train/validation and derive each side's texts; no text is on both sides.
+
+    Member m > 0 of a soup (Preset.members) keeps member 0's validation side, passages and
+    real queries, and cuts its own training pseudo-queries from the same training documents,
+    so the members differ in what they learn from while one validation set judges them all.
+    """
     if len(docs) < 2:
         raise InputError("the corpus needs at least 2 documents to hold one out for validation")
     rng = random.Random(seed)
     order = list(range(len(docs)))
     rng.shuffle(order)
     n_val = max(1, min(preset.val_docs, round(len(docs) * VAL_FRACTION)))
-    val_rows = order[:n_val]
+    val_rows, train_rows = order[:n_val], sorted(order[n_val:])
     dedupe = _Dedupe()
     splits: dict[str, Split] = {}
-    for name, rows in (("val", val_rows), ("train", sorted(order[n_val:]))):
+    for name, rows in (("val", val_rows), ("train", train_rows)):
         split = Split(passages=[], queries=[])
         for row in rows:
             doc = docs[row]
             if dedupe.admit(doc.passage()):
                 split.passages.append(row)
-            doc_rng = random.Random(f"{seed}:{doc.id}")
-            queries = pseudo_queries(doc, preset.queries_per_doc, doc_rng)
-            if name == "train" and preset.augment:
-                queries += [v for q in queries if doc_rng.random() < preset.augment for v in variants(q, doc_rng)]
-            split.queries.extend(q for q in queries if dedupe.admit(q))
+            split.queries.extend(q for q in _doc_queries(doc, preset, f"{seed}", name == "train") if dedupe.admit(q))
         splits[name] = split
-    if preset.max_queries is not None and len(splits["train"].queries) > preset.max_queries:
-        keep = sorted(rng.sample(range(len(splits["train"].queries)), preset.max_queries))
-        splits["train"] = Split(splits["train"].passages, [splits["train"].queries[i] for i in keep])
+    splits["train"] = _capped(splits["train"], preset, rng)
     extra = [clean(q) for q in extra_queries]
     rng.shuffle(extra)
     n_extra_val = round(len(extra) * VAL_FRACTION)
     for name, part in (("val", extra[:n_extra_val]), ("train", extra[n_extra_val:])):
         real = [q for q in part if dedupe.admit(q)]
         splits[name] = Split(splits[name].passages, splits[name].queries + real, real=len(real))
+    if member:
+        splits["train"] = _member_queries(docs, train_rows, splits, preset, f"{seed}:{member}")
     return TrainingData(train=splits["train"], val=splits["val"])
+
+
+def _doc_queries(doc: Document, preset: Preset, seed: str, train: bool) -> list[str]:
+    doc_rng = random.Random(f"{seed}:{doc.id}")
+    queries = pseudo_queries(doc, preset.queries_per_doc, doc_rng)
+    if train and preset.augment:
+        queries += [v for q in queries if doc_rng.random() < preset.augment for v in variants(q, doc_rng)]
+    return queries
+
+
+def _capped(split: Split, preset: Preset, rng: random.Random) -> Split:
+    if preset.max_queries is None or len(split.queries) <= preset.max_queries:
+        return split
+    keep = sorted(rng.sample(range(len(split.queries)), preset.max_queries))
+    return Split(split.passages, [split.queries[i] for i in keep])
+
+
+def _member_queries(
+    docs: Sequence[Document], train_rows: Sequence[int], splits: dict[str, Split], preset: Preset, seed: str
+) -> Split:
+    """Member 0's training side with the pseudo-queries redrawn under `seed`; validation texts stay excluded."""
+    base, val = splits["train"], splits["val"]
+    dedupe = _Dedupe()
+    for text in [docs[r].passage() for r in val.passages] + val.queries:
+        dedupe.admit(text)
+    real = base.queries[len(base.queries) - base.real :] if base.real else []
+    for text in real:
+        dedupe.admit(text)
+    pseudo = Split(base.passages, [q for row in train_rows for q in _doc_queries(docs[row], preset, seed, True)
+                                   if dedupe.admit(q)])
+    pseudo = _capped(pseudo, preset, random.Random(seed))
+    return Split(base.passages, pseudo.queries + real, real=len(real))

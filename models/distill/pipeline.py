@@ -1,5 +1,8 @@
 """`tandem distill`: corpus + bundle → teacher targets → ridge-initialized student → training → ONNX.
 
+With preset `members` > 1, several students train on their own pseudo-queries and the ONNX
+student is the average of their weights (models/distill/soup.py).
+
 The bundle names the teacher whose space the student must learn; the teacher model given
 (or recorded) must be that very model, by fingerprint.
 """
@@ -11,7 +14,7 @@ import json
 import logging
 import shutil
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +24,14 @@ from pydantic import BaseModel, ConfigDict
 from models.bundle import read_bundle_manifest
 from models.corpus import read_corpus
 from models.distill.data import TrainingData, build_training_data
+from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
 from models.distill.presets import Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge
+from models.distill.soup import average_states, member_seed
 from models.distill.targets import TeacherTargets
-from models.distill.train import LAST, Examples, Tokens, embed, train
+from models.distill.train import LAST, Examples, Tokens, TrainResult, Validation, embed, train, validate
 from models.errors import ContractMismatch
 from models.export import export_student
 from models.manifest import BundleManifest, StudentManifest
@@ -127,6 +132,35 @@ def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> P
     return cache_dir() / "checkpoints" / digest
 
 
+@dataclass
+class _Member:
+    """One trained member: its own training texts, its run of train(), and its final weights."""
+
+    seed: int
+    data: TrainingData
+    result: TrainResult
+    ridge_loss: float | None
+    state: dict[str, torch.Tensor]
+    checkpoints: Path
+
+    def record(self) -> dict[str, object]:
+        r = self.result
+        return {
+            "epochs": r.epochs,
+            "steps": r.steps,
+            "ridge_val_loss": None if self.ridge_loss is None else round(self.ridge_loss, 5),
+            "best_epoch": r.best_epoch,
+            "resumed_from_epoch": r.resumed_from,
+            "validation": [_rounded(h) for h in r.history],
+            "final_val_loss": round(r.history[r.best_epoch].loss, 5),
+            "train_seconds": round(r.seconds, 1),
+        }
+
+
+def _rounded(v: Validation) -> dict[str, object]:
+    return {k: round(x, 5) if isinstance(x, float) else x for k, x in asdict(v).items()}
+
+
 def run_distill(req: DistillRequest) -> StudentManifest:
     started = time.perf_counter()
     preset = resolve_preset(req.preset)
@@ -139,57 +173,80 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     if sha256_file(Path(req.corpus)) != bundle.corpus.sha256:
         log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
     extra = read_train_queries(req.train_queries) if req.train_queries is not None else []
-    data = build_training_data(docs, preset, req.seed, extra)
-    log.info("training text: %d passages + %d queries (%d real, each %d× per epoch); validation: %d passages + %d "
-             "queries (%d real)", len(data.train.passages), len(data.train.queries), data.train.real,
-             preset.real_query_repeats, len(data.val.passages), len(data.val.queries), data.val.real)
+    datas = [build_training_data(docs, preset, req.seed, extra, member=m) for m in range(preset.members)]
+    data = datas[0]
+    log.info("training text: %d passages + %d queries (%d real, each %d× per epoch)%s; validation: %d passages + "
+             "%d queries (%d real)", len(data.train.passages), len(data.train.queries), data.train.real,
+             preset.real_query_repeats, f", for each of {preset.members} members" if preset.members > 1 else "",
+             len(data.val.passages), len(data.val.queries), data.val.real)
 
     targets = TeacherTargets(card, req.device)
     doc_vectors = targets.documents(docs)
-    query_vectors = targets.queries(data.train.queries + data.val.queries)
+    query_vectors = [targets.queries(d.train.queries + d.val.queries) for d in datas]
     del targets  # frees the teacher, if it was loaded
 
     device = pick_device(req.device)
-    torch.manual_seed(req.seed)
-    model = _student_model(backbone, card, preset).to(device)
     tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
-    train_set, val_set = _examples(data, [d.passage() for d in docs], doc_vectors, query_vectors, tokens,
-                                   preset.real_query_repeats)
-    texts_digest = hashlib.sha256("\x00".join(data.train.queries + data.val.queries).encode()).hexdigest()
-    checkpoints = checkpoint_dir(req, preset, card.fingerprint, backbone.fingerprint, bundle.corpus.sha256,
-                                 texts_digest)
-    ridge_loss = None
-    with model.fast_attention() as attention:
-        log.info("student attention while training: %s", attention)
-        if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the trained projection
-            ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, req.seed, device)
-        result = train(model, tokens, train_set, val_set, doc_vectors, preset, req.seed, device, checkpoints)
+    passages = [d.passage() for d in docs]
+    members: list[_Member] = []
+    for m, (member_data, vectors) in enumerate(zip(datas, query_vectors, strict=True)):
+        seed = member_seed(req.seed, m)
+        torch.manual_seed(seed)
+        model = _student_model(backbone, card, preset).to(device)
+        train_set, val_set = _examples(member_data, passages, doc_vectors, vectors, tokens, preset.real_query_repeats)
+        texts_digest = hashlib.sha256("\x00".join(member_data.train.queries + member_data.val.queries).encode())
+        checkpoints = checkpoint_dir(req, preset, card.fingerprint, backbone.fingerprint, bundle.corpus.sha256,
+                                     texts_digest.hexdigest())
+        if preset.members > 1:
+            log.info("member %d of %d (seed %d)", m + 1, preset.members, seed)
+        ridge_loss = None
+        with model.fast_attention() as attention:
+            log.info("student attention while training: %s", attention)
+            if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the projection
+                ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, seed, device)
+            result = train(model, tokens, train_set, val_set, doc_vectors, preset, seed, device, checkpoints)
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+        members.append(_Member(seed, member_data, result, ridge_loss, state, checkpoints))
 
+    training: dict[str, object] = {
+        "preset": preset.model_dump(),
+        "seed": req.seed,
+        "corpus": str(Path(req.corpus).resolve()),
+        "texts": {"train": len(data.train), "val": len(data.val), "train_queries": len(extra)},
+    }
+    if len(members) == 1:
+        training |= members[0].record()
+    else:
+        model.load_state_dict(average_states([mb.state for mb in members]))
+        soup = _validate_soup(model, tokens, val_set, doc_vectors, preset, sum(mb.result.steps for mb in members),
+                              device)
+        log.info("soup of %d members: %s", len(members), soup)
+        training |= {"members": [{"seed": mb.seed, "train_texts": len(mb.data.train)} | mb.record() for mb in members],
+                     "soup_validation": _rounded(soup), "final_val_loss": round(soup.loss, 5),
+                     "train_seconds": round(sum(mb.result.seconds for mb in members), 1)}
+    training["seconds"] = round(time.perf_counter() - started, 1)
     manifest = StudentManifest(
         teacher=card.teacher_ref(),
         backbone=model.name,
         backbone_fingerprint=backbone.fingerprint,
         max_seq_length=backbone.max_seq_length,
-        training={
-            "preset": preset.model_dump(),
-            "seed": req.seed,
-            "corpus": str(Path(req.corpus).resolve()),
-            "texts": {"train": len(data.train), "val": len(data.val), "train_queries": len(extra)},
-            "epochs": result.epochs,
-            "steps": result.steps,
-            "ridge_val_loss": None if ridge_loss is None else round(ridge_loss, 5),
-            "best_epoch": result.best_epoch,
-            "resumed_from_epoch": result.resumed_from,
-            "validation": [{k: round(v, 5) if isinstance(v, float) else v for k, v in asdict(h).items()}
-                           for h in result.history],
-            "final_val_loss": round(result.history[result.best_epoch].loss, 5),
-            "train_seconds": round(result.seconds, 1),
-            "seconds": round(time.perf_counter() - started, 1),
-        },
+        training=training,
     )
-    passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]
-    parity_texts = data.val.queries[:PARITY_QUERIES] + passages
+    parity_passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]
+    parity_texts = data.val.queries[:PARITY_QUERIES] + parity_passages
     manifest = export_student(model, backbone_dir, manifest, Path(req.out), parity_texts, force=req.force)
-    shutil.rmtree(checkpoints, ignore_errors=True)  # the published student supersedes them
+    for mb in members:
+        shutil.rmtree(mb.checkpoints, ignore_errors=True)  # the published student supersedes them
     log.info("distillation finished in %.0fs", time.perf_counter() - started)
     return manifest
+
+
+def _validate_soup(
+    model: StudentModel, tokens: Tokens, val_set: tuple[Examples, Examples], doc_vectors: np.ndarray, preset: Preset,
+    steps: int, device: torch.device,
+) -> Validation:
+    """The averaged weights on the members' shared validation texts, through the int8 rounding if they trained so."""
+    bank = torch.from_numpy(np.ascontiguousarray(doc_vectors, dtype=np.float32)).to(device)
+    emulate = preset.int8_epochs > 0
+    with model.fast_attention(), int8_emulation(model, enabled=emulate):
+        return validate(model, tokens, val_set, bank, steps, device, int8=emulate)

@@ -43,6 +43,11 @@ class Preset(BaseModel):
     )
     val_docs: int = Field(default=200, ge=1, description="documents held out, with their pseudo-queries")
     epochs: int = Field(default=3, ge=1)
+    members: int = Field(
+        default=1, ge=1,
+        description="students trained from the backbone, each on its own draw of pseudo-queries, whose weights "
+        "are averaged into the published one (a uniform model soup); each member trains `epochs` epochs",
+    )
     max_steps: int | None = Field(default=None, ge=1, description="stop after this many optimizer steps")
     batch_size: int = Field(default=32, ge=1)
     lr: float = 1e-4
@@ -92,6 +97,10 @@ class Preset(BaseModel):
 # queries (judgments unused), and together they took it on the test queries from 0.733 to 0.761; asymmetric
 # nDCG@10 went 0.6362 → 0.6403, within run-to-run noise. Training took 20% longer: 36 min cold on that day's
 # (faster) machine, about 57 min projected for 2026-11-23's (docs/BENCHMARKS.md).
+# `members` (a uniform soup of students trained on different draws of pseudo-queries) stays 1 in every preset: at
+# `full`'s cost, two members of four epochs agreed less with the teacher than one run of eight (overlap@10 on the
+# test queries 0.735 against 0.761) and scored lower (0.6392 against 0.6403). Averages of full-length runs scored
+# above their members, but cost as many runs as they average (docs/BENCHMARKS.md).
 # Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
 # 89.8% of the teacher (docs/BENCHMARKS.md).
 PRESETS: dict[str, Preset] = {
