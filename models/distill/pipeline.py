@@ -134,10 +134,10 @@ def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> P
 
 @dataclass
 class _Member:
-    """One trained member: its own training texts, its run of train(), and its final weights."""
+    """One trained member: how many texts it trained on, its run of train(), and its final weights (for a soup)."""
 
     seed: int
-    data: TrainingData
+    train_texts: int
     result: TrainResult
     ridge_loss: float | None
     state: dict[str, torch.Tensor]
@@ -205,8 +205,9 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             if model.has_projection and not (checkpoints / LAST).is_file():  # resuming restores the projection
                 ridge_loss = _ridge_init(model, tokens, train_set, Examples.concat(*val_set), preset, seed, device)
             result = train(model, tokens, train_set, val_set, doc_vectors, preset, seed, device, checkpoints)
-        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-        members.append(_Member(seed, member_data, result, ridge_loss, state, checkpoints))
+        # a one-member run publishes the model as it is: only a soup needs each member's weights kept aside
+        state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()} if preset.members > 1 else {}
+        members.append(_Member(seed, len(member_data.train), result, ridge_loss, state, checkpoints))
 
     training: dict[str, object] = {
         "preset": preset.model_dump(),
@@ -221,7 +222,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
         soup = _validate_soup(model, tokens, val_set, doc_vectors, preset, sum(mb.result.steps for mb in members),
                               device)
         log.info("soup of %d members: %s", len(members), soup)
-        training |= {"members": [{"seed": mb.seed, "train_texts": len(mb.data.train)} | mb.record() for mb in members],
+        training |= {"members": [{"seed": mb.seed, "train_texts": mb.train_texts} | mb.record() for mb in members],
                      "soup_validation": _rounded(soup), "final_val_loss": round(soup.loss, 5),
                      "train_seconds": round(sum(mb.result.seconds for mb in members), 1)}
     training["seconds"] = round(time.perf_counter() - started, 1)
