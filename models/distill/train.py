@@ -249,8 +249,8 @@ def train(
         if checkpoints is not None:
             checkpoints.mkdir(parents=True, exist_ok=True)
             _save(model.state_dict(), checkpoints / BEST)
-    log.info("training: %d queries, %d passages (%s per epoch), %d epochs, %d steps, %s loss, score weight %g",
-             len(queries), len(passages), preset.passages_per_epoch or "all", preset.epochs, total, preset.loss,
+    log.info("training: %d queries, %d passages (%d per epoch), %d epochs, %d steps, %s loss, score weight %g",
+             len(queries), len(passages), preset.epoch_passages(len(passages)), preset.epochs, total, preset.loss,
              preset.score_weight)
     best_state = None if checkpoints is not None else {k: v.clone() for k, v in model.state_dict().items()}
     for epoch in range(result.epochs, preset.epochs):
