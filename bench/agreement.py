@@ -88,15 +88,18 @@ def main(argv: Sequence[str] | None = None) -> None:
                      f"{args.data / QUERIES_FILE} has {len(real)}: not this student's data")
         val = build_training_data(docs, preset, int(training["seed"]), real).val
         encoder = StudentEncoder(directory, precision="int8", threads=2)
-        passages = [docs[row].passage() for row in val.passages]
-        student = np.concatenate([encoder.encode([text]) for text in [*val.queries, *test, *passages]])
-        teacher = np.concatenate([targets.queries(val.queries), test_teacher, bank[val.passages].numpy()])
-        n_pseudo, n_val, n_test = len(val.queries) - val.real, len(val.queries), len(val.queries) + len(test)
-        parts = {"pseudo": slice(0, n_pseudo), "real": slice(n_pseudo, n_val), "test": slice(n_val, n_test),
-                 "passages": slice(n_test, None)}
-        overlap = {name: overlap_at_k(student[part], teacher[part], bank) for name, part in parts.items()}
-        counts = {"pseudo": n_pseudo, "real": val.real, "test": len(test), "passages": len(passages)}
-        cells = " | ".join(f"{overlap[name]:.4f} ({counts[name]})" for name in parts)
+        val_teacher, n_pseudo = targets.queries(val.queries), len(val.queries) - val.real
+        kinds = {  # texts and their teacher vectors; val.queries holds the pseudo-queries, then the real ones
+            "pseudo": (val.queries[:n_pseudo], val_teacher[:n_pseudo]),
+            "real": (val.queries[n_pseudo:], val_teacher[n_pseudo:]),
+            "test": (test, test_teacher),
+            "passages": ([docs[row].passage() for row in val.passages], bank[val.passages].numpy()),
+        }
+        overlap = {
+            name: overlap_at_k(np.concatenate([encoder.encode([text]) for text in texts]), teacher, bank)
+            for name, (texts, teacher) in kinds.items()
+        }
+        cells = " | ".join(f"{overlap[name]:.4f} ({len(texts)})" for name, (texts, _) in kinds.items())
         per_epoch = "all" if preset.passages_per_epoch is None else preset.passages_per_epoch
         recipe = f"{preset.members} × {preset.epochs} | {per_epoch} | {preset.batch_size} | {preset.real_query_repeats}"
         rows.append(f"| `{directory.name}` | {recipe} | {cells} |")

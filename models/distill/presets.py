@@ -100,7 +100,7 @@ class Preset(BaseModel):
 # `members` (a uniform soup of students trained on different draws of pseudo-queries) stays 1 in every preset: at
 # `full`'s cost, two members of four epochs agreed less with the teacher than one run of eight (overlap@10 on the
 # test queries 0.735 against 0.761) and scored lower (0.6392 against 0.6403). Two members of eight epochs agreed
-# with the teacher best of all (0.6435 int8), and averages of full-length runs scored above their members, but
+# with the teacher best of all (nDCG@10 0.6435 int8), and averages of full-length runs scored above their members, but
 # each costs as many runs as it averages (docs/BENCHMARKS.md).
 # Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
 # 89.8% of the teacher (docs/BENCHMARKS.md).
