@@ -1,4 +1,9 @@
-"""`tandem index build`: corpus → teacher embeddings (cached) → FAISS bundle, published atomically."""
+"""`tandem index build`: corpus → teacher embeddings (cached) → FAISS bundle, published atomically.
+
+The build streams: the corpus goes into the staging docstore in one pass, the teacher (or an
+import) fills the embedding store shard by shard, and the writer reads the shards back into the
+index (indexer.writer). Peak memory is the first stage plus a bounded working set.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +11,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
 
-from indexer.imported import load_imported
+from indexer.imported import ImportSpec, scatter_import, source_digest
+from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.publish import Target, publish
-from indexer.writer import write_bundle
+from indexer.writer import write_manifest, write_vectors
 from models.contract import SUPPORTED_DIMS
-from models.corpus import Document, corpus_key, read_corpus
-from models.embedding_store import SHARD_SIZE, EmbeddingStore, store_key
+from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, local_runner, store_key
 from models.errors import InputError
 from models.index_spec import IndexSpec, resolve_spec
 from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource, Quantization
@@ -23,6 +30,50 @@ from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.rotation import Rotation
 
 log = logging.getLogger(__name__)
+
+
+class Engine(StrEnum):
+    LOCAL = "local"
+    RAY = "ray"
+
+
+@dataclass(frozen=True)
+class TeacherRun:
+    """How the teacher encodes: where, in what precision, on which engine."""
+
+    device: str | None = None
+    precision: str | None = None
+    batch_size: int = 32
+    batch_tokens: int | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+    ray_actors: int | None = None
+    ray_threads: int = 1
+
+    def check(self) -> None:
+        if self.engine not in tuple(Engine):
+            raise InputError(f"unknown engine {self.engine!r}; choose one of {', '.join(e.value for e in Engine)}")
+        if self.precision is not None and self.precision not in ("fp32", "bf16", "fp16"):
+            raise InputError(f"unknown --precision {self.precision!r}; choose fp32, bf16 or fp16")
+        if self.batch_size < 1 or (self.batch_tokens is not None and self.batch_tokens < 1):
+            raise InputError("--batch-size and --batch-tokens must be at least 1")
+        if self.ray_threads < 1 or (self.ray_actors is not None and self.ray_actors < 1):
+            raise InputError("--ray-actors and --ray-threads must be at least 1")
+
+    def resolved_precision(self) -> str:
+        """The precision the vectors will have: given, else fp16 on CUDA and fp32 on CPU."""
+        if self.precision is not None:
+            return self.precision
+        if self.engine == Engine.LOCAL:
+            device = self.device or _local_device()
+            return "fp16" if device.startswith("cuda") else "fp32"
+        return "fp32"  # ray: actors may land anywhere; default to the reference unless told
+
+
+def _local_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass(frozen=True)
@@ -35,6 +86,8 @@ class BuildRequest:
     teacher: Path | None = None
     embeddings: Path | None = None
     ids: Path | None = None
+    id_column: str = "id"
+    vector_column: str = "vector"
     batch_size: int = 32
     device: str | None = None
     force: bool = False
@@ -49,10 +102,22 @@ class BuildRequest:
     ef_search: int | None = None
     ivf_nlist: int | None = None
     ivf_nprobe: int | None = None
+    precision: str | None = None
+    batch_tokens: int | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+    ray_actors: int | None = None
+    ray_threads: int = 1
 
     @property
     def target(self) -> Target:
         return Target(out=self.out, root=self.root, version=self.version, keep=self.keep, force=self.force)
+
+    @property
+    def run(self) -> TeacherRun:
+        return TeacherRun(device=self.device, precision=self.precision, batch_size=self.batch_size,
+                          batch_tokens=self.batch_tokens, engine=self.engine, ray_address=self.ray_address,
+                          ray_actors=self.ray_actors, ray_threads=self.ray_threads)
 
     def index_spec(self, quantization: Quantization, count: int) -> IndexSpec:
         return resolve_spec(self.index, quantization, count, hnsw_m=self.hnsw_m,
@@ -81,41 +146,67 @@ def _check_dim(dim: int, card: ModelCard) -> None:
         raise InputError(f"--dim {dim} is not supported for a {card.dim}-d teacher; choose one of {allowed}")
 
 
+def import_vectors(
+    req: BuildRequest, card: ModelCard, corpus: IngestedCorpus, docstore: DocstoreWriter, store: EmbeddingStore
+) -> EmbeddingSource:
+    """Stream an import into the store entry of this corpus (imports always replace what the entry held)."""
+    assert req.embeddings is not None
+    key = store_key(card.fingerprint, card.max_seq_length, corpus.key)
+    spec = ImportSpec(Path(req.embeddings), req.ids, req.id_column, req.vector_column)
+    with scatter_import(spec, docstore, corpus.count, card.dim, store.root) as chunks:
+        store.put_stream(key, chunks, {"source": "imported", "path": str(req.embeddings),
+                                       "teacher": card.fingerprint})
+    return EmbeddingSource(kind="imported", path=str(Path(req.embeddings).resolve()), sha256=source_digest(spec),
+                           store_key=key)
+
+
 def teacher_vectors(
-    docs: list[Document], card: ModelCard, req: BuildRequest, store: EmbeddingStore
-) -> tuple[np.ndarray, EmbeddingSource]:
-    """Full-dimension teacher vectors for the corpus: imported, cached, or encoded now (and cached)."""
-    key = store_key(card.fingerprint, card.max_seq_length, corpus_key(docs))
-    if req.embeddings is not None:
-        if req.ids is None:
-            raise InputError("--embeddings needs --ids (a JSON list of document ids, one per row)")
-        vectors = load_imported(req.embeddings, req.ids, docs, card.dim)
-        store.put(key, vectors, {"source": "imported", "path": str(req.embeddings), "teacher": card.fingerprint})
-        source = EmbeddingSource(kind="imported", path=str(Path(req.embeddings).resolve()),
-                                 sha256=sha256_file(Path(req.embeddings)), store_key=key)
-        return vectors, source
-    cached = store.load(key)
-    if cached is not None:
-        log.info("reusing %d cached teacher embeddings (store key %s)", len(cached), key)
-        src = store.meta(key).get("source", "encoded")
-        return cached, EmbeddingSource(kind="imported" if src == "imported" else "encoded", store_key=key)
-    vectors = encode_documents(store, key, docs, card, req.batch_size, req.device)
-    return vectors, EmbeddingSource(kind="encoded", store_key=key)
+    req: BuildRequest, card: ModelCard, corpus: IngestedCorpus, docs: DocStore, store: EmbeddingStore
+) -> EmbeddingSource:
+    """Make the store entry of this corpus complete: cached, or encoded now (resumably, shard by shard)."""
+    run = req.run
+    precision = run.resolved_precision()
+    key = store_key(card.fingerprint, card.max_seq_length, corpus.key, precision)
+    if store.complete(key):
+        log.info("reusing %d cached teacher embeddings (store key %s)", corpus.count, key)
+    else:
+        meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+                "precision": precision, "engine": run.engine}
+        runner = _runner(run, precision, card, corpus, docs)
+        meta["device"] = getattr(runner, "device", None) or run.device or "cpu"
+        store.ensure(key, corpus.count, runner, meta)
+    meta = store.meta(key)
+    imported = meta.get("source") == "imported"
+    if imported:
+        return EmbeddingSource(kind="imported", store_key=key)
+    return EmbeddingSource(kind="encoded", store_key=key, precision=str(meta.get("precision", "fp32")),
+                           device=_text(meta.get("device")), engine=_text(meta.get("engine")))
 
 
-def encode_documents(
-    store: EmbeddingStore, key: str, docs: Sequence[Document], card: ModelCard, batch_size: int, device: str | None
-) -> np.ndarray:
-    """Encode into the store entry `key`, shard by shard (resumable, logged), loading torch only now."""
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCorpus, docs: DocStore) -> ShardRunner:
+    if run.engine == Engine.RAY:
+        from indexer.ray_engine import ray_runner
+
+        return ray_runner(run, precision, card, corpus)
+    return local_teacher(Passages(docs, corpus.count), card, run, precision)
+
+
+def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precision: str) -> ShardRunner:
+    """Encode shards in this process; loads torch and the teacher only now."""
     from models.teacher import TeacherEncoder
 
-    encoder = TeacherEncoder(Path(card.path), device=device)
+    encoder = TeacherEncoder(Path(card.path), device=run.device, precision=precision, batch_tokens=run.batch_tokens)
 
-    def encode(texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        return encoder.encode(texts, batch_size=batch_size, on_progress=on_progress)
+    def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
+        return encoder.encode(batch, batch_size=run.batch_size, on_progress=on_progress)
 
-    meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length}
-    return store.encode(key, [d.passage() for d in docs], encode, meta)
+    runner = local_runner(texts, encode)
+    runner.device = encoder.device.type  # type: ignore[attr-defined]
+    return runner
 
 
 def _check_shard_size(size: int) -> None:
@@ -128,18 +219,36 @@ def build(req: BuildRequest) -> BundleManifest:
     quantization = _quantization(req.quantization)
     rotation = _rotation(req.rotation)
     _check_shard_size(req.shard_size)
+    req.run.check()
     req.target.check()
     card = load_card(resolve("teacher", req.teacher))
     _check_dim(req.dim, card)
-    docs = read_corpus(req.corpus)
-    log.info("corpus %s: %d documents", req.corpus, len(docs))
-    index = req.index_spec(quantization, len(docs))  # refused here, before any encoding
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    vectors, source = teacher_vectors(docs, card, req, store)
-    corpus = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)), count=len(docs))
     with publish(req.target) as (staging, version):
-        manifest = write_bundle(staging, docs, vectors, dim=req.dim, quantization=quantization, card=card,
-                                source=source, started=started, corpus=corpus, version=version, rotation=rotation,
-                                index=index)
+        writer = DocstoreWriter(staging / DOCSTORE_FILE)
+        try:
+            corpus = ingest_corpus(Path(req.corpus), writer)
+            log.info("corpus %s: %d documents", req.corpus, corpus.count)
+            index = req.index_spec(quantization, corpus.count)  # refused here, before any encoding
+            if req.embeddings is not None:
+                source = import_vectors(req, card, corpus, writer, store)
+        finally:
+            writer.close()
+        if req.embeddings is None:
+            docs = DocStore(staging / DOCSTORE_FILE)
+            try:
+                source = teacher_vectors(req, card, corpus, docs, store)
+            finally:
+                docs.close()
+        key = source.store_key
+        assert key is not None
+        names = write_vectors(staging, corpus.count, lambda: store.iter_chunks(key), dim=req.dim,
+                              quantization=quantization, rotation=rotation, index=index)
+        info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
+                          count=corpus.count)
+        manifest = write_manifest(staging, [*names, DOCSTORE_FILE], teacher=card.teacher_ref(), dim=req.dim,
+                                  quantization=quantization, count=corpus.count,
+                                  build_seconds=round(time.perf_counter() - started, 3), corpus=info,
+                                  embeddings=source, version=version, rotation=rotation, index=index)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

@@ -10,29 +10,36 @@ corpus key, so `tandem distill`, `tandem eval` and other dims reuse them.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO, cast
 
+import faiss
 import numpy as np
 
-from indexer.build import encode_documents
+from indexer.build import TeacherRun, local_teacher
 from indexer.changes import Changes, read_changes
+from indexer.ingest import Passages
 from indexer.publish import Target, publish
-from indexer.writer import write_bundle
+from indexer.writer import CORPUS_FILE, write_manifest, write_vectors
 from models.bundle import Bundle
 from models.contract import check_same_teacher
-from models.corpus import Document, corpus_key
+from models.corpus import CorpusHasher, Document, corpus_key
+from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import SHARD_SIZE, EmbeddingStore, store_key
 from models.errors import InputError
-from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, Quantization
-from models.registry import ModelCard, load_card, resolve
+from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
+from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.rotation import Rotation
 from models.versions import is_bundle_root, resolve_bundle
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 10_000  # docstore rows per query (SQLite caps bound parameters)
+READ_CHUNK = 10_000  # docstore rows read, and new rows merged, at a time
 
 
 @dataclass(frozen=True)
@@ -72,53 +79,116 @@ def base_dir(req: UpdateRequest) -> Path:
     return resolve_bundle(req.base)
 
 
-def _documents(bundle: Bundle) -> list[Document]:
+@dataclass
+class Plan:
+    """Where each row of the new corpus gets its vector: a base row (>= 0) or fresh text -(i + 1)."""
+
+    sources: np.ndarray
+    fresh: list[Document]
+    counts: dict[str, int]
+    base_key: str
+    new_key: str
+
+
+def plan_changes(bundle: Bundle, changes: Changes, out: DocstoreWriter, corpus_fh: TextIO) -> Plan:
+    """Stream the base documents, apply the changes, write the new docstore and corpus.jsonl; plan the vectors."""
+    deletes, upserts = dict(changes.deletes), {d.id: d for d in changes.upserts}
+    counts = {"added": 0, "replaced": 0, "deleted": len(deletes), "unchanged": 0}
+    base_hasher, new_hasher = CorpusHasher(), CorpusHasher()
+    sources: list[int] = []
+    fresh: list[Document] = []
+    batch: list[Document] = []
+
+    def emit(doc: Document, source: int | None) -> None:
+        if source is None:
+            fresh.append(doc)
+            source = -len(fresh)
+        sources.append(source)
+        new_hasher.update(doc)
+        batch.append(doc)
+        corpus_fh.write(json.dumps({"_id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n")
+        if len(batch) >= READ_CHUNK:
+            out.add(batch)
+            batch.clear()
+
     count = bundle.manifest.count
-    docs: list[Document] = []
     for start in range(0, count, READ_CHUNK):
-        docs.extend(bundle.docs.get(list(range(start, min(start + READ_CHUNK, count)))))
-    return docs
-
-
-def _base_vectors(bundle: Bundle, docs: list[Document], card: ModelCard, store: EmbeddingStore) -> np.ndarray | None:
-    """Full-dimension vectors of the base documents, if they can be had without the teacher."""
-    key = store_key(card.fingerprint, card.max_seq_length, corpus_key(docs))
-    vectors = store.load(key)
-    if vectors is not None:
-        log.info("base vectors: %d from the embedding store (key %s)", len(vectors), key)
-        return vectors
-    m = bundle.manifest
-    if m.quantization is Quantization.FLOAT and m.dim == card.dim:
-        log.info("base vectors: not in the embedding store; reconstructed from the %d-d float index", m.dim)
-        return np.asarray(bundle.vectors.index.reconstruct_n(0, m.count), dtype=np.float32)
-    log.warning("base vectors: not in the embedding store and the index is %d-d %s; re-encoding every document",
-                m.dim, m.quantization.value)
-    return None
-
-
-def apply_changes(base_docs: list[Document], changes: Changes) -> tuple[list[Document], dict[str, int]]:
-    """The new corpus in order, and counts of added / replaced / deleted / unchanged documents."""
-    present = {d.id for d in base_docs}
-    for doc_id, where in changes.deletes.items():
-        if doc_id not in present:
-            raise InputError(f"{where}: cannot delete {doc_id!r}: no such document in the base version")
-    upserts = {d.id: d for d in changes.upserts}
-    counts = {"added": 0, "replaced": 0, "deleted": len(changes.deletes), "unchanged": 0}
-    out: list[Document] = []
-    for doc in base_docs:
-        if doc.id in changes.deletes:
-            continue
-        new = upserts.pop(doc.id, None)
-        if new is None:
-            out.append(doc)
-            continue
-        counts["replaced" if new != doc else "unchanged"] += 1
-        out.append(new)
+        for row, doc in enumerate(bundle.docs.range(start, min(start + READ_CHUNK, count)), start):
+            base_hasher.update(doc)
+            if deletes.pop(doc.id, None) is not None:
+                continue
+            new = upserts.pop(doc.id, None)
+            if new is None:
+                emit(doc, row)
+                continue
+            counts["replaced" if new != doc else "unchanged"] += 1
+            emit(new, row if new.passage() == doc.passage() else None)
+    for doc_id, where in deletes.items():
+        raise InputError(f"{where}: cannot delete {doc_id!r}: no such document in the base version")
     counts["added"] = len(upserts)
-    out.extend(upserts.values())  # dicts keep the changes file's order
-    if not out:
+    for doc in upserts.values():  # dicts keep the changes file's order
+        emit(doc, None)
+    if not sources:
         raise InputError("the update would delete every document; build a new bundle instead")
-    return out, counts
+    if batch:
+        out.add(batch)
+    return Plan(np.asarray(sources, dtype=np.int64), fresh, counts, base_hasher.hexdigest(), new_hasher.hexdigest())
+
+
+class BaseVectors:
+    """Full-dimension vectors of base rows, without the teacher: the store entry, or a 768-d float index."""
+
+    def __init__(self, bundle: Bundle, card: ModelCard, store: EmbeddingStore, base_key: str) -> None:
+        m = bundle.manifest
+        keys = [k for k in (m.embeddings.store_key, store_key(card.fingerprint, card.max_seq_length, base_key)) if k]
+        self.key = next((k for k in keys if store.complete(k)), None)
+        self.store, self.bundle, self.dim = store, bundle, card.dim
+        self.from_index = False
+        self._cache: tuple[int, np.ndarray] | None = None
+        if self.key is not None:
+            self.shard_size = int(store.meta(self.key)["shard_size"])
+            log.info("base vectors: %d from the embedding store (key %s)", m.count, self.key)
+        elif m.quantization is Quantization.FLOAT and m.dim == card.dim and m.rotation is Rotation.NONE:
+            self.from_index = True
+            log.info("base vectors: not in the embedding store; reconstructed from the %d-d float index", m.dim)
+        else:
+            log.warning("base vectors: not in the embedding store and the index is %d-d %s; re-encoding every "
+                        "document", m.dim, m.quantization.value)
+
+    @property
+    def available(self) -> bool:
+        return self.key is not None or self.from_index
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """Vectors of base `rows` (ascending, as kept documents are), loading each shard once."""
+        if self.key is None:
+            flat = cast(faiss.IndexFlatIP, self.bundle.vectors.index)
+            return np.asarray(flat.reconstruct_batch(rows), dtype=np.float32)
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        shard_of = rows // self.shard_size
+        for shard in np.unique(shard_of):
+            pick = shard_of == shard
+            out[pick] = self._shard(int(shard))[rows[pick] - shard * self.shard_size]
+        return out
+
+    def _shard(self, index: int) -> np.ndarray:
+        if self._cache is None or self._cache[0] != index:
+            path = self.store.entry(self.key or "") / f"shard-{index:05d}.npy"
+            self._cache = (index, np.load(path).astype(np.float32))
+        return self._cache[1]
+
+
+def merged(plan: Plan, base: BaseVectors, fresh: np.ndarray) -> Iterator[np.ndarray]:
+    """The new corpus's vectors in row order, chunk by chunk."""
+    for start in range(0, len(plan.sources), READ_CHUNK):
+        src = plan.sources[start : start + READ_CHUNK]
+        out = np.empty((len(src), fresh.shape[1]), dtype=np.float32)
+        kept = src >= 0
+        if kept.any():
+            out[kept] = base.take(src[kept])
+        if (~kept).any():
+            out[~kept] = fresh[-src[~kept] - 1]
+        yield out
 
 
 def update(req: UpdateRequest) -> BundleManifest:
@@ -129,45 +199,72 @@ def update(req: UpdateRequest) -> BundleManifest:
     changes = read_changes(req.changes, req.delete_ids)
     source_dir = base_dir(req)
     bundle = Bundle(source_dir)
+    store = EmbeddingStore(req.store, shard_size=req.shard_size)
+    run = TeacherRun(device=req.device, batch_size=req.batch_size)
     try:
         base = bundle.manifest
         card = load_card(resolve("teacher", req.teacher))
         check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-        base_docs = _documents(bundle)
-        docs, counts = apply_changes(base_docs, changes)
-        nlist = base.index.ivf_nlist
-        if nlist is not None and nlist > len(docs):
-            raise InputError(f"the update leaves {len(docs)} documents, fewer than the base's {nlist} IVF cells; "
-                             "build a new bundle with a smaller --ivf-nlist")
-        store = EmbeddingStore(req.store, shard_size=req.shard_size)
-        old_vectors = _base_vectors(bundle, base_docs, card, store)
+        with publish(req.target) as (staging, version):
+            writer = DocstoreWriter(staging / DOCSTORE_FILE)
+            try:
+                with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus_fh:
+                    plan = plan_changes(bundle, changes, writer, corpus_fh)
+            finally:
+                writer.close()
+            count = len(plan.sources)
+            nlist = base.index.ivf_nlist
+            if nlist is not None and nlist > count:
+                raise InputError(f"the update leaves {count} documents, fewer than the base's {nlist} IVF cells; "
+                                 "build a new bundle with a smaller --ivf-nlist")
+            docs = DocStore(staging / DOCSTORE_FILE)
+            try:
+                new_key, encoded = _new_vectors(plan, bundle, card, store, docs, run)
+            finally:
+                docs.close()
+            log.info("update of %s: %d added, %d replaced, %d deleted; encoded %d", source_dir,
+                     plan.counts["added"], plan.counts["replaced"], plan.counts["deleted"], encoded)
+            source = EmbeddingSource(kind="encoded" if encoded else base.embeddings.kind, store_key=new_key,
+                                     precision=store.meta(new_key).get("precision", base.embeddings.precision),
+                                     device=base.embeddings.device, engine=base.embeddings.engine)
+            info = BaseInfo(version=base.version or source_dir.name, build_time=base.build_time, count=base.count,
+                            added=plan.counts["added"], replaced=plan.counts["replaced"],
+                            deleted=plan.counts["deleted"], encoded=encoded)
+            names = write_vectors(staging, count, lambda: store.iter_chunks(new_key), dim=base.dim,
+                                  quantization=base.quantization, rotation=base.rotation, index=base.index)
+            corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count)
+            manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE], teacher=card.teacher_ref(),
+                                      dim=base.dim, quantization=base.quantization, count=count,
+                                      build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
+                                      embeddings=source, version=version, base=info, rotation=base.rotation,
+                                      index=base.index)
     finally:
         bundle.close()
-    reuse: dict[str, np.ndarray] = {}
-    if old_vectors is not None:
-        reuse = {d.id: old_vectors[i] for i, d in enumerate(base_docs)}
-    by_id = {d.id: d for d in base_docs}
-    todo = [d for d in docs if d.id not in reuse or by_id[d.id].passage() != d.passage()]
-    log.info("update of %s: %d added, %d replaced, %d deleted; encoding %d", source_dir, counts["added"],
-             counts["replaced"], counts["deleted"], len(todo))
-    fresh: dict[str, np.ndarray] = {}
-    if todo:
-        key = store_key(card.fingerprint, card.max_seq_length, corpus_key(todo))
-        encoded = store.load(key)
-        if encoded is None:
-            encoded = encode_documents(store, key, todo, card, req.batch_size, req.device)
-        fresh = {d.id: encoded[i] for i, d in enumerate(todo)}
-    vectors = np.stack([fresh[d.id] if d.id in fresh else reuse[d.id] for d in docs]).astype(np.float32)
-    new_key = store_key(card.fingerprint, card.max_seq_length, corpus_key(docs))
-    if store.load(new_key) is None:
-        store.put(new_key, vectors, {"source": "updated", "teacher": card.fingerprint,
-                                     "max_seq_length": card.max_seq_length, "base": base.embeddings.store_key})
-    source = EmbeddingSource(kind="encoded" if todo else base.embeddings.kind, store_key=new_key)
-    info = BaseInfo(version=base.version or source_dir.name, build_time=base.build_time, count=base.count,
-                    added=counts["added"], replaced=counts["replaced"], deleted=counts["deleted"], encoded=len(todo))
-    with publish(req.target) as (staging, version):
-        manifest = write_bundle(staging, docs, vectors, dim=base.dim, quantization=base.quantization, card=card,
-                                source=source, started=started, version=version, base=info,
-                                rotation=base.rotation, index=base.index)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest
+
+
+def _new_vectors(
+    plan: Plan, bundle: Bundle, card: ModelCard, store: EmbeddingStore, docs: DocStore, run: TeacherRun
+) -> tuple[str, int]:
+    """Store the new corpus's vectors under its own key; returns the key and how many texts were encoded."""
+    new_key = store_key(card.fingerprint, card.max_seq_length, plan.new_key)
+    base = BaseVectors(bundle, card, store, plan.base_key)
+    if not base.available:
+        store.ensure(new_key, len(plan.sources), local_teacher(Passages(docs, len(plan.sources)), card, run, "fp32"),
+                     {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+                      "precision": "fp32", "engine": "local"})
+        return new_key, len(plan.sources)
+    fresh = np.zeros((0, card.dim), dtype=np.float32)
+    if plan.fresh:
+        key = store_key(card.fingerprint, card.max_seq_length, corpus_key(plan.fresh))
+        texts = [d.passage() for d in plan.fresh]
+        store.ensure(key, len(texts), local_teacher(texts, card, run, "fp32"),
+                     {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+                      "precision": "fp32", "engine": "local"})
+        fresh = np.concatenate(list(store.iter_chunks(key)))
+    if not store.complete(new_key):
+        store.put_stream(new_key, merged(plan, base, fresh), {
+            "source": "updated", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+            "base": bundle.manifest.embeddings.store_key, "precision": "fp32"})
+    return new_key, len(plan.fresh)

@@ -1,29 +1,82 @@
-"""Writing a bundle's files into a staging directory: index, docstore, optional corpus, manifest last."""
+"""Writing a bundle's files into a staging directory: vectors, docstore, optional corpus, manifest last.
+
+Vectors arrive as a re-iterable source of row-ordered chunks (the embedding store's shards), so a
+build holds the first stage plus one chunk, whatever the corpus size: one pass fits the PCA
+rotation (a running covariance), one calibrates int8 (running min/max), one trains IVF on a
+stride of rows, and the last fills the index. Each pass gives what the in-memory path would.
+"""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
+from models.contract import truncate
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, write_docstore
 from models.index_spec import IndexSpec
 from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
+from models.quantize import Int8Calibration
 from models.registry import ModelCard, sha256_file
-from models.rotation import ROTATION_FILE, Rotation, fit_pca_rotation, rotate
-from models.vector_index import VectorIndex
+from models.rotation import ROTATION_FILE, PcaAccumulator, Rotation, rotate
+from models.vector_index import IndexWriter
 
 CORPUS_FILE = "corpus.jsonl"
 
+# Full-dimension float32 unit vectors in row order, one chunk at a time; called once per pass.
+VectorSource = Callable[[], Iterable[np.ndarray]]
 
-def write_corpus(path: Path, docs: list[Document]) -> None:
+
+def write_corpus(path: Path, docs: Iterable[Document]) -> int:
     """BEIR JSONL that models.corpus reads back into the very same documents (and corpus key)."""
+    count = 0
     with path.open("w", encoding="utf-8") as fh:
         for d in docs:
             fh.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) + "\n")
+            count += 1
+    return count
+
+
+def write_vectors(
+    staging: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
+    rotation: Rotation, index: IndexSpec,
+) -> list[str]:
+    """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names."""
+    names: list[str] = []
+    matrix = None
+    if rotation is Rotation.PCA:
+        acc = PcaAccumulator()
+        for chunk in source():
+            acc.add(chunk)
+        matrix = acc.matrix()
+        np.save(staging / ROTATION_FILE, matrix)
+        names.append(ROTATION_FILE)
+
+    def truncated() -> Iterator[np.ndarray]:
+        for chunk in source():
+            yield np.ascontiguousarray(truncate(rotate(chunk, matrix), dim), dtype=np.float32)
+
+    cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit_stream(truncated())
+    writer = IndexWriter(staging, count, dim, quantization, index, cal)
+    try:
+        if writer.train_step is not None:
+            writer.train(truncated())
+        for chunk in truncated():
+            writer.add(chunk)
+        return names + writer.finish()
+    finally:
+        writer.close()
+
+
+def write_manifest(staging: Path, names: list[str], **fields: object) -> BundleManifest:
+    """The manifest last, listing the sha256 of every file written before it."""
+    manifest = BundleManifest.model_validate({**fields, "files": {n: sha256_file(staging / n) for n in names}})
+    (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
+    return manifest
 
 
 def write_bundle(
@@ -42,39 +95,20 @@ def write_bundle(
     rotation: Rotation = Rotation.NONE,
     index: IndexSpec | None = None,
 ) -> BundleManifest:
-    """Write every file, then the manifest that lists their sha256.
+    """Write every file of an in-memory corpus, then the manifest (small corpora, tests, evaluation).
 
-    Without `corpus` (an update has no corpus file of its own) the documents are materialized
-    as corpus.jsonl inside the bundle, so later updates, `tandem eval` and `tandem distill` can use it.
-    `index` is a resolved spec (models.index_spec.resolve_spec); default flat.
+    Without `corpus` the documents are materialized as corpus.jsonl inside the bundle, so later
+    updates, `tandem eval` and `tandem distill` can use it.
     """
-    index = index or IndexSpec()
-    names = []
-    if rotation is Rotation.PCA:
-        matrix = fit_pca_rotation(vectors)
-        np.save(staging / ROTATION_FILE, matrix)
-        names.append(ROTATION_FILE)
-        vectors = rotate(vectors, matrix)
-    names += VectorIndex.build(vectors, dim, quantization, index).save(staging)
+    names = write_vectors(staging, len(docs), lambda: [vectors], dim=dim, quantization=quantization,
+                          rotation=rotation, index=index or IndexSpec())
     write_docstore(staging / DOCSTORE_FILE, docs)
     names.append(DOCSTORE_FILE)
     if corpus is None:
         write_corpus(staging / CORPUS_FILE, docs)
         names.append(CORPUS_FILE)
         corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=len(docs))
-    manifest = BundleManifest(
-        teacher=card.teacher_ref(),
-        dim=dim,
-        quantization=quantization,
-        count=len(docs),
-        build_seconds=round(time.perf_counter() - started, 3),
-        corpus=corpus,
-        embeddings=source,
-        files={name: sha256_file(staging / name) for name in names},
-        version=version,
-        base=base,
-        rotation=rotation,
-        index=index,
-    )
-    (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
-    return manifest
+    return write_manifest(staging, names, teacher=card.teacher_ref(), dim=dim, quantization=quantization,
+                          count=len(docs), build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
+                          embeddings=source, version=version, base=base, rotation=rotation,
+                          index=index or IndexSpec())

@@ -24,11 +24,10 @@ def set_calibration(sq_index: faiss.IndexScalarQuantizer, cal: Int8Calibration) 
     sq_index.is_trained = True
 
 
-def build_first_stage(
-    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None
+def empty_first_stage(
+    dim: int, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None
 ) -> faiss.Index | faiss.IndexBinary:
-    """A filled index over MRL-truncated unit vectors `x` (float32, C-contiguous)."""
-    dim = x.shape[1]
+    """An empty index for `dim`-d vectors; IVF still needs `train` (see train_step), the others are ready."""
     ip = faiss.METRIC_INNER_PRODUCT
     index: faiss.Index | faiss.IndexBinary
     if spec.type is IndexType.FLAT:
@@ -56,10 +55,27 @@ def build_first_stage(
     else:
         assert quantization is Quantization.BINARY and spec.ivf_nlist is not None
         index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, spec.ivf_nlist)  # keeps its quantizer alive
-    data = binary_encode(x) if quantization is Quantization.BINARY else x
+    return index
+
+
+def train_step(count: int, spec: IndexSpec) -> int:
+    """Every train_step-th row trains IVF's k-means (the same rows whether the build streams or not)."""
+    return max(1, count // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
+
+
+def first_stage_codes(x: np.ndarray, quantization: Quantization) -> np.ndarray:
+    """What the first stage stores for truncated unit vectors `x`: sign bits (binary) or the floats."""
+    return binary_encode(x) if quantization is Quantization.BINARY else np.ascontiguousarray(x, dtype=np.float32)
+
+
+def build_first_stage(
+    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None
+) -> faiss.Index | faiss.IndexBinary:
+    """A filled index over MRL-truncated unit vectors `x` (float32, C-contiguous)."""
+    index = empty_first_stage(x.shape[1], quantization, spec, cal)
+    data = first_stage_codes(x, quantization)
     if not index.is_trained:
-        step = max(1, len(data) // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
-        index.train(np.ascontiguousarray(data[::step]))
+        index.train(np.ascontiguousarray(data[:: train_step(len(data), spec)]))
     index.add(data)
     apply_search_params(index, spec)
     return index

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,39 +57,73 @@ def parse_line(line: str, where: str) -> Document:
     return Document(id=str(doc_id), title=title.strip(), text=text.strip())
 
 
-def iter_corpus(path: Path) -> Iterator[Document]:
-    """Yield documents in file order; raises InputError on the first bad line or duplicate id."""
+def scan_corpus(path: Path) -> Iterator[tuple[int, int, Document]]:
+    """Yield (line number, byte offset of the line, document) in file order, holding nothing.
+
+    Raises InputError on the first bad line. Duplicate ids are the caller's to catch: a
+    streaming build lets the docstore's unique index find them (models.docstore).
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"{path}: corpus file not found")
-    seen: dict[str, int] = {}
+    empty = True
+    offset = 0
     with path.open("rb") as fh:  # bytes, so a decoding error is reported on its own line
         for lineno, raw in enumerate(fh, start=1):
+            start, offset = offset, offset + len(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise InputError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason})") from exc
             if not line.strip():
                 continue
-            doc = parse_line(line, f"{path}:{lineno}")
-            if doc.id in seen:
-                raise InputError(f"{path}:{lineno}: duplicate id {doc.id!r} (first seen on line {seen[doc.id]})")
-            seen[doc.id] = lineno
-            yield doc
-    if not seen:
+            empty = False
+            yield lineno, start, parse_line(line, f"{path}:{lineno}")
+    if empty:
         raise InputError(f"{path}: corpus is empty")
+
+
+def first_line_of(path: Path, doc_id: str) -> int | None:
+    """The line where `doc_id` first appears (for error messages; rescans the file)."""
+    for lineno, _, doc in scan_corpus(path):
+        if doc.id == doc_id:
+            return lineno
+    return None
+
+
+def iter_corpus(path: Path) -> Iterator[Document]:
+    """Yield documents in file order; raises InputError on the first bad line or duplicate id."""
+    seen: dict[str, int] = {}
+    for lineno, _, doc in scan_corpus(path):
+        if doc.id in seen:
+            raise InputError(f"{path}:{lineno}: duplicate id {doc.id!r} (first seen on line {seen[doc.id]})")
+        seen[doc.id] = lineno
+        yield doc
 
 
 def read_corpus(path: Path) -> list[Document]:
     return list(iter_corpus(path))
 
 
-def corpus_key(docs: list[Document]) -> str:
+class CorpusHasher:
+    """The corpus key, fed one document at a time (a streaming build never holds the corpus)."""
+
+    def __init__(self) -> None:
+        self._digest = hashlib.sha256()
+
+    def update(self, doc: Document) -> None:
+        self._digest.update(doc.id.encode())
+        self._digest.update(b"\x00")
+        self._digest.update(doc.passage().encode())
+        self._digest.update(b"\x01")
+
+    def hexdigest(self) -> str:
+        return self._digest.hexdigest()
+
+
+def corpus_key(docs: Iterable[Document]) -> str:
     """Content hash of the texts the teacher sees, in order: the key of the embedding store."""
-    digest = hashlib.sha256()
+    hasher = CorpusHasher()
     for doc in docs:
-        digest.update(doc.id.encode())
-        digest.update(b"\x00")
-        digest.update(doc.passage().encode())
-        digest.update(b"\x01")
-    return digest.hexdigest()
+        hasher.update(doc)
+    return hasher.hexdigest()

@@ -13,19 +13,87 @@ from pathlib import Path
 from models.corpus import Document
 
 DOCSTORE_FILE = "docs.sqlite"
+_LOOKUP_CHUNK = 10_000  # ids per IN (...) query, under SQLite's bound-parameter cap
 
 
-def write_docstore(path: Path, docs: Iterable[Document]) -> None:
-    con = sqlite3.connect(path)
+_SCHEMA = "CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT, text TEXT)"
+_INSERT = "INSERT INTO docs (row, id, title, text) VALUES (?, ?, ?, ?)"
+
+
+class DuplicateId(Exception):
+    """A document id already in the store; `row` is the row of the earlier one."""
+
+    def __init__(self, doc_id: str, row: int, position: int) -> None:
+        super().__init__(f"duplicate id {doc_id!r}")
+        self.doc_id, self.row, self.position = doc_id, row, position
+
+
+class DocstoreWriter:
+    """Appends documents in row order; the id column's unique index catches duplicates on disk.
+
+    That is how a streaming build checks ids without holding them: SQLite's B-tree and a few MB
+    of page cache instead of a dict of every id.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._con = sqlite3.connect(path)
+        self._con.execute(_SCHEMA)
+        self.count = 0
+
+    def add(self, docs: Sequence[Document]) -> None:
+        """Append `docs` as the next rows; raise DuplicateId (nothing of this call kept) on a repeated id."""
+        rows = [(self.count + i, d.id, d.title, d.text) for i, d in enumerate(docs)]
+        try:
+            with self._con:
+                self._con.executemany(_INSERT, rows)
+        except sqlite3.IntegrityError:
+            self._raise_duplicate(docs)
+            raise
+        self.count += len(docs)
+
+    def _raise_duplicate(self, docs: Sequence[Document]) -> None:
+        first: dict[str, int] = {}
+        for i, doc in enumerate(docs):
+            found = self._con.execute("SELECT row FROM docs WHERE id = ?", (doc.id,)).fetchone()
+            if found is not None:
+                raise DuplicateId(doc.id, int(found[0]), i)
+            if doc.id in first:
+                raise DuplicateId(doc.id, self.count + first[doc.id], i)
+            first[doc.id] = i
+
+    def rows_of(self, ids: Sequence[str]) -> dict[str, int]:
+        """Row of each id that is in the store (for imports keyed by id)."""
+        out: dict[str, int] = {}
+        for start in range(0, len(ids), _LOOKUP_CHUNK):
+            part = list(ids[start : start + _LOOKUP_CHUNK])
+            marks = ",".join("?" * len(part))
+            out.update(self._con.execute(f"SELECT id, row FROM docs WHERE id IN ({marks})", part).fetchall())
+        return out
+
+    def ids_at(self, rows: Sequence[int]) -> list[str]:
+        marks = ",".join("?" * len(rows))
+        return [r[0] for r in self._con.execute(f"SELECT id FROM docs WHERE row IN ({marks}) ORDER BY row",
+                                                [int(r) for r in rows])]
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def write_docstore(path: Path, docs: Iterable[Document], chunk: int = 10_000) -> int:
+    """Write documents in chunks (never all in memory); returns the count. Raises DuplicateId."""
+    writer = DocstoreWriter(path)
     try:
-        con.execute("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT, text TEXT)")
-        con.executemany(
-            "INSERT INTO docs (row, id, title, text) VALUES (?, ?, ?, ?)",
-            ((row, d.id, d.title, d.text) for row, d in enumerate(docs)),
-        )
-        con.commit()
+        batch: list[Document] = []
+        for doc in docs:
+            batch.append(doc)
+            if len(batch) >= chunk:
+                writer.add(batch)
+                batch = []
+        if batch:
+            writer.add(batch)
+        return writer.count
     finally:
-        con.close()
+        writer.close()
 
 
 class DocStore:
@@ -51,6 +119,12 @@ class DocStore:
                 )
             }
         return [found[int(r)] for r in rows]
+
+    def range(self, start: int, end: int) -> list[Document]:
+        """Documents of rows [start, end), in row order: how large bundles are read in chunks."""
+        with self._lock:
+            return [Document(id=i, title=t or "", text=x or "") for i, t, x in self._con.execute(
+                "SELECT id, title, text FROM docs WHERE row >= ? AND row < ? ORDER BY row", (start, end))]
 
     def ids(self) -> list[str]:
         with self._lock:

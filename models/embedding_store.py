@@ -13,8 +13,11 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -32,22 +35,56 @@ META_FILE = "meta.json"
 Encode = Callable[[Sequence[str], Callable[[int], object]], np.ndarray]
 
 
-def store_key(teacher_fingerprint: str, max_seq_length: int, corpus_key: str) -> str:
+@dataclass(frozen=True)
+class Shard:
+    """Rows [start, end) of an entry, stored as shard file number `index`."""
+
+    index: int
+    start: int
+    end: int
+
+
+# run(shards, on_progress) yields (shard, vectors) as each finishes, in any order: the local
+# engine encodes them in turn, the Ray engine (indexer.ray_engine) across a cluster.
+ShardRunner = Callable[[list[Shard], Callable[[int], object]], Iterator[tuple[Shard, np.ndarray]]]
+
+
+def store_key(teacher_fingerprint: str, max_seq_length: int, corpus_key: str, precision: str = "fp32") -> str:
+    """fp32 keys stay as they were; another precision gets its own entry (its vectors differ)."""
     raw = f"{teacher_fingerprint}:{max_seq_length}:{corpus_key}"
+    if precision != "fp32":
+        raw += f":{precision}"
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
-def _atomic_save(path: Path, array: np.ndarray) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as fh:
-        np.save(fh, array)
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write to a uniquely named temporary file, fsync, rename over `path`, fsync the directory."""
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
 
 
 def _shard_path(entry: Path, index: int) -> Path:
     return entry / f"shard-{index:05d}.npy"
+
+
+def shards_of(count: int, size: int) -> list[Shard]:
+    return [Shard(i, s, min(s + size, count)) for i, s in enumerate(range(0, count, size))]
 
 
 class EmbeddingStore:
@@ -57,9 +94,6 @@ class EmbeddingStore:
 
     def entry(self, key: str) -> Path:
         return self.root / key
-
-    def _shards(self, count: int, size: int = SHARD_SIZE) -> list[tuple[int, int]]:
-        return [(s, min(s + size, count)) for s in range(0, count, size)]
 
     def _entry_shard_size(self, entry: Path) -> int:
         """An entry keeps the shard size it was started with, whatever this store was asked for."""
@@ -71,18 +105,31 @@ class EmbeddingStore:
             return int(json.loads(meta_path.read_text()).get("shard_size", SHARD_SIZE))
         return self.shard_size
 
-    def load(self, key: str) -> np.ndarray | None:
-        """All vectors of a complete entry as float32, or None if absent or unfinished."""
-        entry = self.entry(key)
-        meta_path = entry / META_FILE
+    def _complete_shards(self, key: str) -> list[Path] | None:
+        meta_path = self.entry(key) / META_FILE
         if not meta_path.is_file():
             return None
         meta = json.loads(meta_path.read_text())
         size = int(meta.get("shard_size", SHARD_SIZE))
-        shards = [_shard_path(entry, i) for i, _ in enumerate(self._shards(meta["count"], size))]
-        if not all(p.is_file() for p in shards):
+        paths = [_shard_path(self.entry(key), s.index) for s in shards_of(int(meta["count"]), size)]
+        return paths if all(p.is_file() for p in paths) else None
+
+    def complete(self, key: str) -> bool:
+        return self._complete_shards(key) is not None
+
+    def load(self, key: str) -> np.ndarray | None:
+        """All vectors of a complete entry as float32, or None if absent or unfinished (small corpora only)."""
+        if not self.complete(key):
             return None
-        return np.concatenate([np.load(p) for p in shards]).astype(np.float32)
+        return np.concatenate(list(self.iter_chunks(key)))
+
+    def iter_chunks(self, key: str) -> Iterator[np.ndarray]:
+        """A complete entry's vectors as float32, one shard at a time, in row order: bounded memory."""
+        paths = self._complete_shards(key)
+        if paths is None:
+            raise FileNotFoundError(f"embedding store entry {key} is absent or unfinished")
+        for path in paths:
+            yield np.load(path).astype(np.float32)
 
     def meta(self, key: str) -> dict:
         return json.loads((self.entry(key) / META_FILE).read_text())
@@ -90,64 +137,83 @@ class EmbeddingStore:
     def encode(
         self, key: str, texts: Sequence[str], encode: Encode, meta: dict, progress: bool = True
     ) -> np.ndarray:
-        """Encode the texts shard by shard, skipping shards already on disk (checked against the shard log)."""
-        entry = self.entry(key)
-        entry.mkdir(parents=True, exist_ok=True)
-        with entry_lock(entry):  # one process encodes an entry at a time; others wait, then reuse its work
-            done = self.load(key)
-            return done if done is not None else self._encode_shards(key, texts, encode, meta, progress)
-
-    def _encode_shards(
-        self, key: str, texts: Sequence[str], encode: Encode, meta: dict, progress: bool
-    ) -> np.ndarray:
-        entry = self.entry(key)
-        size = self._entry_shard_size(entry)
-        shards = self._shards(len(texts), size)
-        logged = ShardLog(entry).latest()
-        todo = [(i, s, e) for i, (s, e) in enumerate(shards) if not self._reusable(entry, i, s, e, size, logged)]
-        if len(todo) < len(shards):
-            log.info("embedding store %s: resuming, %d of %d shards already encoded", key, len(shards) - len(todo),
-                     len(shards))
-        bar = tqdm(total=sum(e - s for _, s, e in todo), desc="teacher", unit="doc", disable=not progress)
-        for i, start, end in todo:
-            vectors = encode(texts[start:end], bar.update)
-            self._write_shard(entry, i, start, end, size, vectors, "encoded")
-            log.debug("shard %d (%d docs) written", i, end - start)
-        bar.close()
-        self._write_meta(key, {**meta, "count": len(texts), "shard_size": size})
+        """Encode the texts shard by shard, skipping shards already on disk; return them all (small corpora)."""
+        self.ensure(key, len(texts), local_runner(texts, encode), meta, progress)
         loaded = self.load(key)
         assert loaded is not None
         return loaded
 
-    def put(self, key: str, vectors: np.ndarray, meta: dict) -> None:
-        """Store vectors computed elsewhere (an import) under `key`."""
+    def ensure(self, key: str, count: int, run: ShardRunner, meta: dict, progress: bool = True) -> None:
+        """Make entry `key` complete: `run` computes the shards not already on disk (checked against the log)."""
         entry = self.entry(key)
         entry.mkdir(parents=True, exist_ok=True)
-        size = self._entry_shard_size(entry)
-        for i, (start, end) in enumerate(self._shards(len(vectors), size)):
-            self._write_shard(entry, i, start, end, size, vectors[start:end], "stored")
-        self._write_meta(key, {**meta, "count": len(vectors), "shard_size": size})
+        with entry_lock(entry):  # one process encodes an entry at a time; others wait, then reuse its work
+            if self.complete(key):
+                return
+            size = self._entry_shard_size(entry)
+            shards = shards_of(count, size)
+            logged = ShardLog(entry).latest()
+            todo = [s for s in shards if not self._reusable(entry, s, size, logged)]
+            if len(todo) < len(shards):
+                log.info("embedding store %s: resuming, %d of %d shards already encoded", key,
+                         len(shards) - len(todo), len(shards))
+            bar = tqdm(total=sum(s.end - s.start for s in todo), desc="teacher", unit="doc", disable=not progress)
+            for shard, vectors in run(todo, bar.update):
+                if vectors.shape[0] != shard.end - shard.start:
+                    rows = shard.end - shard.start
+                    raise ValueError(f"shard {shard.index}: {vectors.shape[0]} vectors for {rows} rows")
+                self._write_shard(entry, shard, size, vectors, "encoded")
+                log.debug("shard %d (%d docs) written", shard.index, shard.end - shard.start)
+            bar.close()
+            self._write_meta(key, {**meta, "count": count, "shard_size": size})
+
+    def put(self, key: str, vectors: np.ndarray, meta: dict) -> None:
+        """Store vectors computed elsewhere (an import, an update) under `key`."""
+        self.put_stream(key, [vectors], meta)
+
+    def put_stream(self, key: str, chunks: Iterable[np.ndarray], meta: dict) -> int:
+        """Store vectors arriving in row-ordered chunks of any size, a shard at a time; returns the count."""
+        entry = self.entry(key)
+        entry.mkdir(parents=True, exist_ok=True)
+        with entry_lock(entry):
+            size = self._entry_shard_size(entry)
+            pending: list[np.ndarray] = []
+            held = count = index = 0
+            for chunk in chunks:
+                pending.append(chunk)
+                held += len(chunk)
+                while held >= size:
+                    rows = np.concatenate(pending)
+                    self._write_shard(entry, Shard(index, count, count + size), size, rows[:size], "stored")
+                    pending, held = [rows[size:]], held - size
+                    index, count = index + 1, count + size
+            if held:
+                rows = np.concatenate(pending)
+                self._write_shard(entry, Shard(index, count, count + held), size, rows, "stored")
+                count += held
+            self._write_meta(key, {**meta, "count": count, "shard_size": size})
+        return count
 
     def shard_log(self, key: str) -> list[ShardRecord]:
         return ShardLog(self.entry(key)).read()
 
-    def _write_shard(
-        self, entry: Path, i: int, start: int, end: int, size: int, vectors: np.ndarray, event: ShardEvent
-    ) -> None:
-        path = _shard_path(entry, i)
-        _atomic_save(path, vectors.astype(np.float16))
-        ShardLog(entry).append(ShardRecord(shard=i, start=start, end=end, sha256=sha256_file(path),
-                                           event=event, shard_size=size, at=now(), pid=os.getpid()))
+    def _write_shard(self, entry: Path, shard: Shard, size: int, vectors: np.ndarray, event: ShardEvent) -> None:
+        path = _shard_path(entry, shard.index)
+        data = np.ascontiguousarray(vectors, dtype=np.float16)
+        _atomic_write(path, lambda fh: np.save(fh, data))
+        ShardLog(entry).append(ShardRecord(shard=shard.index, start=shard.start, end=shard.end,
+                                           sha256=sha256_file(path), event=event, shard_size=size, at=now(),
+                                           pid=os.getpid()))
 
-    def _reusable(self, entry: Path, i: int, start: int, end: int, size: int, logged: dict[int, ShardRecord]) -> bool:
+    def _reusable(self, entry: Path, shard: Shard, size: int, logged: dict[int, ShardRecord]) -> bool:
         """A shard on disk is kept if the log vouches for it, or (killed before logging) if it is whole."""
-        path = _shard_path(entry, i)
+        path = _shard_path(entry, shard.index)
         if not path.is_file():
             return False
         digest = sha256_file(path)
-        record = logged.get(i)
+        record = logged.get(shard.index)
         if record is not None:
-            if record.sha256 == digest and (record.start, record.end) == (start, end):
+            if record.sha256 == digest and (record.start, record.end) == (shard.start, shard.end):
                 return True
             log.warning("%s does not match its shard log record; encoding it again", path)
             return False
@@ -155,14 +221,22 @@ class EmbeddingStore:
             rows = np.load(path)
         except (OSError, ValueError):
             return False
-        if rows.ndim != 2 or len(rows) != end - start or not np.isfinite(rows).all():
+        if rows.ndim != 2 or len(rows) != shard.end - shard.start or not np.isfinite(rows).all():
             return False
-        ShardLog(entry).append(ShardRecord(shard=i, start=start, end=end, sha256=digest, event="adopted",
-                                           shard_size=size, at=now(), pid=os.getpid()))
+        ShardLog(entry).append(ShardRecord(shard=shard.index, start=shard.start, end=shard.end, sha256=digest,
+                                           event="adopted", shard_size=size, at=now(), pid=os.getpid()))
         return True
 
     def _write_meta(self, key: str, meta: dict) -> None:
-        path = self.entry(key) / META_FILE
-        tmp = path.with_name(META_FILE + ".tmp")
-        tmp.write_text(json.dumps(meta, indent=2) + "\n")
-        tmp.replace(path)
+        text = (json.dumps(meta, indent=2) + "\n").encode()
+        _atomic_write(self.entry(key) / META_FILE, lambda fh: fh.write(text))
+
+
+def local_runner(texts: Sequence[str], encode: Encode) -> ShardRunner:
+    """Encode shards one after another in this process (`texts` may be a lazy sequence: a docstore view)."""
+
+    def run(shards: list[Shard], on_progress: Callable[[int], object]) -> Iterator[tuple[Shard, np.ndarray]]:
+        for shard in shards:
+            yield shard, encode(texts[shard.start : shard.end], on_progress)
+
+    return run

@@ -44,6 +44,10 @@ class EmbeddingSource(BaseModel):
     path: str | None = None
     sha256: str | None = None
     store_key: str | None = None
+    precision: str | None = Field(default=None, description="what computed the vectors: fp32 (the reference), "
+                                  "bf16 or fp16; absent in older bundles and for imports")
+    device: str | None = Field(default=None, description="the torch device type the teacher ran on")
+    engine: str | None = Field(default=None, description="local or ray")
 
 
 class CorpusInfo(BaseModel):

@@ -8,6 +8,7 @@ Binary keeps the sign bit of each dimension, packed 8 per byte (FAISS IndexBinar
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,18 @@ class Int8Calibration:
         vmin = x.min(axis=0)
         vdiff = np.maximum(x.max(axis=0) - vmin, 1e-6).astype(np.float32)
         return cls(vmin=vmin.astype(np.float32), vdiff=vdiff)
+
+    @classmethod
+    def fit_stream(cls, chunks: Iterable[np.ndarray]) -> Int8Calibration:
+        """`fit` over chunks: running per-dimension min and max, so equal to `fit` on their concatenation."""
+        lo = hi = None
+        for chunk in chunks:
+            x = np.asarray(chunk, dtype=np.float32)
+            lo = x.min(axis=0) if lo is None else np.minimum(lo, x.min(axis=0))
+            hi = x.max(axis=0) if hi is None else np.maximum(hi, x.max(axis=0))
+        if lo is None or hi is None:
+            raise ValueError("no vectors to calibrate on")
+        return cls(vmin=lo.astype(np.float32), vdiff=np.maximum(hi - lo, 1e-6).astype(np.float32))
 
     def to_array(self) -> np.ndarray:
         """[2, dim] float32: FAISS's `sq.trained` layout (vmin then vdiff)."""

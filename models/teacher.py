@@ -1,7 +1,9 @@
 """The teacher encoder: an HF model in torch, mean-pooled and L2-normalized.
 
 Used offline (index builds, distillation targets, evaluation). Batches are sorted by length
-so padding is small; CUDA with fp16 is used when present, else CPU in fp32.
+so padding is small, and with a token budget (`batch_tokens`) short texts share large batches
+while long ones go in small ones. CUDA runs fp16 from pinned host memory by default; CPU runs
+fp32, the reference, or bf16 on request (docs/BENCHMARKS.md compares them).
 """
 
 from __future__ import annotations
@@ -26,6 +28,28 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def default_precision(device: torch.device) -> str:
+    return "fp16" if device.type == "cuda" else "fp32"
+
+
+def token_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int | None) -> list[np.ndarray]:
+    """Row indices in batches, longest texts first; with `batch_tokens`, each batch's padded size fits the budget."""
+    order = np.argsort(lengths, kind="stable")[::-1]
+    if batch_tokens is None:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    out, start = [], 0
+    while start < len(order):
+        longest = max(1, lengths[order[start]])
+        n = max(1, min(len(order) - start, batch_tokens // longest))
+        out.append(order[start : start + n])
+        start += n
+    return out
+
+
 def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Average the token states over non-pad positions."""
     weights = mask.unsqueeze(-1).to(hidden.dtype)
@@ -35,14 +59,24 @@ def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 class TeacherEncoder:
     """Encodes texts into the teacher's normalized embedding space."""
 
-    def __init__(self, model_dir: Path, device: str | None = None, max_seq_length: int | None = None) -> None:
+    def __init__(
+        self, model_dir: Path, device: str | None = None, max_seq_length: int | None = None,
+        precision: str | None = None, batch_tokens: int | None = None,
+    ) -> None:
         self.card: ModelCard = load_card(model_dir)
         self.device = pick_device(device)
+        self.precision = precision or default_precision(self.device)
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown teacher precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.precision == "fp16" and self.device.type != "cuda":
+            raise ValueError("fp16 needs a CUDA device; on CPU use fp32 (the reference) or bf16")
+        self.batch_tokens = batch_tokens
         self.max_seq_length = max_seq_length or self.card.max_seq_length
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        dtype = torch.float16 if self.device.type == "cuda" else torch.float32
+        dtype = _DTYPES[self.precision]
         self.model = AutoModel.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
-        log.info("teacher %s on %s (%s), max_seq_length=%d", self.card.name, self.device, dtype, self.max_seq_length)
+        log.info("teacher %s on %s (%s), max_seq_length=%d", self.card.name, self.device, self.precision,
+                 self.max_seq_length)
 
     @property
     def dim(self) -> int:
@@ -65,19 +99,22 @@ class TeacherEncoder:
             return out
         lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True,
                                                          max_length=self.max_seq_length)["input_ids"]]
-        order = np.argsort(lengths, kind="stable")[::-1]
         bar = tqdm(total=len(texts), desc="teacher", unit="doc", disable=not progress, smoothing=0.1)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
+        pin = self.device.type == "cuda"
+        for idx in token_batches(lengths, batch_size, self.batch_tokens):
             batch = self.tokenizer(
                 [texts[i] for i in idx],
                 padding=True,
                 truncation=True,
                 max_length=self.max_seq_length,
                 return_tensors="pt",
-            ).to(self.device)
-            hidden = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])[0]
-            pooled = mean_pool(hidden.float(), batch["attention_mask"])
+            )
+            ids, mask = batch["input_ids"], batch["attention_mask"]
+            if pin:  # pinned pages let the copy to the GPU run asynchronously
+                ids, mask = ids.pin_memory(), mask.pin_memory()
+            ids, mask = ids.to(self.device, non_blocking=pin), mask.to(self.device, non_blocking=pin)
+            hidden = self.model(input_ids=ids, attention_mask=mask)[0]
+            pooled = mean_pool(hidden.float(), mask)
             out[idx] = torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
             bar.update(len(idx))
             if on_progress is not None:

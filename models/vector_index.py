@@ -12,12 +12,14 @@ with the same int8 calibration and the same binary rescoring.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import faiss
 import numpy as np
 
-from models.ann import apply_search_params, build_first_stage
+from models.ann import apply_search_params, build_first_stage, empty_first_stage, first_stage_codes, train_step
 from models.contract import truncate
 from models.index_spec import IndexSpec
 from models.manifest import Quantization
@@ -129,3 +131,66 @@ class VectorIndex:
         if self.observe is not None:
             self.observe("rescore", time.perf_counter() - began)
         return out_scores, out_rows
+
+
+class IndexWriter:
+    """Fills a bundle's first stage and its rescoring codes chunk by chunk, for builds that never hold the corpus.
+
+    Only the first stage stays in RAM (it is what the service loads); rescoring codes go straight
+    to `rescore.u8.npy`, whose header is written up front for the known row count, byte for byte
+    what `np.save` writes. The files equal `VectorIndex.build(...).save()` on the same vectors.
+    """
+
+    def __init__(
+        self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
+        calibration: Int8Calibration | None,
+    ) -> None:
+        self.directory, self.count, self.dim = Path(directory), count, dim
+        self.quantization, self.spec, self.calibration = quantization, spec, calibration
+        self.index = empty_first_stage(dim, quantization, spec, calibration)
+        self.added = 0
+        self._rescore: BinaryIO | None = None
+        if quantization is Quantization.BINARY:
+            self._rescore = (self.directory / RESCORE_FILE).open("wb")
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
+                      "shape": (count, dim)}
+            np.lib.format.write_array_header_1_0(self._rescore, header)
+
+    @property
+    def train_step(self) -> int | None:
+        """Rows [::step] train the index (IVF); None when it needs no training."""
+        return None if self.index.is_trained else train_step(self.count, self.spec)
+
+    def train(self, chunks: Iterable[np.ndarray]) -> None:
+        """Train on rows [::train_step] of the row-ordered chunks, holding only their codes (IVF: sign bits)."""
+        step = self.train_step
+        if step is None:
+            return
+        sample, seen = [], 0
+        for x in chunks:
+            first = (-seen) % step  # the first row of this chunk whose global index is a multiple of step
+            sample.append(first_stage_codes(x[first::step], self.quantization))
+            seen += len(x)
+        self.index.train(np.ascontiguousarray(np.concatenate(sample)))
+
+    def add(self, x: np.ndarray) -> None:
+        """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
+        self.index.add(first_stage_codes(x, self.quantization))
+        if self._rescore is not None:
+            assert self.calibration is not None
+            self._rescore.write(int8_encode(x, self.calibration).tobytes())
+        self.added += len(x)
+
+    def finish(self) -> list[str]:
+        """Write the index and calibration; returns every file name written."""
+        if self.added != self.count:
+            raise ValueError(f"index writer got {self.added} vectors, expected {self.count}")
+        if self._rescore is not None:
+            self._rescore.close()
+        apply_search_params(self.index, self.spec)
+        return VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec).save(
+            self.directory) + ([RESCORE_FILE] if self._rescore is not None else [])
+
+    def close(self) -> None:
+        if self._rescore is not None and not self._rescore.closed:
+            self._rescore.close()

@@ -119,8 +119,10 @@ def test_import_checks_shape_norm_and_ids(tandem_home: Path, tiny_corpus: Path, 
         bad = vecs.copy()
         bad[3, 5] = np.nan
         attempt(bad, ids)
-    with pytest.raises(InputError, match="no embedding"):
+    with pytest.raises(InputError, match="not in the corpus"):
         attempt(vecs, [*ids[:-1], "stranger"])
+    with pytest.raises(InputError, match="no embedding"):
+        attempt(vecs[:-1].copy(), ids[:-1])
     with pytest.raises(InputError, match="duplicate id"):
         attempt(vecs, [*ids[:-1], ids[0]])
     reversed_ids = ids[::-1]

@@ -1,0 +1,80 @@
+"""Reading a corpus into a staging docstore in one streaming pass.
+
+The pass writes docs.sqlite (its unique id index finds duplicate ids on disk), computes the
+corpus key that names the embedding-store entry, and notes the byte offset of every
+OFFSET_STRIDE-th document so that Ray read tasks can parse their own slice of the file.
+Memory holds one chunk of documents, whatever the corpus size.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from models.corpus import CorpusHasher, Document, first_line_of, scan_corpus
+from models.docstore import DocStore, DocstoreWriter, DuplicateId
+from models.errors import InputError
+
+CHUNK = 10_000
+OFFSET_STRIDE = 64
+
+
+@dataclass
+class IngestedCorpus:
+    path: Path
+    count: int
+    key: str
+    offsets: list[int] = field(default_factory=list)  # byte offset of rows 0, OFFSET_STRIDE, 2·OFFSET_STRIDE, …
+
+
+def ingest_corpus(path: Path, docstore: DocstoreWriter) -> IngestedCorpus:
+    """Stream `path` into `docstore`; raise InputError naming file and line on a bad line or duplicate id."""
+    hasher = CorpusHasher()
+    offsets: list[int] = []
+    batch: list[Document] = []
+    lines: list[int] = []
+
+    def flush() -> None:
+        try:
+            docstore.add(batch)
+        except DuplicateId as dup:
+            first = first_line_of(path, dup.doc_id)
+            raise InputError(f"{path}:{lines[dup.position]}: duplicate id {dup.doc_id!r} "
+                             f"(first seen on line {first})") from None
+        batch.clear()
+        lines.clear()
+
+    count = 0
+    for lineno, offset, doc in scan_corpus(path):
+        if count % OFFSET_STRIDE == 0:
+            offsets.append(offset)
+        hasher.update(doc)
+        batch.append(doc)
+        lines.append(lineno)
+        count += 1
+        if len(batch) >= CHUNK:
+            flush()
+    if batch:
+        flush()
+    return IngestedCorpus(path=Path(path), count=count, key=hasher.hexdigest(), offsets=offsets)
+
+
+class Passages(Sequence[str]):
+    """The texts the teacher sees, read from a docstore by row range: a lazy sequence for the encoders."""
+
+    def __init__(self, docs: DocStore, count: int) -> None:
+        self.docs, self.size = docs, count
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, item):
+        if isinstance(item, slice):
+            start, stop, step = item.indices(self.size)
+            if step != 1:
+                raise ValueError("Passages slices must be contiguous")
+            return [d.passage() for d in self.docs.range(start, stop)]
+        if not 0 <= item < self.size:
+            raise IndexError(item)
+        return self.docs.range(item, item + 1)[0].passage()
