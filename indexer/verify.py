@@ -14,6 +14,7 @@ from pathlib import Path
 from models.bundle import Bundle, verify_bundle
 from models.docstore import DOCSTORE_FILE
 from models.errors import ContractMismatch, ModelNotFound, TandemError
+from models.manifest import EmbeddingSource
 from models.registry import load_card, resolve
 from models.versions import is_bundle_root, list_versions, read_current
 
@@ -54,7 +55,17 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
                                f"differs from the bundle count {manifest.count}")
     note = _teacher_note(directory, manifest.teacher.fingerprint, manifest.teacher.dim, teacher)
     return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value} "
-            f"{manifest.index.type.value}, {len(manifest.files)} files sha256-verified, {note}")
+            f"{manifest.index.type.value}, {len(manifest.files)} files sha256-verified, {note}, "
+            f"vectors {_computed_by(manifest.embeddings)}")
+
+
+def _computed_by(source: EmbeddingSource) -> str:
+    """What computed the document vectors, as the manifest records it (older bundles: not recorded)."""
+    if source.kind == "imported":
+        return "imported" + (f" from {source.path}" if source.path else "")
+    if source.precision is None:
+        return "encoded (precision not recorded)"
+    return f"encoded in {source.precision} on {source.device or '?'} by the {source.engine or 'local'} engine"
 
 
 def verify(path: Path, all_versions: bool = False, teacher: Path | None = None) -> list[str]:

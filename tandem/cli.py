@@ -74,6 +74,22 @@ ShardSizeOpt = Annotated[
 ]
 
 
+EngineOpt = Annotated[
+    str, typer.Option(envvar="TANDEM_ENGINE", help="local (this process) or ray (Ray Data actors on a cluster; "
+                      "needs the ray extra).")
+]
+RayAddressOpt = Annotated[
+    str | None, typer.Option(envvar="RAY_ADDRESS", help="--engine ray: the cluster to join (default: start a "
+                             "local Ray).")
+]
+RayActorsOpt = Annotated[
+    int | None, typer.Option(envvar="TANDEM_RAY_ACTORS", help="--engine ray without GPUs: teacher actors "
+                             "(default: the cluster's CPUs / --ray-threads). With GPUs: one per GPU.")
+]
+RayThreadsOpt = Annotated[int, typer.Option(envvar="TANDEM_RAY_THREADS", help="--engine ray: torch threads per "
+                                            "CPU actor.")]
+
+
 @index_app.command("build")
 def index_build(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL (BEIR `_id/title/text` or `id/text`).")],
@@ -95,11 +111,28 @@ def index_build(
     ivf_nlist: Annotated[int | None, typer.Option(help="ivf: k-means cells (default about 4·√N).")] = None,
     ivf_nprobe: Annotated[int | None, typer.Option(help="ivf: cells scanned per query (default nlist/8).")] = None,
     teacher: TeacherOpt = None,
-    embeddings: Annotated[Path | None, typer.Option(help="Import precomputed teacher embeddings (.npy).")] = None,
-    ids: Annotated[Path | None, typer.Option(help="JSON list of document ids, one per embeddings row.")] = None,
+    embeddings: Annotated[
+        Path | None, typer.Option(help="Import precomputed teacher embeddings: a .npy file or a directory of .npy "
+                                  "shards (with --ids), or Parquet files (a file or a directory).")
+    ] = None,
+    ids: Annotated[Path | None, typer.Option(help=".npy imports: JSON list of document ids, one per row.")] = None,
+    id_column: Annotated[str, typer.Option(help="Parquet imports: the document id column.")] = "id",
+    vector_column: Annotated[str, typer.Option(help="Parquet imports: the vector column (floats).")] = "vector",
     batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    batch_tokens: Annotated[
+        int | None, typer.Option(envvar="TANDEM_BATCH_TOKENS", help="Cap each teacher batch at this many padded "
+                                 "tokens (length-sorted batches; e.g. 16384 on a GPU). Default: --batch-size texts.")
+    ] = None,
+    precision: Annotated[
+        str | None, typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision: fp32 (CPU default, the "
+                                 "reference), bf16 (CPU or GPU) or fp16 (CUDA default).")
+    ] = None,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    ray_actors: RayActorsOpt = None,
+    ray_threads: RayThreadsOpt = 1,
     force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
 ) -> None:
     """Embed a corpus with the teacher and publish an index bundle atomically (resumable if killed)."""
@@ -107,9 +140,11 @@ def index_build(
 
     req = BuildRequest(
         corpus=corpus, out=out, root=root, version=version, keep=keep, dim=dim, quantization=quantization,
-        rotation=rotation, teacher=teacher, embeddings=embeddings, ids=ids, batch_size=batch_size,
+        rotation=rotation, teacher=teacher, embeddings=embeddings, ids=ids, id_column=id_column,
+        vector_column=vector_column, batch_size=batch_size, batch_tokens=batch_tokens, precision=precision,
         shard_size=shard_size, device=device, force=force, index=index, hnsw_m=hnsw_m,
         ef_construction=ef_construction, ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe,
+        engine=engine, ray_address=ray_address, ray_actors=ray_actors, ray_threads=ray_threads,
     )
     manifest = build(req)
     typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "
@@ -160,6 +195,23 @@ def index_verify(
 
     for line in verify(path, all_versions=all_versions, teacher=teacher):
         typer.echo(line)
+
+
+@index_app.command("export")
+def index_export(
+    path: Annotated[Path, typer.Argument(help="A bundle directory, or a bundle root (exports CURRENT).")],
+    out: Annotated[Path, typer.Option(help="The file to write.")],
+    fmt: Annotated[str, typer.Option("--format", help="parquet or jsonl.")] = "parquet",
+) -> None:
+    """Write id, the teacher's full-dimension vector, title and text of every document, for other vector stores."""
+    from indexer.export import ExportFormat, export
+
+    try:
+        chosen = ExportFormat(fmt)
+    except ValueError:
+        raise typer.BadParameter(f"{fmt!r}: choose parquet or jsonl", param_hint="--format") from None
+    count = export(path, out, chosen)
+    typer.echo(f"exported {count} documents to {out}")
 
 
 @index_app.command("current")

@@ -1,0 +1,118 @@
+"""`tandem index export`: a bundle's documents with the teacher's full-dimension vectors, for other stores.
+
+Teams that keep vectors in Qdrant, pgvector or Weaviate load this file and use tandem's student
+as their query encoder. Vectors come from the embedding-store entry the manifest names (or, for
+a 768-d float bundle without rotation, from the index itself), streamed with the docstore's rows
+and written to a temporary file renamed into place: memory holds one chunk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from enum import StrEnum
+from pathlib import Path
+
+import numpy as np
+
+from models.bundle import read_bundle_manifest
+from models.docstore import DOCSTORE_FILE, DocStore
+from models.embedding_store import EmbeddingStore
+from models.errors import InputError
+from models.manifest import BundleManifest, Quantization
+from models.rotation import Rotation
+from models.vector_index import INDEX_FILE
+from models.versions import resolve_bundle
+
+log = logging.getLogger(__name__)
+
+CHUNK = 4096
+
+
+class ExportFormat(StrEnum):
+    PARQUET = "parquet"
+    JSONL = "jsonl"
+
+
+def _vectors(directory: Path, manifest: BundleManifest, store: EmbeddingStore) -> Iterator[np.ndarray]:
+    key = manifest.embeddings.store_key
+    if key and store.complete(key):
+        yield from store.iter_chunks(key)
+        return
+    full = manifest.dim == manifest.teacher.dim
+    if manifest.quantization is Quantization.FLOAT and full and manifest.rotation is Rotation.NONE:
+        import faiss
+
+        index = faiss.read_index(str(directory / INDEX_FILE))
+        for start in range(0, manifest.count, CHUNK):
+            yield index.reconstruct_n(start, min(CHUNK, manifest.count - start))
+        return
+    raise InputError(f"{directory}: its full-dimension teacher vectors are not in the embedding store at "
+                     f"{store.root} (key {key}), and its index is {manifest.dim}-d {manifest.quantization.value}; "
+                     "run the export where the bundle was built, or set TANDEM_HOME to that store")
+
+
+def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple[list[dict[str, str]], np.ndarray]]:
+    """(documents, float32 vectors) chunks of a bundle, in row order."""
+    manifest = read_bundle_manifest(directory)
+    docs = DocStore(directory / DOCSTORE_FILE)
+    try:
+        start = 0
+        for chunk in _vectors(directory, manifest, store or EmbeddingStore()):
+            got = docs.range(start, start + len(chunk))
+            yield [{"id": d.id, "title": d.title, "text": d.text} for d in got], np.asarray(chunk, dtype=np.float32)
+            start += len(chunk)
+        if start != manifest.count:
+            raise InputError(f"{directory}: exported {start} vectors, the manifest counts {manifest.count}")
+    finally:
+        docs.close()
+
+
+def export(path: Path, out: Path, fmt: ExportFormat, store: EmbeddingStore | None = None) -> int:
+    """Write the bundle at `path` (or a root's CURRENT) to `out`; returns the number of rows."""
+    directory = resolve_bundle(Path(path))
+    if not (directory / DOCSTORE_FILE).is_file():
+        raise InputError(f"{path}: not an index bundle (no {DOCSTORE_FILE})")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        count = _write_parquet(directory, tmp, store) if fmt is ExportFormat.PARQUET else \
+            _write_jsonl(directory, tmp, store)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    log.info("exported %d documents of %s to %s", count, directory, out)
+    return count
+
+
+def _write_parquet(directory: Path, out: Path, store: EmbeddingStore | None) -> int:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dim = read_bundle_manifest(directory).teacher.dim
+    schema = pa.schema([("id", pa.string()), ("vector", pa.list_(pa.float32(), dim)),
+                        ("title", pa.string()), ("text", pa.string())])
+    count = 0
+    with pq.ParquetWriter(out, schema) as writer:
+        for docs, vectors in rows(directory, store):
+            flat = pa.array(vectors.ravel(), type=pa.float32())
+            writer.write_table(pa.table({
+                "id": [d["id"] for d in docs], "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+                "title": [d["title"] for d in docs], "text": [d["text"] for d in docs]}, schema=schema))
+            count += len(docs)
+    return count
+
+
+def _write_jsonl(directory: Path, out: Path, store: EmbeddingStore | None) -> int:
+    count = 0
+    with out.open("w", encoding="utf-8") as fh:
+        for docs, vectors in rows(directory, store):
+            for doc, vector in zip(docs, vectors.tolist(), strict=True):
+                fh.write(json.dumps({"id": doc["id"], "vector": vector, "title": doc["title"], "text": doc["text"]},
+                                    ensure_ascii=False) + "\n")
+            count += len(docs)
+    return count

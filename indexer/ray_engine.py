@@ -1,0 +1,191 @@
+"""The Ray engine: the teacher encodes missing shards across a Ray cluster with Ray Data.
+
+The corpus becomes a Ray Dataset with one block per missing embedding-store shard: each read
+task parses its own slice of the corpus file (found through the byte offsets the driver noted
+while ingesting, so the path must be readable on every node: a shared volume). `map_batches`
+runs a callable class that loads the teacher once per actor: one actor per GPU when the cluster
+has GPUs, otherwise CPU actors with a set number of torch threads each. Results stream back to
+the driver, which writes them into the embedding store as the same shards, logged in the same
+shard log, so a killed driver or a lost worker resumes by encoding only the missing shards.
+Imported only with `--engine ray`; the service never imports it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from indexer.ingest import OFFSET_STRIDE, IngestedCorpus
+from models.corpus import parse_line
+from models.embedding_store import Shard, ShardRunner
+from models.errors import InputError
+from models.registry import ModelCard
+
+if TYPE_CHECKING:
+    from indexer.build import TeacherRun
+
+log = logging.getLogger(__name__)
+
+
+def read_slice(path: str, offset: int, skip: int, count: int) -> tuple[list[str], list[str]]:
+    """(ids, passages) of `count` documents after skipping `skip` from byte `offset` of the corpus file."""
+    ids: list[str] = []
+    passages: list[str] = []
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        for raw in fh:
+            line = raw.decode("utf-8")
+            if not line.strip():
+                continue
+            if skip:
+                skip -= 1
+                continue
+            doc = parse_line(line, path)
+            ids.append(doc.id)
+            passages.append(doc.passage())
+            if len(passages) == count:
+                break
+    if len(passages) != count:
+        raise InputError(f"{path}: ended early; was the corpus changed during the build?")
+    return ids, passages
+
+
+def _datasource(path: Path, offsets: list[int], shards: list[Shard]) -> Any:
+    import pyarrow as pa
+    from ray.data.block import BlockMetadata
+    from ray.data.datasource import Datasource, ReadTask
+
+    class CorpusShards(Datasource):
+        """One read task, and one block, per shard: rows [start, end) with their row numbers."""
+
+        def estimate_inmemory_data_size(self) -> int | None:
+            return None
+
+        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
+                           data_context: Any = None) -> list[ReadTask]:
+            return [self._task(shard) for shard in shards]
+
+        def _task(self, shard: Shard) -> ReadTask:
+            offset, skip = offsets[shard.start // OFFSET_STRIDE], shard.start % OFFSET_STRIDE
+
+            def read() -> list[pa.Table]:
+                ids, passages = read_slice(str(path), offset, skip, shard.end - shard.start)
+                rows = np.arange(shard.start, shard.end, dtype=np.int64)
+                return [pa.table({"row": rows, "id": ids, "text": passages})]
+
+            meta = BlockMetadata(num_rows=shard.end - shard.start, size_bytes=None, exec_stats=None,
+                                 input_files=(str(path),))
+            return ReadTask(read, meta)
+
+    return CorpusShards()
+
+
+class TeacherActor:
+    """Holds one teacher per actor (loaded once) and encodes whole blocks, returned as float16."""
+
+    def __init__(self, model_dir: str, device: str, precision: str, batch_size: int, batch_tokens: int | None,
+                 threads: int) -> None:
+        import torch
+
+        from models.teacher import TeacherEncoder
+
+        torch.set_num_threads(threads)
+        self.batch_size = batch_size
+        self.encoder = TeacherEncoder(Path(model_dir), device=device, precision=precision, batch_tokens=batch_tokens)
+
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        vectors = self.encoder.encode([str(t) for t in batch["text"]], batch_size=self.batch_size)
+        return {"row": batch["row"], "vector": vectors.astype(np.float16)}
+
+
+def connect(address: str | None) -> None:
+    """Join `address` (or RAY_ADDRESS), else start a local Ray on this machine."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    log.info("ray: %s", f"joining {address}" if address else "starting a local cluster")
+    for noisy in ("ray", "ray.data"):  # its INFO lines would bury the one progress bar
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    if address is None:
+        ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    else:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+
+
+def ray_runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCorpus) -> ShardRunner:
+    """A ShardRunner whose shards are encoded by Ray Data actors; the driver writes what comes back."""
+    if not (run.ray_address or os.environ.get("RAY_ADDRESS")):
+        # A local Ray serves this machine alone: Ray's own switch keeps it on the loopback interface.
+        # It is read when ray is imported, so it is set before.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+        import ray.data
+    except ImportError as exc:
+        raise InputError("--engine ray needs Ray: pip install 'tandem[ray]'") from exc
+    connect(run.ray_address)
+    resources = ray.cluster_resources()
+    gpus = int(resources.get("GPU", 0))
+    if gpus:
+        actors, device, per_actor = gpus, "cuda", {"num_gpus": 1}
+        if precision == "fp32" and run.precision is None:
+            precision = "fp16"
+    else:
+        if precision == "fp16":
+            raise InputError("--precision fp16 needs GPUs, and this Ray cluster has none")
+        threads = run.ray_threads
+        actors = run.ray_actors or max(1, int(resources.get("CPU", 1)) // threads)
+        device, per_actor = "cpu", {"num_cpus": threads}
+    log.info("ray: %d %s actor(s), precision %s", actors, device, precision)
+
+    def runner(shards: list[Shard], on_progress: Callable[[int], object]) -> Iterator[tuple[Shard, np.ndarray]]:
+        if not shards:
+            return
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False  # the store's one bar counts docs/s across the cluster
+        # Reading a slice of text is light: its tasks take no CPU slot, so the actors that hold every
+        # slot cannot starve the reads that feed them.
+        ds = ray.data.read_datasource(_datasource(corpus.path, corpus.offsets, shards), num_cpus=0)
+        encoded = ds.map_batches(
+            TeacherActor, batch_size=None, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
+            fn_constructor_kwargs={"model_dir": str(card.path), "device": device, "precision": precision,
+                                   "batch_size": run.batch_size, "batch_tokens": run.batch_tokens,
+                                   "threads": per_actor.get("num_cpus", 1)},
+            **per_actor)
+        yield from _assemble(shards, encoded.iter_batches(batch_size=None, batch_format="numpy"), on_progress)
+
+    runner.device = device  # type: ignore[attr-defined]
+    return runner
+
+
+def _assemble(
+    shards: list[Shard], batches: Iterator[dict[str, np.ndarray]], on_progress: Callable[[int], object]
+) -> Iterator[tuple[Shard, np.ndarray]]:
+    """Regroup result rows (any batching, any order) into whole shards, yielded as each completes."""
+    by_start = {s.start: s for s in shards}
+    starts = np.array(sorted(by_start))
+    pending: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # shard start → (vectors, filled mask)
+    for batch in batches:
+        rows, vectors = np.asarray(batch["row"]), np.asarray(batch["vector"])
+        on_progress(len(rows))
+        owner = starts[np.searchsorted(starts, rows, side="right") - 1]
+        for start in np.unique(owner):
+            shard = by_start[int(start)]
+            out, filled = pending.setdefault(shard.start, (
+                np.empty((shard.end - shard.start, vectors.shape[1]), dtype=np.float16),
+                np.zeros(shard.end - shard.start, dtype=bool)))
+            pick = owner == start
+            out[rows[pick] - shard.start] = vectors[pick]
+            filled[rows[pick] - shard.start] = True
+            if filled.all():
+                del pending[shard.start]
+                yield shard, out
+    if pending:
+        raise RuntimeError(f"ray returned incomplete shards: {sorted(pending)[:5]}")

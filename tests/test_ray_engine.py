@@ -1,0 +1,119 @@
+"""`--engine ray` on a real local Ray (127.0.0.1, 2 CPUs, no dashboard): the local engine's bundle, resumable."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.build import BuildRequest, build
+from models.bundle import Bundle
+from models.shard_log import SHARD_LOG, ShardLog
+from models.versions import list_versions, read_current
+from tests.fixtures.corpus import DOCS
+
+LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's switch for a loopback-only local cluster,
+os.environ.update(LOOPBACK)  # read when ray is imported
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ray_address() -> Iterator[str]:
+    """A local Ray cluster on 127.0.0.1 that this test process starts and stops; subprocesses join it."""
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    address = ray.get_runtime_context().gcs_address
+    assert address.startswith("127.0.0.1:"), address
+    yield address
+    ray.shutdown()
+
+
+def _home(path: Path, teacher_dir: Path) -> Path:
+    (path / "models").mkdir(parents=True)
+    (path / "models/roles.json").write_text(json.dumps({"teacher": str(teacher_dir)}))
+    return path
+
+
+def _corpus(path: Path, copies: int) -> Path:
+    with path.open("w") as fh:
+        for c in range(copies):
+            for doc_id, title, text in DOCS:
+                fh.write(json.dumps({"_id": f"{doc_id}-{c}", "title": title, "text": f"{text} ({c})"}) + "\n")
+    return path
+
+
+def _tandem(args: list[str], home: Path) -> subprocess.Popen[str]:
+    env = {**os.environ, **LOOPBACK, "TANDEM_HOME": str(home), "OMP_NUM_THREADS": "1",
+           "TANDEM_LOG_LEVEL": "WARNING"}
+    return subprocess.Popen([sys.executable, "-m", "tandem", *args], cwd=REPO, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def test_ray_engine_builds_the_local_bundle(ray_address: str, tiny_corpus: Path, tmp_path: Path) -> None:
+    local = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "local", store=tmp_path / "s1", shard_size=3))
+    remote = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "ray", store=tmp_path / "s2", shard_size=3,
+                                engine="ray", ray_address=ray_address))
+    assert (remote.embeddings.engine, remote.embeddings.precision, remote.embeddings.device) == ("ray", "fp32", "cpu")
+    assert local.embeddings.engine == "local"
+    a, b = Bundle(tmp_path / "local"), Bundle(tmp_path / "ray")
+    assert a.docs.ids() == b.docs.ids() == [d[0] for d in DOCS]
+    n = len(DOCS)
+    cosine = (a.vectors.index.reconstruct_n(0, n) * b.vectors.index.reconstruct_n(0, n)).sum(axis=1)
+    assert cosine.min() >= 0.9999
+    records = ShardLog(tmp_path / "s2" / (remote.embeddings.store_key or "")).read()
+    assert sorted(r.shard for r in records) == list(range(7))  # ceil(20 / 3) shards, each encoded once
+
+
+def test_killed_ray_build_resumes_each_shard_once(
+    ray_address: str, tmp_path: Path, teacher_dir: Path
+) -> None:
+    corpus = _corpus(tmp_path / "corpus.jsonl", copies=3)
+    n = 3 * len(DOCS)
+    home, root = _home(tmp_path / "home", teacher_dir), tmp_path / "root"
+    args = ["index", "build", "--corpus", str(corpus), "--root", str(root), "--version", "v1", "--shard-size", "2",
+            "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address]
+    proc = _tandem(args, home)
+    deadline = time.monotonic() + 300
+    logged = 0
+    while logged < 3:
+        assert proc.poll() is None, f"build ended before the kill: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "build too slow"
+        logs = list((home / "embeddings").glob(f"*/{SHARD_LOG}"))
+        logged = len(logs[0].read_text().splitlines()) if logs else 0
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert not root.exists() or not list_versions(root)  # a killed build publishes nothing
+    [entry] = list((home / "embeddings").iterdir())
+    before = len(ShardLog(entry).read())
+    assert 3 <= before < n // 2, before
+
+    resumed = _tandem(args, home)
+    assert resumed.wait(timeout=300) == 0, resumed.communicate()[1][-2000:]
+    records = ShardLog(entry).read()
+    assert sorted(r.shard for r in records) == list(range(n // 2))  # each shard encoded exactly once
+    assert {r.event for r in records} <= {"encoded", "adopted"}
+    assert len({r.pid for r in records}) == 2  # the killed driver and the resumed one
+    bundle = Bundle(read_current(root))
+    assert bundle.docs.count() == n and bundle.manifest.embeddings.engine == "ray"
+
+
+def test_ray_build_of_a_bad_corpus_names_the_line(ray_address: str, tmp_path: Path, teacher_dir: Path) -> None:
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text('{"_id": "a", "text": "one"}\n{"_id": "b", "text": "two"}\n{"_id": "c", "text": 3}\n')
+    home, out = _home(tmp_path / "home", teacher_dir), tmp_path / "out"
+    proc = _tandem(["index", "build", "--corpus", str(corpus), "--out", str(out), "--engine", "ray",
+                    "--ray-address", ray_address], home)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2
+    assert f"{corpus}:3: 'text' must be a string" in err
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
