@@ -212,9 +212,9 @@ class MicroBatcher:
             timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
                       "search": 0.0 if job.top_k is None else (done - encoded) * 1e3}
             if job.top_k is None:
-                rows = slice(offsets[i], offsets[i + 1])
-                outcome = BatchOutcome(hits=[], timing_ms=timing, batch_size=size, vectors=vectors[rows].copy(),
-                                       tokens=tokens[rows])
+                first, last = int(offsets[i]), int(offsets[i + 1])
+                outcome = BatchOutcome(hits=[], timing_ms=timing, batch_size=size,
+                                       vectors=vectors[first:last].copy(), tokens=tokens[first:last])
             else:
                 outcome = BatchOutcome(hits=job_hits, timing_ms=timing, batch_size=size)
             job.future.set_result(outcome)
