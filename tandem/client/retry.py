@@ -27,6 +27,10 @@ class RetryPolicy:
     backoff_s: float = 0.25
     max_backoff_s: float = 8.0
 
+    def __post_init__(self) -> None:
+        if self.budget_s <= 0 or self.max_attempts < 1 or self.backoff_s < 0 or self.max_backoff_s < 0:
+            raise ValueError(f"invalid retry policy {self}: budget_s > 0, max_attempts >= 1, backoffs >= 0")
+
     def backoff(self, attempt: int) -> float:
         """The wait after the `attempt`-th failure when the server gave no Retry-After (full jitter)."""
         return random.uniform(0, min(self.max_backoff_s, self.backoff_s * 2 ** (attempt - 1)))
