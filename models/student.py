@@ -74,7 +74,13 @@ class StudentEncoder:
 
     def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
         """float32 [len(texts), dim] unit vectors in the teacher's space."""
+        return self.encode_counted(texts, batch_size)[0]
+
+    def encode_counted(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, list[int]]:
+        """`encode`, plus the tokens each text was encoded with (after truncation, special tokens included):
+        /v1/embeddings reports them as usage without tokenizing twice."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
+        tokens: list[int] = []
         observe, tokenizing = self.observe, 0.0
         for start in range(0, len(texts), batch_size):
             began = time.perf_counter()
@@ -86,6 +92,7 @@ class StudentEncoder:
             }
             (emb,) = self.session.run(None, {k: v for k, v in feed.items() if k in self._inputs})
             out[start : start + len(encodings)] = emb
+            tokens.extend(int(sum(e.attention_mask)) for e in encodings)
         if observe is not None:
             observe("tokenize", tokenizing)
-        return out
+        return out, tokens

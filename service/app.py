@@ -15,7 +15,8 @@ from service.metrics import Metrics, queue_depth_of
 from service.metrics import router as metrics_router
 from service.middleware import install_middleware
 from service.reload import Reloader
-from service.routes import admin, health, search
+from service.routes import admin, embeddings, health, search
+from service.routes.page import install_page
 from service.settings import ServiceSettings
 
 
@@ -53,4 +54,6 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     app.include_router(metrics_router)
     app.include_router(search.router)
     app.include_router(admin.router)
+    app.include_router(embeddings.router)
+    install_page(app)
     return app

@@ -15,6 +15,10 @@ never left to wait without bound:
   A count alone cannot keep a latency budget: the same queue drains in 40 ms on one machine
   and in 400 ms on another, or with a slower index.
 A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`).
+
+A job without a `top_k` (`embed`, for /v1/embeddings) is encoded like any other, in the same
+micro-batches and under the same admission, and skips the search: its outcome carries the
+student's vectors and their token counts instead of hits.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from models.bundle import Hit
 
 log = logging.getLogger(__name__)
 
-Encode = Callable[[Sequence[str]], np.ndarray]
+Encode = Callable[[Sequence[str]], tuple[np.ndarray, list[int]]]  # vectors and tokens per text
 Search = Callable[[np.ndarray, int], list[list[Hit]]]
 
 
@@ -48,15 +52,17 @@ class DeadlineExceeded(Exception):
 
 @dataclass(frozen=True)
 class BatchOutcome:
-    hits: list[list[Hit]]  # one list per query of the job, in order
+    hits: list[list[Hit]]  # one list per query of the job, in order (empty for an encode-only job)
     timing_ms: dict[str, float]  # queue, encode, search
     batch_size: int  # queries in this job's micro-batch, its own included (encoded max_batch per call)
+    vectors: np.ndarray | None = None  # encode-only jobs: float32 [queries, dim], the teacher's space
+    tokens: list[int] | None = None  # encode-only jobs: tokens encoded per query
 
 
 @dataclass
 class _Job:
     queries: list[str]
-    top_k: int
+    top_k: int | None  # None: encode only
     deadline: float  # time.monotonic()
     future: Future[BatchOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
@@ -99,7 +105,7 @@ class MicroBatcher:
             return 0.0
         return ahead * self._seconds_per_query / self.workers
 
-    def submit(self, queries: Sequence[str], top_k: int, timeout_s: float) -> Future[BatchOutcome]:
+    def submit(self, queries: Sequence[str], top_k: int | None, timeout_s: float) -> Future[BatchOutcome]:
         """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s."""
         job = _Job(list(queries), top_k, time.monotonic() + timeout_s)
         with self._lock:
@@ -116,7 +122,14 @@ class MicroBatcher:
 
     async def search(self, queries: Sequence[str], top_k: int, timeout_s: float) -> BatchOutcome:
         """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
-        future = self.submit(queries, top_k, timeout_s)
+        return await self._await(self.submit(queries, top_k, timeout_s), timeout_s)
+
+    async def embed(self, queries: Sequence[str], timeout_s: float) -> BatchOutcome:
+        """Encode only (outcome.vectors, outcome.tokens), admitted and batched like a search."""
+        return await self._await(self.submit(queries, None, timeout_s), timeout_s)
+
+    @staticmethod
+    async def _await(future: Future[BatchOutcome], timeout_s: float) -> BatchOutcome:
         try:
             return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
         except TimeoutError:
@@ -174,11 +187,11 @@ class MicroBatcher:
         if not live:
             return
         try:
-            vectors = self._encode([q for job in live for q in job.queries])
+            vectors, tokens = self._encode([q for job in live for q in job.queries])
             encoded = time.monotonic()
             hits: list[list[list[Hit]]] = [[] for _ in live]
             offsets = np.cumsum([0] + [len(job.queries) for job in live])
-            for top_k in sorted({job.top_k for job in live}):
+            for top_k in sorted({job.top_k for job in live if job.top_k is not None}):
                 members = [i for i, job in enumerate(live) if job.top_k == top_k]
                 rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])
                 found = iter(self._search(vectors[rows], top_k))
@@ -195,7 +208,13 @@ class MicroBatcher:
         with self._lock:
             previous = self._seconds_per_query
             self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
-        for job, job_hits in zip(live, hits, strict=True):
+        for i, (job, job_hits) in enumerate(zip(live, hits, strict=True)):
             timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
-                      "search": (done - encoded) * 1e3}
-            job.future.set_result(BatchOutcome(hits=job_hits, timing_ms=timing, batch_size=size))
+                      "search": 0.0 if job.top_k is None else (done - encoded) * 1e3}
+            if job.top_k is None:
+                first, last = int(offsets[i]), int(offsets[i + 1])
+                outcome = BatchOutcome(hits=[], timing_ms=timing, batch_size=size,
+                                       vectors=vectors[first:last].copy(), tokens=tokens[first:last])
+            else:
+                outcome = BatchOutcome(hits=job_hits, timing_ms=timing, batch_size=size)
+            job.future.set_result(outcome)

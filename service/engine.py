@@ -71,7 +71,7 @@ class Searcher:
         # batch_max_queries also caps each ONNX call of a batch request: with the default 1 a query's
         # vector never depends on the queries it came with (int8 scales activations per call).
         self.batcher = MicroBatcher(
-            partial(self.student.encode, batch_size=settings.batch_max_queries), self.search_vectors,
+            partial(self.student.encode_counted, batch_size=settings.batch_max_queries), self.search_vectors,
             max_batch=settings.batch_max_queries,
             max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending,
             max_queue_s=settings.max_queue_ms / 1e3, workers=settings.workers,

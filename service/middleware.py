@@ -159,6 +159,7 @@ def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics
     The OpenAPI document is refined here too, since it declares what these middlewares answer."""
     keys = ApiKeys.load(settings.api_keys.get_secret_value() if settings.api_keys else None, settings.api_keys_file)
     install_openapi(app, settings, keys_required=bool(len(keys)))
+    app.state.api_keys_required = bool(len(keys))  # the search page asks for a key when set
     if len(keys):
         app.add_middleware(ApiKeyMiddleware, keys=keys)
     log.info("API keys: %s", f"{len(keys)} configured" if len(keys) else "none, the API is open")

@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from service.openai_schemas import refine_schema as refine_embeddings
 from service.security import is_open
 from service.settings import ServiceSettings
 
@@ -62,6 +63,7 @@ def refine(schema: dict[str, Any], settings: ServiceSettings, keys_required: boo
             {"required": ["query"], "properties": {"query": {"type": "string"}}},
             {"required": ["queries"], "properties": {"queries": {"type": "array"}}},
         ]
+    refine_embeddings(schema, settings.max_query_chars, settings.max_batch_queries, NOT_BLANK)
     if keys_required:
         schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
             "type": "http", "scheme": "bearer", "description": "One of the keys in TANDEM_API_KEYS(_FILE).",

@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 OPEN_PREFIXES = ("/admin/",)  # TANDEM_ADMIN_TOKEN guards these
+# The search page and its files: it asks for a key itself and sends it with each search (service.routes.page).
+PAGE_PATHS = frozenset({"/"})
+PAGE_PREFIXES = ("/ui/",)
 _KEY = re.compile(r"^[\x21-\x7e]{1,512}$")  # visible ASCII, as a header value can carry it
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tandem"'}
 
@@ -81,7 +84,7 @@ def bearer_token(authorization: bytes | None) -> str | None:
 
 
 def is_open(path: str) -> bool:
-    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+    return path in OPEN_PATHS or path in PAGE_PATHS or path.startswith(OPEN_PREFIXES + PAGE_PREFIXES)
 
 
 class ApiKeyMiddleware:

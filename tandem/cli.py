@@ -379,10 +379,10 @@ def demo_serve(
     """Build (or reuse) the default corpus, bundle and student, then serve them."""
     from service.main import run_server
     from service.settings import ServiceSettings
-    from tandem.demo import announce_when_ready, curl_line, prepare
+    from tandem.demo import announce_when_ready, prepare, ready_message
 
     bundle, student = prepare(max_docs)
-    announce_when_ready(host, port, f"\nReady: serving {bundle} with {student}. Try:\n\n  {curl_line(host, port)}\n")
+    announce_when_ready(host, port, ready_message(bundle, student, host, port))
     run_server(ServiceSettings(index=bundle, student=student, host=host, port=port))
 
 

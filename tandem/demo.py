@@ -71,8 +71,20 @@ def curl_line(host: str, port: int) -> str:
     return f"curl -s -X POST http://{host}:{port}/search -H 'Content-Type: application/json' -d '{body}'"
 
 
+def page_url(host: str, port: int) -> str:
+    """The search page; a wildcard bind address is shown as the loopback a browser on this machine can open."""
+    shown = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"http://{shown}:{port}/"
+
+
+def ready_message(bundle: Path, student: Path, host: str, port: int) -> str:
+    """What the demo prints once serving: the curl line, then, last, the search page's URL."""
+    return (f"\nReady: serving {bundle} with {student}. Try:\n\n  {curl_line(host, port)}\n\n"
+            f"Search page: {page_url(host, port)}")
+
+
 def announce_when_ready(host: str, port: int, message: str, timeout_s: float = 600.0) -> threading.Thread:
-    """Print `message` once /readyz answers 200, so the curl line is the last thing the demo shows."""
+    """Print `message` once /readyz answers 200, so it is the last thing the demo shows."""
 
     def poll() -> None:
         deadline = time.monotonic() + timeout_s

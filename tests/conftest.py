@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.bundle",
     "tests.fixtures.student",
     "tests.fixtures.server",
+    "tests.fixtures.browser",
 ]

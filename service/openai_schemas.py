@@ -1,0 +1,76 @@
+"""Request and response shapes of POST /v1/embeddings, as the OpenAI embeddings API defines them.
+
+Clients written for OpenAI (its SDK, or anything built on it) send these fields, so the names and
+the response layout follow that API; the limits are tandem's own, the same as /search's.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+
+from service.schemas import Count, QueryText
+
+Texts = Annotated[list[QueryText], Field(min_length=1)]
+
+
+class EmbeddingsRequest(BaseModel):
+    """`input` is one text or a list of texts (token-id arrays are not accepted: tandem tokenizes itself)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"input": "how do tides work", "model": "tandem"},
+                                        {"input": ["how do tides work", "parse JSON"], "model": "tandem",
+                                         "dimensions": 256, "encoding_format": "base64"}]},
+    )
+
+    input: QueryText | Texts = Field(
+        description="A text, or a list of 1..TANDEM_MAX_BATCH_QUERIES texts; each not blank and at most "
+        "TANDEM_MAX_QUERY_CHARS.",
+    )
+    model: StrictStr | None = Field(
+        None, description="Accepted for compatibility: tandem serves one student and answers with it, whatever "
+        "the name.",
+    )
+    dimensions: Count | None = Field(
+        None, ge=1, description="Keep the first `dimensions` of the teacher's dims and renormalize (Matryoshka "
+        "truncation, as index bundles do); at most the teacher's dim. Omitted: the full vector.",
+    )
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="float: lists of numbers; base64: little-endian float32 bytes, base64-encoded.",
+    )
+    user: StrictStr | None = Field(None, description="Accepted for compatibility and ignored.")
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int = Field(description="Position of the text in `input`.")
+    embedding: list[float] | str = Field(description="A unit vector in the teacher's (unrotated) space; a base64 "
+                                         "string with encoding_format=base64.")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = Field(description="Tokens the student encoded, after truncation, special tokens included.")
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str = Field(description="The served student: the request's `model` when given, else the student's "
+                       "directory name.")
+    usage: Usage
+
+
+def refine_schema(schema: dict[str, Any], max_chars: int, max_items: int, not_blank: str) -> None:
+    """State the settings-dependent limits in the OpenAPI document, as service.openapi does for /search."""
+    request = schema.get("components", {}).get("schemas", {}).get("EmbeddingsRequest")
+    if request is None:
+        return
+    for branch in request["properties"]["input"].get("anyOf", []):
+        if branch.get("type") == "string":
+            branch.update(maxLength=max_chars, pattern=not_blank)
+        elif branch.get("type") == "array":
+            branch["maxItems"] = max_items
+            branch["items"].update(maxLength=max_chars, pattern=not_blank)

@@ -1,0 +1,84 @@
+"""POST /v1/embeddings: the student as a query encoder for applications with their own vector database.
+
+They store the teacher's document vectors (an index export) and need query vectors in the same
+space. The texts go through the same limits, admission control and micro-batches as /search and
+skip only the index: the vectors are the student's, in the teacher's space, never rotated (a
+bundle's PCA rotation is internal to its FAISS index).
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter
+from fastapi.exceptions import RequestValidationError
+
+from models.contract import truncate
+from service.deps import LoaderDep, SettingsDep
+from service.metrics import MetricsDep
+from service.openai_schemas import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
+from service.schemas import ErrorBody
+from service.settings import ServiceSettings
+
+router = APIRouter(tags=["embeddings"])
+
+
+def problem(field: str, kind: str, message: str) -> dict[str, Any]:
+    return {"loc": ("body", field), "type": kind, "msg": message}
+
+
+def _texts(request: EmbeddingsRequest, settings: ServiceSettings) -> list[str]:
+    """The limits /search applies, named by the OpenAI field."""
+    texts = [request.input] if isinstance(request.input, str) else request.input
+    problems = []
+    if len(texts) > settings.max_batch_queries:
+        problems.append(problem("input", "too_long", f"{len(texts)} texts, at most {settings.max_batch_queries} "
+                                "are allowed in one request"))
+    for i, text in enumerate(texts):
+        if len(text) > settings.max_query_chars:
+            where = "input" if isinstance(request.input, str) else f"input.{i}"
+            problems.append(problem(where, "string_too_long", f"text has {len(text)} characters, at most "
+                                    f"{settings.max_query_chars} are allowed"))
+    if problems:
+        raise RequestValidationError(problems)
+    return texts
+
+
+def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+    return [float(x) for x in vector]
+
+
+@router.post(
+    "/v1/embeddings",
+    response_model=EmbeddingsResponse,
+    responses={
+        422: {"model": ErrorBody},
+        429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
+        503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
+    },
+)
+async def embeddings(
+    request: EmbeddingsRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep
+) -> EmbeddingsResponse:
+    """OpenAI-compatible embeddings of queries, in the teacher's space (cosine with its document vectors)."""
+    texts = _texts(request, settings)  # a bad request is a 422 even while loading
+    with loader.lease() as searcher:
+        metrics.watch(searcher)
+        dim = searcher.student.dim
+        if request.dimensions is not None and request.dimensions > dim:
+            raise RequestValidationError([problem("dimensions", "less_than_equal",
+                                                  f"dimensions must be at most {dim}, the teacher's dim")])
+        outcome = await searcher.batcher.embed(texts, settings.request_timeout_ms / 1e3)
+        name = searcher.student.directory.name
+    metrics.observe_timing_ms({k: outcome.timing_ms[k] for k in ("queue", "encode")})
+    metrics.batch_queries.observe(outcome.batch_size)
+    assert outcome.vectors is not None and outcome.tokens is not None  # an encode-only job carries both
+    vectors = outcome.vectors if request.dimensions is None else truncate(outcome.vectors, request.dimensions)
+    data = [Embedding(index=i, embedding=_encode(v, request.encoding_format)) for i, v in enumerate(vectors)]
+    tokens = sum(outcome.tokens)
+    return EmbeddingsResponse(data=data, model=request.model or name,
+                              usage=Usage(prompt_tokens=tokens, total_tokens=tokens))

@@ -1,0 +1,75 @@
+"""The blocking client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from tandem.client import _core
+from tandem.client.models import BatchSearchResult, Embeddings, Health, Readiness, SearchResult
+from tandem.client.retry import Attempts, RetryPolicy
+
+
+class Client:
+    """A tandem server over one pooled httpx connection; thread-safe, close it (or use `with`) when done.
+
+    timeout: seconds per attempt (or an httpx.Timeout), never beyond what is left of `retry.budget_s`.
+    """
+
+    def __init__(self, base_url: str = _core.DEFAULT_URL, *, api_key: str | None = None,
+                 timeout: float | httpx.Timeout = 10.0, retry: RetryPolicy | None = None,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.retry = retry or RetryPolicy()
+        self._timeout = _core.timeout_of(timeout)
+        self._http = httpx.Client(base_url=base_url, headers=_core.headers(api_key), timeout=self._timeout,
+                                  transport=transport)
+
+    def search(self, query: str, top_k: int | None = None) -> SearchResult:
+        """The `top_k` best documents for one query (the server's default count when None)."""
+        return _core.parse(self._call("POST", "/search", _core.search_body(query, top_k)), SearchResult)
+
+    def search_batch(self, queries: Sequence[str], top_k: int | None = None) -> BatchSearchResult:
+        """One result list per query, in order, from one request."""
+        if isinstance(queries, str):
+            raise TypeError("search_batch takes a list of queries; use search() for one")
+        return _core.parse(self._call("POST", "/search", _core.search_body(queries, top_k)), BatchSearchResult)
+
+    def embed(self, texts: Sequence[str], dimensions: int | None = None) -> Embeddings:
+        """Query vectors in the teacher's space (for a vector database holding the teacher's document vectors)."""
+        if isinstance(texts, str):
+            texts = [texts]
+        return _core.parse_embeddings(self._call("POST", "/v1/embeddings", _core.embeddings_body(texts, dimensions)))
+
+    def healthz(self) -> Health:
+        return _core.parse(self._call("GET", "/healthz", retry=False), Health)
+
+    def readyz(self) -> Readiness:
+        """Loading and failed are answers here, not errors (the server says them with a 503)."""
+        return _core.parse(self._call("GET", "/readyz", retry=False, accept=frozenset({503})), Readiness)
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None, *, retry: bool = True,
+              accept: frozenset[int] = frozenset()) -> httpx.Response:
+        attempts = Attempts(self.retry)
+        while True:
+            attempts.count += 1
+            try:
+                response = self._http.request(method, path, json=body, timeout=attempts.timeout(self._timeout))
+            except httpx.HTTPError as exc:
+                time.sleep(_core.wait_after_exception(attempts, exc, retry))
+                continue
+            if response.is_success or response.status_code in accept:
+                return response
+            time.sleep(_core.wait_after_response(attempts, response, retry))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

@@ -1,0 +1,96 @@
+"""The search page at GET /, driven in real headless Chromium against a real server: type a query, wait
+for the results, check the first hit, the timings and the index version; with API keys, the key it asks
+for stays in the page. TANDEM_PAGE_SCREENSHOT=path saves what the browser showed (docs/search-page.png)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.app import create_app
+from service.settings import ServiceSettings
+from tests.fixtures.browser import Page
+from tests.fixtures.corpus import DOCS, PROBES
+from tests.fixtures.server import LiveServer, serve_app
+
+QUERY = "how do I make a loaf of bread rise"
+TITLES = {doc_id: title for doc_id, title, _ in DOCS}
+
+
+def _shown(page: Page, element_id: str) -> bool:
+    return bool(page.evaluate(f"getComputedStyle(document.getElementById('{element_id}')).display !== 'none'"))
+
+
+def _search(page: Page, query: str) -> None:
+    page.evaluate("document.getElementById('results').replaceChildren()")
+    page.type("#query", query)
+    page.press_enter()
+
+
+def _first_hit(page: Page) -> dict[str, str]:
+    page.wait_for("document.querySelectorAll('#results .hit').length > 0", "the results")
+    return dict(page.evaluate("""(() => {
+        const hit = document.querySelector('#results .hit');
+        return {id: hit.dataset.id, title: hit.querySelector('.title').textContent,
+                score: hit.querySelector('.score').textContent, snippet: hit.querySelector('.snippet').textContent};
+    })()"""))
+
+
+def test_page_searches_and_shows_hits_timings_and_version(live_server: LiveServer, chromium_page: Page,
+                                                          tiny_bundle: Path) -> None:
+    chromium_page.open(f"{live_server.url}/")
+    assert not _shown(chromium_page, "key-row")  # no keys configured
+    _search(chromium_page, QUERY)
+    hit = _first_hit(chromium_page)
+    assert hit["id"] == PROBES[QUERY] and hit["title"] == TITLES[PROBES[QUERY]]
+    assert 0 < float(hit["score"]) <= 1 and "yeast" in hit["snippet"]
+    assert chromium_page.evaluate("document.getElementById('index-version').textContent") == tiny_bundle.name
+    timings = chromium_page.evaluate("['queue', 'encode', 'search'].map(s => document.getElementById('t-' + s)"
+                                     ".textContent)")
+    assert all(float(t) >= 0 for t in timings)
+    assert _shown(chromium_page, "meta")
+    # Offline: everything the page loaded came from the server itself.
+    origins = chromium_page.evaluate("performance.getEntriesByType('resource').map(e => new URL(e.name).origin)")
+    assert origins and set(origins) == {live_server.url}
+    screenshot = os.environ.get("TANDEM_PAGE_SCREENSHOT")
+    if screenshot:
+        chromium_page.screenshot(Path(screenshot))
+
+
+@pytest.fixture(scope="module")
+def keyed_server(tiny_bundle: Path, tiny_student: Path) -> Iterator[LiveServer]:
+    with serve_app(create_app(ServiceSettings(index=tiny_bundle, student=tiny_student, api_keys="k-page"))) as server:
+        yield server
+
+
+def test_page_asks_for_a_key_and_keeps_it_in_the_page(keyed_server: LiveServer, chromium_page: Page) -> None:
+    chromium_page.open(f"{keyed_server.url}/")
+    assert _shown(chromium_page, "key-row")
+    _search(chromium_page, QUERY)
+    chromium_page.wait_for("document.getElementById('status').textContent.includes('API key')", "the key prompt")
+    chromium_page.type("#api-key", "wrong")
+    chromium_page.press_enter()
+    chromium_page.wait_for("document.getElementById('status').textContent.includes('not valid')", "the 403")
+    chromium_page.evaluate("document.getElementById('api-key').value = ''")
+    chromium_page.type("#api-key", "k-page")
+    chromium_page.evaluate("document.getElementById('query').focus()")
+    chromium_page.press_enter()
+    assert _first_hit(chromium_page)["id"] == PROBES[QUERY]
+    stored = chromium_page.evaluate("JSON.stringify([localStorage.length, sessionStorage.length, document.cookie])")
+    assert json.loads(stored) == [0, 0, ""]
+
+
+def test_page_and_its_files_are_open_and_self_contained(keyed_server: LiveServer) -> None:
+    with httpx.Client(base_url=keyed_server.url, trust_env=False) as client:
+        page = client.get("/")
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        assert "http://" not in page.text and "https://" not in page.text  # no CDN
+        assert client.get("/ui/static/app.js").status_code == 200
+        assert client.get("/ui/config").json()["api_key_required"] is True
+        assert client.post("/search", json={"query": "tides"}).status_code == 401  # the searches are not open
