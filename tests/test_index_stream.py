@@ -96,7 +96,7 @@ def test_duplicate_id_names_both_lines_and_publishes_nothing(tandem_home: Path, 
     lines = [{"_id": f"d{i}", "text": f"text {i}"} for i in range(12_000)]  # past one docstore chunk
     lines.insert(11_000, {"_id": "d3", "text": "again"})
     corpus.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
-    with pytest.raises(InputError, match=rf"dup\.jsonl:11001: duplicate id 'd3' \(first seen on line 4\)"):
+    with pytest.raises(InputError, match=r"dup\.jsonl:11001: duplicate id 'd3' \(first seen on line 4\)"):
         build(BuildRequest(corpus=corpus, out=tmp_path / "out", store=tmp_path / "store"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dup.jsonl"]  # no bundle, no staging left
 
