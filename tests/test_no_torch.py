@@ -1,4 +1,5 @@
-"""The service runtime must not pull in torch (it is a training-only dependency)."""
+"""The service never imports torch or Ray (training and indexing dependencies); the local indexer engine
+never imports Ray."""
 
 from __future__ import annotations
 
@@ -8,11 +9,23 @@ import sys
 PROBE = """
 import sys
 import service.app, service.main, service.engine
-heavy = sorted(name for name in ("torch", "transformers") if name in sys.modules)
+heavy = sorted(name for name in ("torch", "transformers", "ray") if name in sys.modules)
 assert not heavy, f"service imports {heavy}"
 """
 
 
 def test_service_does_not_import_torch() -> None:
     result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+LOCAL_ENGINE = """
+import sys
+import indexer.build, indexer.update, indexer.export, tandem.cli
+assert "ray" not in sys.modules, "the local engine imports ray"
+"""
+
+
+def test_local_indexer_does_not_import_ray() -> None:
+    result = subprocess.run([sys.executable, "-c", LOCAL_ENGINE], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

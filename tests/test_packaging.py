@@ -65,7 +65,7 @@ def test_compose_wires_indexer_volume_and_service() -> None:
 
 @pytest.mark.slow
 def test_service_installs_and_runs_without_torch(tmp_path: Path) -> None:
-    """`pip install .[service]` in a clean venv: no torch, and the service imports and its CLI answers."""
+    """`pip install .[service]` in a clean venv: no torch or ray, and the service imports and its CLI answers."""
     src = tmp_path / "src"  # a copy, so building the wheel leaves no build/ in the working tree
     src.mkdir()
     for name in SOURCES:
@@ -82,6 +82,7 @@ def test_service_installs_and_runs_without_torch(tmp_path: Path) -> None:
     assert install.returncode == 0, install.stderr[-3000:]
     probe = ("import importlib.util, sys, service.app, service.main\n"
              "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"
+             "assert importlib.util.find_spec('ray') is None, 'ray is installed'\n"
              "assert 'transformers' not in sys.modules\n")
     result = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
