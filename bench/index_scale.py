@@ -107,6 +107,8 @@ class RssRow:
     ours_s: float
     base_gb: float | None
     base_s: float | None
+    update_gb: float
+    update_s: float
 
 
 def measure_rss(sizes: list[int], baseline: Path | None, work: Path) -> list[RssRow]:
@@ -119,13 +121,18 @@ def measure_rss(sizes: list[int], baseline: Path | None, work: Path) -> list[Rss
                 "--quantization", "binary", "--dim", "768", "--index", "flat"]
         ours_s, ours_gb = _run([*args, "--out", str(directory / "ours")], _home(directory / "home-ours"))
         _run(["index", "verify", str(directory / "ours")], directory / "home-ours")
+        deletes = directory / "deletes.txt"
+        deletes.write_text("".join(f"d{i}\n" for i in range(0, n, n // 100)))
+        update_s, update_gb = _run(["index", "update", "--base", str(directory / "ours"), "--out",
+                                    str(directory / "updated"), "--delete-ids", str(deletes)],
+                                   directory / "home-ours")
         base_s = base_gb = None
         if baseline is not None:
             base_s, base_gb = _run([*args, "--out", str(directory / "base")], _home(directory / "home-base"),
                                    pythonpath=baseline)
-        rows.append(RssRow(n, ours_gb, ours_s, base_gb, base_s))
+        rows.append(RssRow(n, ours_gb, ours_s, base_gb, base_s, update_gb, update_s))
         log.info("rss %d docs: streaming %.2f GB in %.0fs; baseline %s GB", n, ours_gb, ours_s, base_gb)
-        for name in ("vectors.npy", "ours", "base", "home-ours", "home-base"):
+        for name in ("vectors.npy", "ours", "base", "updated", "home-ours", "home-base"):
             subprocess.run(["rm", "-rf", str(directory / name)], check=True)
     return rows
 
@@ -240,11 +247,13 @@ def render(args: argparse.Namespace, rss: list[RssRow], rates: dict[str, list[fl
                   "GNU time's maximum resident set size of the build process), the streaming build against the "
                   "build before it "
                   f"(`{args.baseline}`):", "",
-                  "| documents | streaming: peak RSS | streaming: wall | before: peak RSS | before: wall |",
-                  "|---:|---:|---:|---:|---:|"]
+                  "| documents | streaming: peak RSS | streaming: wall | before: peak RSS | before: wall | "
+                  "`index update` (100 deletes): peak RSS | wall |",
+                  "|---:|---:|---:|---:|---:|---:|---:|"]
         for r in rss:
             base = (f"{r.base_gb:.2f} GB", f"{r.base_s:.0f} s") if r.base_gb is not None and r.base_s else ("—", "—")
-            lines.append(f"| {r.n:,} | {r.ours_gb:.2f} GB | {r.ours_s:.0f} s | {base[0]} | {base[1]} |")
+            lines.append(f"| {r.n:,} | {r.ours_gb:.2f} GB | {r.ours_s:.0f} s | {base[0]} | {base[1]} | "
+                         f"{r.update_gb:.2f} GB | {r.update_s:.0f} s |")
         lines.append("")
     if rates["local"]:
         local, ray = np.median(rates["local"]), np.median(rates["ray"])
