@@ -44,6 +44,15 @@ def _import(corpus: Path, embeddings: Path, out: Path, store: Path, ids: Path | 
                               **options))  # type: ignore[arg-type]
 
 
+def _import_npy(synthetic: tuple[Path, list[str], np.ndarray], directory: Path, **options: object) -> BundleManifest:
+    """Save the synthetic vectors as one .npy with its ids, and build `directory`/b from them."""
+    corpus, ids, vecs = synthetic
+    np.save(directory / "e.npy", vecs)
+    (directory / "ids.json").write_text(json.dumps(ids))
+    return _import(corpus, directory / "e.npy", directory / "b", directory / "store", directory / "ids.json",
+                   **options)
+
+
 @pytest.mark.parametrize(("quantization", "rotation", "index"), [
     ("float", "none", "flat"), ("int8", "pca", "flat"), ("binary", "pca", "flat"), ("binary", "none", "ivf"),
     ("int8", "none", "hnsw"),
@@ -52,11 +61,8 @@ def test_streamed_bundle_equals_the_in_memory_build(
     tandem_home: Path, synthetic: tuple[Path, list[str], np.ndarray], tmp_path: Path,
     quantization: str, rotation: str, index: str,
 ) -> None:
-    corpus, ids, vecs = synthetic
-    np.save(tmp_path / "e.npy", vecs)
-    (tmp_path / "ids.json").write_text(json.dumps(ids))
-    m = _import(corpus, tmp_path / "e.npy", tmp_path / "b", tmp_path / "store", tmp_path / "ids.json", dim=256,
-                quantization=quantization, rotation=rotation, index=index)
+    _, ids, _ = synthetic
+    m = _import_npy(synthetic, tmp_path, dim=256, quantization=quantization, rotation=rotation, index=index)
     stored = EmbeddingStore(tmp_path / "store").load(m.embeddings.store_key or "")  # float16-rounded, as built
     assert stored is not None and len(list((tmp_path / "store" / (m.embeddings.store_key or "")).glob("*.npy"))) > 1
     reference = stored
@@ -105,9 +111,7 @@ def test_npy_shard_directory_and_parquet_imports_give_the_same_bundle(
     tandem_home: Path, synthetic: tuple[Path, list[str], np.ndarray], tmp_path: Path
 ) -> None:
     corpus, ids, vecs = synthetic
-    np.save(tmp_path / "one.npy", vecs)
-    (tmp_path / "ids.json").write_text(json.dumps(ids))
-    single = _import(corpus, tmp_path / "one.npy", tmp_path / "a", tmp_path / "s1", tmp_path / "ids.json")
+    single = _import_npy(synthetic, tmp_path)
 
     shards = tmp_path / "shards"
     shards.mkdir()
@@ -115,7 +119,7 @@ def test_npy_shard_directory_and_parquet_imports_give_the_same_bundle(
     for part, rows in enumerate(np.array_split(order, 4)):
         np.save(shards / f"part-{part:03d}.npy", vecs[rows].astype(np.float16))
     (tmp_path / "shard-ids.json").write_text(json.dumps([ids[r] for r in order]))
-    sharded = _import(corpus, shards, tmp_path / "b", tmp_path / "s2", tmp_path / "shard-ids.json")
+    sharded = _import(corpus, shards, tmp_path / "sharded", tmp_path / "s2", tmp_path / "shard-ids.json")
 
     parquet = tmp_path / "parquet"
     parquet.mkdir()
@@ -125,8 +129,8 @@ def test_npy_shard_directory_and_parquet_imports_give_the_same_bundle(
                        parquet / f"part-{part}.parquet", row_group_size=100)
     from_parquet = _import(corpus, parquet, tmp_path / "c", tmp_path / "s3", id_column="doc", vector_column="emb")
 
-    reference = Bundle(tmp_path / "a").vectors.index.reconstruct_n(0, N)
-    for name, manifest in (("b", sharded), ("c", from_parquet)):
+    reference = Bundle(tmp_path / "b").vectors.index.reconstruct_n(0, N)
+    for name, manifest in (("sharded", sharded), ("c", from_parquet)):
         assert manifest.embeddings.kind == "imported"
         assert np.array_equal(Bundle(tmp_path / name).vectors.index.reconstruct_n(0, N), reference), name
     assert single.embeddings.store_key == sharded.embeddings.store_key == from_parquet.embeddings.store_key
@@ -160,10 +164,7 @@ def test_export_round_trips_into_an_import(
     tandem_home: Path, synthetic: tuple[Path, list[str], np.ndarray], tmp_path: Path, fmt: ExportFormat
 ) -> None:
     corpus, ids, vecs = synthetic
-    np.save(tmp_path / "e.npy", vecs)
-    (tmp_path / "ids.json").write_text(json.dumps(ids))
-    _import(corpus, tmp_path / "e.npy", tmp_path / "b", tmp_path / "store", tmp_path / "ids.json",
-            quantization="binary", dim=256)
+    _import_npy(synthetic, tmp_path, quantization="binary", dim=256)
     out = tmp_path / f"export.{fmt.value}"
     assert export(tmp_path / "b", out, fmt, EmbeddingStore(tmp_path / "store")) == N
     if fmt is ExportFormat.PARQUET:
@@ -184,11 +185,7 @@ def test_export_round_trips_into_an_import(
 def test_export_refuses_a_bundle_whose_vectors_are_gone(
     tandem_home: Path, synthetic: tuple[Path, list[str], np.ndarray], tmp_path: Path
 ) -> None:
-    corpus, ids, vecs = synthetic
-    np.save(tmp_path / "e.npy", vecs)
-    (tmp_path / "ids.json").write_text(json.dumps(ids))
-    _import(corpus, tmp_path / "e.npy", tmp_path / "b", tmp_path / "store", tmp_path / "ids.json",
-            quantization="int8", dim=256)
+    _import_npy(synthetic, tmp_path, quantization="int8", dim=256)
     with pytest.raises(InputError, match="not in the embedding store"):
         export(tmp_path / "b", tmp_path / "x.parquet", ExportFormat.PARQUET, EmbeddingStore(tmp_path / "elsewhere"))
     assert not (tmp_path / "x.parquet").exists()
