@@ -59,6 +59,9 @@ class TeacherRun:
             raise InputError("--batch-size and --batch-tokens must be at least 1")
         if self.ray_threads < 1 or (self.ray_actors is not None and self.ray_actors < 1):
             raise InputError("--ray-actors and --ray-threads must be at least 1")
+        if self.engine == Engine.LOCAL and self.precision == "fp16" and \
+                not (self.device or _local_device()).startswith("cuda"):
+            raise InputError("--precision fp16 needs a CUDA device; on CPU use fp32 (the reference) or bf16")
 
     def resolved_precision(self) -> str:
         """The precision the vectors will have: given, else fp16 on CUDA and fp32 on CPU."""

@@ -166,3 +166,26 @@ def test_teacher_reproduces_reference_embeddings(teacher: TeacherEncoder) -> Non
     theirs = np.asarray(ref[rows], dtype=np.float32)
     cos = (ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)
     assert cos.min() >= 0.9999
+
+
+def test_token_budget_batches_give_the_same_vectors(teacher_dir: Path, teacher: TeacherEncoder) -> None:
+    """`--batch-tokens` regroups texts by padded size; each text's vector stays what it was."""
+    texts = [d[2] * (1 + i % 4) for i, d in enumerate(DOCS)]
+    budget = TeacherEncoder(teacher_dir, batch_tokens=256)
+    assert (budget.encode(texts) * teacher.encode(texts)).sum(axis=1).min() >= 0.9999
+
+
+def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    """bf16 vectors get their own store entry and say so in the manifest; fp32 stays the reference."""
+    manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "bf16", precision="bf16"))
+    reference = read_bundle_manifest(tiny_bundle).embeddings
+    assert (manifest.embeddings.precision, manifest.embeddings.device, manifest.embeddings.engine) == \
+        ("bf16", "cpu", "local")
+    assert (reference.precision, reference.engine) == ("fp32", "local")
+    assert manifest.embeddings.store_key != reference.store_key
+    n = len(DOCS)
+    cosine = (Bundle(tmp_path / "bf16").vectors.index.reconstruct_n(0, n)
+              * Bundle(tiny_bundle).vectors.index.reconstruct_n(0, n)).sum(axis=1)
+    assert cosine.min() >= 0.99
+    with pytest.raises(InputError, match="fp16 needs a CUDA device"):
+        build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "fp16", precision="fp16", device="cpu"))
