@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+READ_CONCURRENCY = 2
+
 
 def read_slice(path: str, offset: int, skip: int, count: int) -> tuple[list[str], list[str]]:
     """(ids, passages) of `count` documents after skipping `skip` from byte `offset` of the corpus file."""
@@ -151,8 +153,10 @@ def ray_runner(run: TeacherRun, precision: str, card: ModelCard, corpus: Ingeste
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False  # the store's one bar counts docs/s across the cluster
         # Reading a slice of text is light: its tasks take no CPU slot, so the actors that hold every
-        # slot cannot starve the reads that feed them.
-        ds = ray.data.read_datasource(_datasource(corpus.path, corpus.offsets, shards), num_cpus=0)
+        # slot cannot starve the reads that feed them; a few at a time, or Ray would start a worker
+        # process for every shard at once.
+        ds = ray.data.read_datasource(_datasource(corpus.path, corpus.offsets, shards), num_cpus=0,
+                                      concurrency=READ_CONCURRENCY)
         encoded = ds.map_batches(
             TeacherActor, batch_size=None, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
             fn_constructor_kwargs={"model_dir": str(card.path), "device": device, "precision": precision,

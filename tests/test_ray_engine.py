@@ -107,6 +107,39 @@ def test_killed_ray_build_resumes_each_shard_once(
     assert bundle.docs.count() == n and bundle.manifest.embeddings.engine == "ray"
 
 
+def _actor_pids() -> list[int]:
+    """Processes of the teacher actors (Ray names them after the class)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"MapBatches(TeacherActor)" in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_lost_worker_is_replaced_and_no_shard_is_encoded_twice(
+    ray_address: str, tmp_path: Path, teacher_dir: Path
+) -> None:
+    corpus = _corpus(tmp_path / "corpus.jsonl", copies=3)
+    n = 3 * len(DOCS)
+    home = _home(tmp_path / "home", teacher_dir)
+    proc = _tandem(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "out"), "--shard-size", "2",
+                    "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address], home)
+    deadline = time.monotonic() + 300
+    while not list((home / "embeddings").glob(f"*/{SHARD_LOG}")) or not _actor_pids():
+        assert proc.poll() is None, f"build ended before the kill: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, "build too slow"
+        time.sleep(0.01)
+    os.kill(_actor_pids()[0], signal.SIGKILL)
+    assert proc.wait(timeout=300) == 0, proc.communicate()[1][-2000:]
+    [entry] = list((home / "embeddings").iterdir())
+    records = ShardLog(entry).read()
+    assert sorted(r.shard for r in records) == list(range(n // 2))
+    assert Bundle(tmp_path / "out").docs.count() == n
+
+
 def test_ray_build_of_a_bad_corpus_names_the_line(ray_address: str, tmp_path: Path, teacher_dir: Path) -> None:
     corpus = tmp_path / "bad.jsonl"
     corpus.write_text('{"_id": "a", "text": "one"}\n{"_id": "b", "text": "two"}\n{"_id": "c", "text": 3}\n')
