@@ -157,7 +157,8 @@ class BodyLimitMiddleware:
 def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> None:
     """Outermost first: request context → CORS (when configured) → body limit → API keys (when configured).
     The OpenAPI document is refined here too, since it declares what these middlewares answer."""
-    keys = ApiKeys.load(settings.api_keys.get_secret_value() if settings.api_keys else None, settings.api_keys_file)
+    secret = settings.api_keys.get_secret_value() if settings.api_keys is not None else None
+    keys = ApiKeys.load(secret, settings.api_keys_file)
     install_openapi(app, settings, keys_required=bool(len(keys)))
     if len(keys):
         app.add_middleware(ApiKeyMiddleware, keys=keys)

@@ -1,7 +1,8 @@
 """Optional API keys: `Authorization: Bearer <key>` on every route but the probes, /metrics and the docs.
 
 Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (one per line,
-`#` comments); none configured means the API is open. Auth is a middleware rather than a
+`#` comments); neither set means the API is open. A variable that is set but holds no key (`""`,
+`","`: what an unset `${VAR}` in a compose file becomes) refuses to start: it fails closed, never open. Auth is a middleware rather than a
 route dependency so that it runs before the body is read and so that a route added later is
 protected unless it is exempted here on purpose. /admin/* is exempt: it has its own token
 (TANDEM_ADMIN_TOKEN).
@@ -52,6 +53,9 @@ class ApiKeys:
     def load(cls, inline: str | None, file: Path | None) -> ApiKeys:
         """Keys from the comma-separated env value and the file; a file that is given must exist and hold a key."""
         keys = [k.strip() for k in (inline or "").split(",") if k.strip()]
+        if inline is not None and not keys:
+            raise InputError("TANDEM_API_KEYS is set but holds no key (refusing to serve without auth); "
+                             "unset it to serve an open API, or give at least one key")
         if file is not None:
             try:
                 lines = Path(file).read_text().splitlines()
