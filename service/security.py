@@ -2,10 +2,11 @@
 
 Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (one per line,
 `#` comments); neither set means the API is open. A variable that is set but holds no key (`""`,
-`","`: what an unset `${VAR}` in a compose file becomes) refuses to start: it fails closed, never open. Auth is a middleware rather than a
-route dependency so that it runs before the body is read and so that a route added later is
-protected unless it is exempted here on purpose. /admin/* is exempt: it has its own token
-(TANDEM_ADMIN_TOKEN).
+`","`: what an unset `${VAR}` in a compose file becomes) refuses to start: it fails closed, never open.
+
+Auth is a middleware rather than a route dependency so that it runs before the body is read and
+so that a route added later is protected unless it is exempted here on purpose. /admin/* is
+exempt: it has its own token (TANDEM_ADMIN_TOKEN).
 
 A presented key is compared with every configured key via `hmac.compare_digest` over
 sha256 digests: equal lengths, no early exit, so timing reveals neither which key nor how
