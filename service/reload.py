@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -28,6 +29,7 @@ from models.manifest import utc_now
 from models.student import StudentEncoder
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
 from service.engine import LoadState, NotReady, Searcher, SearcherLoader
+from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,10 @@ class ReloadMetrics(Protocol):
 
 class BadReloadRequest(ValueError):
     """The request cannot name a bundle (no path and no bundle root, or not a directory): a 422."""
+
+
+class ForbiddenReload(ValueError):
+    """The path lies outside the directories this service may load bundles from: a 403."""
 
 
 class VersionInfo(BaseModel):
@@ -91,6 +97,7 @@ class Reloader:
     def __init__(self, settings: ServiceSettings, loader: SearcherLoader, metrics: ReloadMetrics | None = None) -> None:
         self._settings, self._loader, self._metrics = settings, loader, metrics
         self.root = Path(settings.index) if is_bundle_root(settings.index) else None
+        self.allowed = allowed_dirs(settings)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tandem-reload")
         self._lock = threading.Lock()  # history, last outcome, pending count: read by the event loop
         self._history: deque[Searcher] = deque()
@@ -112,12 +119,28 @@ class Reloader:
         """Queue a reload of `path` (a bundle, or a root's current version), or of CURRENT when None."""
         if path is None and self.root is None:
             raise BadReloadRequest(
-                f"no path given and the service was not started on a bundle root (--index {self._settings.index} "
-                'is a bundle directory): send {"path": "BUNDLE_DIR"}'
+                'no path given and the service was not started on a bundle root: send {"path": "BUNDLE_DIR"}'
             )
-        if path is not None and not _is_dir(path):
-            raise BadReloadRequest(f"path: {str(path)[:200]} is not a directory on the server")
+        if path is not None:
+            path = self.confine(path)
+            if not _is_dir(path):
+                raise BadReloadRequest("path: not a directory on the server")
         return self._submit(lambda: self._reload(path, trigger))
+
+    def confine(self, path: Path) -> Path:
+        """`path` resolved (links followed), if it lies inside one of the allowed directories."""
+        if not Path(path).is_absolute():
+            raise BadReloadRequest("path: must be an absolute path on the server")
+        try:
+            resolved = Path(os.path.realpath(path))
+        except (OSError, ValueError) as exc:
+            raise BadReloadRequest("path: not a valid path on the server") from exc
+        if not any(resolved.is_relative_to(allowed) for allowed in self.allowed):
+            log.warning("reload refused: %s is outside the bundle directories %s", printable(resolved),
+                        printable(":".join(map(str, self.allowed))))
+            raise ForbiddenReload("path: outside the directories this service may load bundles from "
+                                  "(its bundle root, or TANDEM_BUNDLE_DIRS)")
+        return resolved
 
     def rollback(self) -> Future[ReloadOutcome]:
         return self._submit(self._rollback)
@@ -174,14 +197,15 @@ class Reloader:
                 tried = read_current(self.root)
             else:
                 tried = resolve_bundle(path)
-            log.info("reload (%s): validating %s", trigger, tried)
+            tried = self.confine(tried)  # CURRENT, or a link inside an allowed directory, may point outside
+            log.info("reload (%s): validating %s", trigger, printable(tried))
             verify_bundle(tried)  # sha256 of every file: a corrupted or half-copied bundle stops here
             student = self._student()
             candidate = Searcher.load(self._settings, tried, student)  # teacher check, FAISS load, warm-up
         except Exception as exc:
-            log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger, tried, exc,
-                      exc_info=not isinstance(exc, ContractMismatch))
-            return self._refused("reload", trigger, tried, str(exc), started, started_at)
+            log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger,
+                      printable(tried), printable(exc), exc_info=not isinstance(exc, ContractMismatch | ValueError))
+            return self._refused("reload", trigger, tried, public_error(exc), started, started_at)
         seconds = time.perf_counter() - started
         try:
             previous = self._loader.swap(candidate)
@@ -265,6 +289,14 @@ class Reloader:
         with contextlib.suppress(CancelledError, RuntimeError):  # shutting down
             self._submit(lambda: self._reload(None, "watch")).result()
         return True
+
+
+def allowed_dirs(settings: ServiceSettings) -> list[Path]:
+    """TANDEM_BUNDLE_DIRS, or else the served bundle root, or else the served bundle's parent directory."""
+    if settings.bundle_dirs:
+        return [Path(os.path.realpath(d)) for d in settings.bundle_dirs.split(os.pathsep) if d.strip()]
+    index = Path(os.path.realpath(settings.index))
+    return [index if is_bundle_root(index) else index.parent]
 
 
 def _is_dir(path: Path) -> bool:
