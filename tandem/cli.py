@@ -341,3 +341,8 @@ def main() -> None:
         log.debug("failed", exc_info=True)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:  # a full disk (ENOSPC), a quota or file size limit (EDQUOT, EFBIG), permissions
+        log.debug("failed", exc_info=True)
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"error: {exc.strerror or exc}{where}; nothing was published", err=True)
+        sys.exit(1)
