@@ -10,7 +10,6 @@ the indexer pruning their files; older ones are closed once the requests holding
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -281,14 +280,15 @@ class Reloader:
         self._metrics.set_index(searcher.version, searcher.bundle.manifest.count, load_seconds)
         self._metrics.watch(searcher)
 
-    def _on_pointer_change(self) -> bool:
-        """Reload CURRENT and wait for the outcome, so changes never pile up; False (try later) while the
-        initial load is still running."""
+    def _on_pointer_change(self) -> str | None:
+        """Reload CURRENT and wait for the outcome ("ok" or "rejected"), so changes never pile up; None (try
+        later) while the initial load is still running, or when shutting down."""
         if self._loader.state[0] is LoadState.LOADING:
-            return False
-        with contextlib.suppress(CancelledError, RuntimeError):  # shutting down
-            self._submit(lambda: self._reload(None, "watch")).result()
-        return True
+            return None
+        try:
+            return self._submit(lambda: self._reload(None, "watch")).result().outcome
+        except (CancelledError, RuntimeError):  # shutting down
+            return None
 
 
 def allowed_dirs(settings: ServiceSettings) -> list[Path]:
@@ -306,15 +306,30 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-class PointerWatcher:
-    """Polls ROOT/CURRENT every `interval_s`; a changed name calls `on_change`, which reloads and waits.
+Stamp = tuple[tuple[str, int, int], ...]
+_MAX_BACKOFF_S = 60.0
 
-    A name is acted on once: a refused version is not retried every poll (POST /admin/reload retries it).
+
+def _stamp(directory: Path) -> Stamp | None:
+    """Names, sizes and mtimes of a version's files: a refused version is tried again when they change."""
+    try:
+        return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()))
+    except (OSError, ValueError):
+        return None
+
+
+class PointerWatcher:
+    """Polls ROOT/CURRENT every `interval_s`; a changed name calls `on_change`, which reloads, waits and returns
+    the outcome ("ok", "rejected", or None to try again later).
+
+    A refused version is not retried every poll, only once its files change (or POST /admin/reload retries it).
+    The thread never dies: an error while polling is logged and the next poll waits longer (up to a minute).
     """
 
-    def __init__(self, root: Path, interval_s: float, on_change: Callable[[], bool]) -> None:
+    def __init__(self, root: Path, interval_s: float, on_change: Callable[[], str | None]) -> None:
         self.root, self.interval_s, self._on_change = root, interval_s, on_change
         self._seen = self._read()
+        self._refused: Stamp | None = None  # the stamp of the refused version CURRENT still names
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tandem-watch", daemon=True)
 
@@ -327,16 +342,35 @@ class PointerWatcher:
 
     def _read(self) -> str | None:
         try:
-            return (self.root / POINTER).read_text().strip()
+            raw = (self.root / POINTER).read_bytes()
         except OSError as exc:
-            log.warning("cannot read %s: %s", self.root / POINTER, exc)
+            log.warning("cannot read %s: %s", printable(self.root / POINTER), printable(exc))
             return None
+        return raw.decode("utf-8", errors="backslashreplace").strip()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            name = self._read()
-            if name is None or name == self._seen:
-                continue
-            log.info("%s changed: %s → %s", self.root / POINTER, self._seen, name)
-            if self._on_change():
-                self._seen = name
+        failures = 0
+        while not self._stop.wait(min(self.interval_s * 2**failures, max(self.interval_s, _MAX_BACKOFF_S))):
+            try:
+                self._poll()
+                failures = 0
+            except Exception:
+                failures = min(failures + 1, 16)
+                log.exception("watching %s failed; retrying with backoff", printable(self.root / POINTER))
+
+    def _poll(self) -> None:
+        name = self._read()
+        if name is None:
+            return
+        if name == self._seen:
+            if self._refused is None or _stamp(self.root / name) == self._refused:
+                return
+            log.info("%s: the refused version %s changed on disk; trying it again", printable(self.root / POINTER),
+                     printable(name))
+        else:
+            log.info("%s changed: %s → %s", printable(self.root / POINTER), printable(self._seen), printable(name))
+        stamp = _stamp(self.root / name)
+        outcome = self._on_change()
+        if outcome is not None:
+            self._seen = name
+            self._refused = (stamp or ()) if outcome == "rejected" else None

@@ -19,12 +19,14 @@ import hashlib
 import hmac
 import logging
 import re
+import time
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
 from service.errors import error_response
+from service.redact import printable
 
 log = logging.getLogger(__name__)
 
@@ -89,12 +91,35 @@ def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
+class WarningLimiter:
+    """At most `burst` warnings per `window_s`; the first one after a quiet spell says how many were dropped.
+    A client hammering with bad keys must not flood the logs (disk, log shipping, the operator's attention)."""
+
+    def __init__(self, burst: int = 10, window_s: float = 60.0) -> None:
+        self.burst, self.window_s = burst, window_s
+        self._window_start = -window_s
+        self._logged = self._suppressed = 0
+
+    def allow(self) -> tuple[bool, int]:
+        """(log this one?, how many were suppressed before it)."""
+        now = time.monotonic()
+        if now - self._window_start >= self.window_s:
+            self._window_start, self._logged = now, 0
+        if self._logged >= self.burst:
+            self._suppressed += 1
+            return False, 0
+        self._logged += 1
+        suppressed, self._suppressed = self._suppressed, 0
+        return True, suppressed
+
+
 class ApiKeyMiddleware:
     """401 (with a Bearer challenge) without a key, 403 with a wrong one; CORS preflights pass to CORS outside."""
 
     def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
         self.app = app
         self.keys = keys
+        self.warnings = WarningLimiter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_open(scope["path"]):
@@ -106,7 +131,11 @@ class ApiKeyMiddleware:
             response = error_response(401, "unauthorized", "an API key is required: Authorization: Bearer <key>",
                                       headers=CHALLENGE)
         elif not self.keys.accepts(token):
-            log.warning("rejected an invalid API key for %s %s", scope["method"], scope["path"])
+            allowed, suppressed = self.warnings.allow()
+            if allowed:
+                dropped = f" ({suppressed} more such warnings suppressed)" if suppressed else ""
+                log.warning("rejected an invalid API key for %s %s%s", printable(scope["method"]),
+                            printable(scope["path"][:256]), dropped)
             response = error_response(403, "forbidden", "the API key is not valid")
         else:
             await self.app(scope, receive, send)
