@@ -170,16 +170,22 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
 
 
-def test_a_full_disk_during_a_build_publishes_nothing(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["build", "update"])
+def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path,
+                                                                command: str) -> None:
     root = tmp_path / "bundles"
     shutil.copytree(tiny_bundle, root / "v1")
     set_current(root, "v1")
     work = v2_bundle.parent  # the corpus and vectors v2 was imported from
     before = sorted(p.name for p in root.iterdir())
+    if command == "build":
+        args = ["build", "--corpus", str(work / "corpus.jsonl"), "--root", str(root), "--embeddings",
+                str(work / "vectors.npy"), "--ids", str(work / "ids.json")]
+    else:  # a deletion: nothing to encode, a whole new version to write
+        (tmp_path / "delete.txt").write_text("chess\n")
+        args = ["update", "--root", str(root), "--delete-ids", str(tmp_path / "delete.txt")]
     done = subprocess.run(
-        [sys.executable, "-c", "from tandem.cli import main; main()", "index", "build", "--corpus",
-         str(work / "corpus.jsonl"), "--root", str(root), "--embeddings", str(work / "vectors.npy"),
-         "--ids", str(work / "ids.json")],
+        [sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=_limit_file_size,
         capture_output=True, text=True, timeout=300, check=False,
     )
