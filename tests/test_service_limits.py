@@ -136,3 +136,34 @@ def test_openapi_states_the_batch_bound(live_server: LiveServer) -> None:
     schema = json.loads(live_server.client.get("/openapi.json").content)
     queries = schema["components"]["schemas"]["SearchRequest"]["properties"]["queries"]
     assert any(branch.get("maxItems") == 64 for branch in queries.get("anyOf", [queries]))
+
+
+def test_tandem_serve_applies_the_timeouts(tiny_bundle: Path, tiny_student: Path) -> None:
+    """The real entry point: `tandem serve` runs uvicorn with the header deadline and answers searches."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "TANDEM_HEADER_TIMEOUT_S": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(tiny_bundle),
+         "--student", str(tiny_student), "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+            for _ in range(1200):
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert server.poll() is None, "tandem serve exited"
+                threading.Event().wait(0.1)
+            assert client.post("/search", json={"query": "ocean tides", "top_k": 1}).status_code == 200
+        sock = _trickler(url, body=False)
+        with sock:
+            assert _closed_by_server(sock)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
