@@ -92,8 +92,10 @@ class Bundle:
             self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization,
                                             self.manifest.index)
             self.rotation = self._load_rotation()
-        except (RuntimeError, ValueError, OSError) as exc:
-            # The library's text (source paths, internals) goes to the log, not into the error.
+        except ValueError as exc:  # ours: says what does not match
+            raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
+        except (RuntimeError, OSError) as exc:
+            # FAISS's or the OS's text (source paths, internals) goes to the log, not into the error.
             log.error("%s: unreadable index files: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable index files ({type(exc).__name__})") from exc
         if self.vectors.count != self.manifest.count:

@@ -204,7 +204,8 @@ class Reloader:
         except Exception as exc:
             log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger,
                       printable(tried), printable(exc), exc_info=not isinstance(exc, ContractMismatch | ValueError))
-            return self._refused("reload", trigger, tried, public_error(exc), started, started_at)
+            error = str(exc) if isinstance(exc, ForbiddenReload) else public_error(exc)
+            return self._refused("reload", trigger, tried, error, started, started_at)
         seconds = time.perf_counter() - started
         try:
             previous = self._loader.swap(candidate)
@@ -329,7 +330,8 @@ class PointerWatcher:
     def __init__(self, root: Path, interval_s: float, on_change: Callable[[], str | None]) -> None:
         self.root, self.interval_s, self._on_change = root, interval_s, on_change
         self._seen = self._read()
-        self._refused: Stamp | None = None  # the stamp of the refused version CURRENT still names
+        self._refused = False  # CURRENT still names a version that was refused...
+        self._refused_stamp: Stamp | None = None  # ...when its files looked like this
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tandem-watch", daemon=True)
 
@@ -363,7 +365,7 @@ class PointerWatcher:
         if name is None:
             return
         if name == self._seen:
-            if self._refused is None or _stamp(self.root / name) == self._refused:
+            if not self._refused or _stamp(self.root / name) == self._refused_stamp:
                 return
             log.info("%s: the refused version %s changed on disk; trying it again", printable(self.root / POINTER),
                      printable(name))
@@ -373,4 +375,4 @@ class PointerWatcher:
         outcome = self._on_change()
         if outcome is not None:
             self._seen = name
-            self._refused = (stamp or ()) if outcome == "rejected" else None
+            self._refused, self._refused_stamp = outcome == "rejected", stamp

@@ -73,6 +73,9 @@ def test_logged_names_cannot_forge_log_lines(root: Path, tiny_student: Path) -> 
         (root / "CURRENT").write_text("v2\nFORGED line\x1b[31m\n")
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "the hostile pointer is refused")
+        first = admin_status(server)["last_reload"]["started_at"]
+        threading.Event().wait(20 * WATCH_S)  # twenty polls: a refused name that did not change is not retried
+        assert admin_status(server)["last_reload"]["started_at"] == first
     lines = stream.getvalue().splitlines()
     assert any("FORGED" in line for line in lines)
     assert not any(line.startswith("FORGED") for line in lines)
