@@ -12,6 +12,7 @@ from pathlib import Path
 from indexer.verify import verify_one
 from models.bundle import read_bundle_manifest
 from models.errors import InputError, TandemError
+from models.rootlock import root_lock
 from models.versions import is_bundle_root, list_versions, read_current, set_current
 
 log = logging.getLogger(__name__)
@@ -25,11 +26,13 @@ def _root(root: Path) -> Path:
 
 def switch_current(root: Path, version: str) -> None:
     root = _root(root)
-    if version not in list_versions(root):
-        raise InputError(f"{root} has no version {version!r}; versions: {', '.join(list_versions(root)) or 'none'}")
-    verify_one(root / version)
-    previous = read_current(root).name
-    set_current(root, version)
+    with root_lock(root):  # a concurrent build's prune must not delete the version CURRENT moves to
+        if version not in list_versions(root):
+            raise InputError(f"{root} has no version {version!r}; versions: "
+                             f"{', '.join(list_versions(root)) or 'none'}")
+        verify_one(root / version)
+        previous = read_current(root).name
+        set_current(root, version)
     log.info("%s/CURRENT: %s → %s", root, previous, version)
 
 

@@ -3,7 +3,8 @@
 Either way the bundle is staged beside its final name and renamed into place (models.staging).
 A root's `CURRENT` pointer moves only after the new version is complete on disk, then old
 versions beyond `--keep` are pruned (never the current one), so a crash at any point leaves
-the service a complete bundle to follow.
+the service a complete bundle to follow. Placing, pointing and pruning hold the root's writer
+lock (models.rootlock), so `index current --set` or another build cannot interleave with them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from models.errors import InputError, TandemError
+from models.rootlock import root_lock
 from models.staging import check_target, staged
 from models.versions import check_version_name, list_versions, new_version_name, prune_versions, set_current
 
@@ -89,12 +91,16 @@ def publish(target: Target) -> Iterator[tuple[Path, str | None]]:
     root = Path(target.root)
     version = target.version or new_version_name()
     root.mkdir(parents=True, exist_ok=True)
-    with _sigterm_as_exit(), staged(root / version, force=False) as staging:
+
+    def point_and_prune() -> None:  # under the root's writer lock, right after the version is placed
+        set_current(root, version)
+        log.info("%s/CURRENT → %s", root, version)
+        if target.keep is not None:
+            removed = prune_versions(root, target.keep)
+            if removed:
+                log.info("pruned %d old version(s): %s", len(removed), ", ".join(removed))
+
+    with _sigterm_as_exit(), staged(root / version, force=False, lock=lambda: root_lock(root),
+                                    after=point_and_prune) as staging:
         yield staging, version
-    set_current(root, version)
-    log.info("%s/CURRENT → %s", root, version)
-    if target.keep is not None:
-        removed = prune_versions(root, target.keep)
-        if removed:
-            log.info("pruned %d old version(s): %s", len(removed), ", ".join(removed))
     log.debug("versions under %s: %s", root, list_versions(root))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,10 +13,10 @@ from models.contract import TeacherRef, check_same_teacher
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
-from models.manifest import BUNDLE_MANIFEST, BundleManifest, read_manifest
+from models.manifest import BUNDLE_MANIFEST, BundleManifest, Quantization, read_manifest
 from models.registry import sha256_file
 from models.rotation import ROTATION_FILE, Rotation, rotate
-from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+from models.vector_index import CALIBRATION_FILE, DEFAULT_OVERSAMPLE, INDEX_FILE, RESCORE_FILE, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -31,23 +32,48 @@ def read_bundle_manifest(directory: Path) -> BundleManifest:
     return read_manifest(Path(directory) / BUNDLE_MANIFEST, BundleManifest, "index bundle")
 
 
+def required_files(manifest: BundleManifest) -> list[str]:
+    """Every file the loader reads for this manifest: each must be listed (and so checksummed) in `files`."""
+    names = [INDEX_FILE, DOCSTORE_FILE]
+    if manifest.quantization is not Quantization.FLOAT:
+        names.append(CALIBRATION_FILE)
+    if manifest.quantization is Quantization.BINARY:
+        names.append(RESCORE_FILE)
+    if manifest.rotation is not Rotation.NONE:
+        names.append(ROTATION_FILE)
+    return names
+
+
+def _check_listed(directory: Path, manifest: BundleManifest) -> None:
+    unlisted = [name for name in required_files(manifest) if name not in manifest.files]
+    if unlisted:
+        raise ContractMismatch(f"{directory}: the manifest does not list {', '.join(unlisted)}, which the loader "
+                               "reads; an unlisted file is never checksummed")
+    for name in manifest.files:
+        path = directory / name
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            raise ContractMismatch(f"{directory}: {name} is not a regular file of the bundle")
+
+
 def verify_bundle(directory: Path) -> BundleManifest:
     """Check every file the manifest lists against its recorded sha256; raise naming the first bad one.
 
     Reading every byte is slow for large bundles, so loading does not do it; operators run
-    `tandem index verify`, and a hot reload does it before swapping a bundle in.
+    `tandem index verify`, and a hot reload does it before swapping a bundle in. The manifest must list
+    every file the loader reads, each a regular file inside the bundle (no link out of it).
     """
     directory = Path(directory)
     manifest = read_bundle_manifest(directory)
+    _check_listed(directory, manifest)
     for name, expected in manifest.files.items():
         path = directory / name
         if not path.is_file():
             raise ContractMismatch(f"{directory}: bundle is incomplete, missing {name}")
         actual = sha256_file(path)
         if actual != expected:
+            log.warning("%s: sha256 %s, the manifest says %s", path, actual, expected)
             raise ContractMismatch(
-                f"{path}: checksum mismatch (manifest sha256 {expected[:16]}…, file {actual[:16]}…); "
-                "the bundle is corrupted or was modified after publishing"
+                f"{path}: checksum mismatch with the manifest; the bundle is corrupted or was modified after publishing"
             )
     return manifest
 
@@ -58,6 +84,7 @@ class Bundle:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory).resolve()
         self.manifest = read_bundle_manifest(self.directory)
+        _check_listed(self.directory, self.manifest)
         missing = [name for name in self.manifest.files if not (self.directory / name).is_file()]
         if missing:
             raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
@@ -65,13 +92,27 @@ class Bundle:
             self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization,
                                             self.manifest.index)
             self.rotation = self._load_rotation()
-        except (RuntimeError, ValueError, OSError) as exc:
+        except ValueError as exc:  # ours: says what does not match
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
-        self.docs = DocStore(self.directory / DOCSTORE_FILE)
+        except (RuntimeError, OSError) as exc:
+            # FAISS's or the OS's text (source paths, internals) goes to the log, not into the error.
+            log.error("%s: unreadable index files: %s", self.directory, exc)
+            raise ContractMismatch(f"{self.directory}: unreadable index files ({type(exc).__name__})") from exc
         if self.vectors.count != self.manifest.count:
             raise ContractMismatch(
                 f"{self.directory}: index holds {self.vectors.count} vectors, manifest says {self.manifest.count}"
             )
+        self.docs = DocStore(self.directory / DOCSTORE_FILE)
+        try:
+            rows = self.docs.count()
+        except sqlite3.DatabaseError as exc:
+            self.docs.close()
+            log.error("%s: unreadable docstore: %s", self.directory, exc)
+            raise ContractMismatch(f"{self.directory}: unreadable {DOCSTORE_FILE} ({type(exc).__name__})") from exc
+        if rows != self.manifest.count:
+            self.docs.close()
+            raise ContractMismatch(f"{self.directory}: {DOCSTORE_FILE} holds {rows} documents, "
+                                   f"manifest says {self.manifest.count}")
         log.info("bundle %s: %d docs, %d-d %s %s", self.directory, self.manifest.count, self.manifest.dim,
                  self.manifest.quantization.value, self.manifest.index.type.value)
 

@@ -100,7 +100,10 @@ class DocStore:
     """Read-only, thread-safe lookups by FAISS row."""
 
     def __init__(self, path: Path) -> None:
-        self._con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        # Percent-encoded, so a `#`, `?` or `%` in the path cannot end it early and drop `mode=ro` (SQLite
+        # would then open, or create, another file read-write).
+        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+        self._con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         self._lock = threading.Lock()
 
     def count(self) -> int:

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
@@ -87,6 +87,15 @@ class BundleManifest(BaseModel):
     base: BaseInfo | None = Field(None, description="set by `tandem index update`: the version it started from")
     index: IndexSpec = Field(default_factory=IndexSpec, description="index type and its parameters (default: flat)")
 
+    @field_validator("files")
+    @classmethod
+    def _plain_names(cls, files: dict[str, str]) -> dict[str, str]:
+        # Names are joined to the bundle directory: `../x` or `/x` would make a reload hash any file on the host.
+        for name in files:
+            if not name or name in {".", ".."} or any(c in name for c in "/\\\0") or name.startswith(".."):
+                raise ValueError("every name must be a plain file name in the bundle directory (no '/', '\\' or '..')")
+        return files
+
     def summary(self) -> dict[str, object]:
         """What the service reports about the index it answers from."""
         return {
@@ -131,7 +140,11 @@ def read_manifest(path: Path, model: type[M], what: str) -> M:
         raise ContractMismatch(f"{path.parent} is not a {what}: {path.name} is missing")
     try:
         parsed = model.model_validate_json(path.read_text())
-    except (ValidationError, ValueError) as exc:
+    except ValidationError as exc:  # field and message only: no input echoed, no URL
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}"
+                             for e in exc.errors(include_url=False, include_input=False)[:5])
+        raise ContractMismatch(f"{path}: invalid {what} manifest: {problems}") from exc
+    except ValueError as exc:
         raise ContractMismatch(f"{path}: invalid {what} manifest: {exc}") from exc
     version = getattr(parsed, "format_version", None)
     expected = BUNDLE_FORMAT if model is BundleManifest else STUDENT_FORMAT

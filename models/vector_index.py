@@ -11,6 +11,7 @@ with the same int8 calibration and the same binary rescoring.
 
 from __future__ import annotations
 
+import errno
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -71,10 +72,14 @@ class VectorIndex:
     def save(self, directory: Path) -> list[str]:
         """Write the index files into `directory`; returns their names."""
         names = [INDEX_FILE]
-        if isinstance(self.index, faiss.IndexBinary):
-            faiss.write_index_binary(self.index, str(directory / INDEX_FILE))
-        else:
-            faiss.write_index(self.index, str(directory / INDEX_FILE))
+        try:
+            if isinstance(self.index, faiss.IndexBinary):
+                faiss.write_index_binary(self.index, str(directory / INDEX_FILE))
+            else:
+                faiss.write_index(self.index, str(directory / INDEX_FILE))
+        except RuntimeError as exc:  # FAISS reports a failed write (a full disk) as a RuntimeError
+            raise OSError(errno.EIO, f"cannot write the index: {str(exc).strip().splitlines()[-1]}",
+                          str(directory / INDEX_FILE)) from exc
         if self.calibration is not None:
             np.save(directory / CALIBRATION_FILE, self.calibration.to_array())
             names.append(CALIBRATION_FILE)

@@ -41,9 +41,11 @@ def read_current(root: Path) -> Path:
     """The bundle directory that `root/CURRENT` names."""
     pointer = Path(root) / POINTER
     try:
-        name = pointer.read_text().strip()
+        name = pointer.read_text(encoding="utf-8").strip()
     except OSError as exc:
         raise ContractMismatch(f"{pointer}: cannot read the current-version pointer: {exc}") from exc
+    except UnicodeDecodeError:
+        raise ContractMismatch(f"{pointer}: the current-version pointer is not UTF-8 text") from None
     bundle = Path(root) / check_version_name(name)
     if not (bundle / BUNDLE_MANIFEST).is_file():
         raise ContractMismatch(f"{pointer} names {name!r}, but {bundle} is not a bundle")

@@ -14,7 +14,10 @@ never left to wait without bound:
   longer than `max_queue_s`, judged from a moving average of the measured seconds per query.
   A count alone cannot keep a latency budget: the same queue drains in 40 ms on one machine
   and in 400 ms on another, or with a slower index.
-A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`).
+A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`), and a request
+that gives up at its deadline cancels its queued job and returns its queries' capacity at once, so
+abandoned work never crowds out live requests. `close` waits for the jobs running on the workers, so
+the bundle they search is never closed under them.
 
 A job without a `top_k` (`embed`, for /v1/embeddings) is encoded like any other, in the same
 micro-batches and under the same admission, and skips the search: its outcome carries the
@@ -66,6 +69,7 @@ class _Job:
     deadline: float  # time.monotonic()
     future: Future[BatchOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
+    released: bool = False  # its queries no longer count as pending (under MicroBatcher._lock)
 
 
 _SMOOTHING = 0.1  # weight of the latest batch in the moving average of seconds per query
@@ -107,6 +111,16 @@ class MicroBatcher:
 
     def submit(self, queries: Sequence[str], top_k: int | None, timeout_s: float) -> Future[BatchOutcome]:
         """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s."""
+        return self._submit(queries, top_k, timeout_s).future
+
+    def _release(self, jobs: Sequence[_Job]) -> None:
+        with self._lock:
+            for job in jobs:
+                if not job.released:
+                    job.released = True
+                    self._pending -= len(job.queries)
+
+    def _submit(self, queries: Sequence[str], top_k: int | None, timeout_s: float) -> _Job:
         job = _Job(list(queries), top_k, time.monotonic() + timeout_s)
         with self._lock:
             if self._closed:
@@ -118,30 +132,34 @@ class MicroBatcher:
                                  f"{self.max_queue_s * 1e3:.0f} ms admitted")
             self._pending += len(job.queries)
         self._queue.put(job)
-        return job.future
+        return job
 
     async def search(self, queries: Sequence[str], top_k: int, timeout_s: float) -> BatchOutcome:
         """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
-        return await self._await(self.submit(queries, top_k, timeout_s), timeout_s)
+        return await self._await(self._submit(queries, top_k, timeout_s), timeout_s)
 
     async def embed(self, queries: Sequence[str], timeout_s: float) -> BatchOutcome:
         """Encode only (outcome.vectors, outcome.tokens), admitted and batched like a search."""
-        return await self._await(self.submit(queries, None, timeout_s), timeout_s)
+        return await self._await(self._submit(queries, None, timeout_s), timeout_s)
 
-    @staticmethod
-    async def _await(future: Future[BatchOutcome], timeout_s: float) -> BatchOutcome:
+    async def _await(self, job: _Job, timeout_s: float) -> BatchOutcome:
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(future), timeout_s)
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), timeout_s)
         except TimeoutError:
+            if job.future.cancel():  # still queued: a worker will skip it, and its capacity is free now
+                self._release([job])
             raise DeadlineExceeded(f"no answer within {timeout_s * 1e3:.0f} ms") from None
 
     def close(self) -> None:
+        """Refuse new jobs, let the workers finish what is queued (expired jobs are dropped unrun), and return
+        only once every worker has stopped: the caller may then close what the jobs use."""
         with self._lock:
             self._closed = True
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:
-            thread.join(timeout=10)
+            if thread is not threading.current_thread():
+                thread.join()
 
     def _gather(self, first: _Job) -> list[_Job]:
         """`first` plus whatever joins within max_wait_s, while other work is pending and the batch has room."""
@@ -171,8 +189,7 @@ class MicroBatcher:
             try:
                 self._run(jobs)
             finally:
-                with self._lock:
-                    self._pending -= sum(len(job.queries) for job in jobs)
+                self._release(jobs)
 
     def _run(self, jobs: list[_Job]) -> None:
         started = time.monotonic()

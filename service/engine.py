@@ -26,6 +26,7 @@ from models.manifest import BundleManifest, StudentManifest
 from models.student import StudentEncoder, read_student_manifest
 from models.versions import resolve_bundle
 from service.batcher import MicroBatcher
+from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -160,10 +161,10 @@ class SearcherLoader:
         try:
             searcher = Searcher.load(self._settings)
         except Exception as exc:
-            log.error("loading %s with student %s failed: %s", self._settings.index, self._settings.student, exc,
-                      exc_info=not isinstance(exc, ContractMismatch))
-            with self._lock:
-                self._state, self._error = LoadState.FAILED, str(exc)
+            log.error("loading %s with student %s failed: %s", printable(self._settings.index),
+                      printable(self._settings.student), printable(exc), exc_info=not isinstance(exc, ContractMismatch))
+            with self._lock:  # /readyz shows it: no host paths, no library internals
+                self._state, self._error = LoadState.FAILED, public_error(exc)
             return
         with self._lock:
             if self._closed:

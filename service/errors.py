@@ -24,6 +24,7 @@ from service.schemas import ErrorBody, FieldError
 log = logging.getLogger(__name__)
 
 _LOCATIONS = {"body", "query", "path", "header", "cookie"}
+MAX_REPORTED_ERRORS = 10  # a 422 lists this many problems, then how many more: its size stays bounded
 
 
 def error_response(status: int, code: str, message: str, details: list[FieldError] | None = None,
@@ -35,13 +36,15 @@ def error_response(status: int, code: str, message: str, details: list[FieldErro
 def field_errors(errors: Sequence[Any]) -> list[FieldError]:
     """Pydantic/FastAPI error dicts → `field: message`, without echoing the (possibly huge) input."""
     out = []
-    for err in errors:
+    for err in errors[:MAX_REPORTED_ERRORS]:
         loc = [str(part) for part in err.get("loc", ())]
         if err.get("type") == "json_invalid":
             loc = loc[:1]  # the rest is a character offset, not a field
         elif len(loc) > 1 and loc[0] in _LOCATIONS:
             loc = loc[1:]
-        out.append(FieldError(field=".".join(loc) or "body", message=str(err.get("msg", "invalid value"))))
+        out.append(FieldError(field=".".join(loc) or "body", message=str(err.get("msg", "invalid value"))[:200]))
+    if len(errors) > MAX_REPORTED_ERRORS:
+        out.append(FieldError(field="body", message=f"and {len(errors) - MAX_REPORTED_ERRORS} more problems"))
     return out
 
 

@@ -9,6 +9,7 @@ import uvicorn
 from service.app import create_app
 from service.engine import check_compatible
 from service.logs import configure_logging
+from service.server import server_config
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -21,5 +22,4 @@ def run_server(settings: ServiceSettings) -> None:
     log.info("serving %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", settings.index, bundle.count,
              bundle.dim, bundle.quantization.value, settings.student, settings.student_precision, student.teacher.name)
     # Our handler formats uvicorn's loggers too; service.middleware writes the access log (with request ids).
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level,
-                log_config=None, access_log=False)
+    uvicorn.Server(server_config(create_app(settings), settings)).run()

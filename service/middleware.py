@@ -19,6 +19,7 @@ from service.errors import error_response
 from service.logs import new_request_id, request_id_var, valid_request_id
 from service.metrics import Metrics
 from service.openapi import install_openapi
+from service.redact import printable
 from service.security import ApiKeyMiddleware, ApiKeys
 from service.settings import ServiceSettings
 
@@ -91,7 +92,7 @@ class RequestContextMiddleware:
         self.metrics.observe_request(route, method, status)
         if route == "/search":
             self.metrics.observe_stage("total", seconds)
-        path = scope["path"][:_MAX_LOGGED_PATH]
+        path = printable(scope["path"][:_MAX_LOGGED_PATH])  # no control characters: one request, one line
         level = logging.DEBUG if path in QUIET_PATHS and status < 400 else logging.INFO
         access_log.log(level, "%s %s %d", scope["method"], path, status, extra={
             "method": scope["method"], "path": path, "status": status, "duration_ms": round(seconds * 1e3, 3),
@@ -157,7 +158,8 @@ class BodyLimitMiddleware:
 def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> None:
     """Outermost first: request context → CORS (when configured) → body limit → API keys (when configured).
     The OpenAPI document is refined here too, since it declares what these middlewares answer."""
-    keys = ApiKeys.load(settings.api_keys.get_secret_value() if settings.api_keys else None, settings.api_keys_file)
+    secret = settings.api_keys.get_secret_value() if settings.api_keys is not None else None
+    keys = ApiKeys.load(secret, settings.api_keys_file)
     install_openapi(app, settings, keys_required=bool(len(keys)))
     app.state.api_keys_required = bool(len(keys))  # the search page asks for a key when set
     if len(keys):

@@ -10,8 +10,8 @@ the indexer pruning their files; older ones are closed once the requests holding
 
 from __future__ import annotations
 
-import contextlib
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -28,6 +28,7 @@ from models.manifest import utc_now
 from models.student import StudentEncoder
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
 from service.engine import LoadState, NotReady, Searcher, SearcherLoader
+from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,10 @@ class ReloadMetrics(Protocol):
 
 class BadReloadRequest(ValueError):
     """The request cannot name a bundle (no path and no bundle root, or not a directory): a 422."""
+
+
+class ForbiddenReload(ValueError):
+    """The path lies outside the directories this service may load bundles from: a 403."""
 
 
 class VersionInfo(BaseModel):
@@ -91,6 +96,7 @@ class Reloader:
     def __init__(self, settings: ServiceSettings, loader: SearcherLoader, metrics: ReloadMetrics | None = None) -> None:
         self._settings, self._loader, self._metrics = settings, loader, metrics
         self.root = Path(settings.index) if is_bundle_root(settings.index) else None
+        self.allowed = allowed_dirs(settings)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tandem-reload")
         self._lock = threading.Lock()  # history, last outcome, pending count: read by the event loop
         self._history: deque[Searcher] = deque()
@@ -112,12 +118,28 @@ class Reloader:
         """Queue a reload of `path` (a bundle, or a root's current version), or of CURRENT when None."""
         if path is None and self.root is None:
             raise BadReloadRequest(
-                f"no path given and the service was not started on a bundle root (--index {self._settings.index} "
-                'is a bundle directory): send {"path": "BUNDLE_DIR"}'
+                'no path given and the service was not started on a bundle root: send {"path": "BUNDLE_DIR"}'
             )
-        if path is not None and not _is_dir(path):
-            raise BadReloadRequest(f"path: {str(path)[:200]} is not a directory on the server")
+        if path is not None:
+            path = self.confine(path)
+            if not _is_dir(path):
+                raise BadReloadRequest("path: not a directory on the server")
         return self._submit(lambda: self._reload(path, trigger))
+
+    def confine(self, path: Path) -> Path:
+        """`path` resolved (links followed), if it lies inside one of the allowed directories."""
+        if not Path(path).is_absolute():
+            raise BadReloadRequest("path: must be an absolute path on the server")
+        try:
+            resolved = Path(os.path.realpath(path))
+        except (OSError, ValueError) as exc:
+            raise BadReloadRequest("path: not a valid path on the server") from exc
+        if not any(resolved.is_relative_to(allowed) for allowed in self.allowed):
+            log.warning("reload refused: %s is outside the bundle directories %s", printable(resolved),
+                        printable(":".join(map(str, self.allowed))))
+            raise ForbiddenReload("path: outside the directories this service may load bundles from "
+                                  "(its bundle root, or TANDEM_BUNDLE_DIRS)")
+        return resolved
 
     def rollback(self) -> Future[ReloadOutcome]:
         return self._submit(self._rollback)
@@ -174,14 +196,16 @@ class Reloader:
                 tried = read_current(self.root)
             else:
                 tried = resolve_bundle(path)
-            log.info("reload (%s): validating %s", trigger, tried)
+            tried = self.confine(tried)  # CURRENT, or a link inside an allowed directory, may point outside
+            log.info("reload (%s): validating %s", trigger, printable(tried))
             verify_bundle(tried)  # sha256 of every file: a corrupted or half-copied bundle stops here
             student = self._student()
             candidate = Searcher.load(self._settings, tried, student)  # teacher check, FAISS load, warm-up
         except Exception as exc:
-            log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger, tried, exc,
-                      exc_info=not isinstance(exc, ContractMismatch))
-            return self._refused("reload", trigger, tried, str(exc), started, started_at)
+            log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger,
+                      printable(tried), printable(exc), exc_info=not isinstance(exc, ContractMismatch | ValueError))
+            error = str(exc) if isinstance(exc, ForbiddenReload) else public_error(exc)
+            return self._refused("reload", trigger, tried, error, started, started_at)
         seconds = time.perf_counter() - started
         try:
             previous = self._loader.swap(candidate)
@@ -257,14 +281,23 @@ class Reloader:
         self._metrics.set_index(searcher.version, searcher.bundle.manifest.count, load_seconds)
         self._metrics.watch(searcher)
 
-    def _on_pointer_change(self) -> bool:
-        """Reload CURRENT and wait for the outcome, so changes never pile up; False (try later) while the
-        initial load is still running."""
+    def _on_pointer_change(self) -> str | None:
+        """Reload CURRENT and wait for the outcome ("ok" or "rejected"), so changes never pile up; None (try
+        later) while the initial load is still running, or when shutting down."""
         if self._loader.state[0] is LoadState.LOADING:
-            return False
-        with contextlib.suppress(CancelledError, RuntimeError):  # shutting down
-            self._submit(lambda: self._reload(None, "watch")).result()
-        return True
+            return None
+        try:
+            return self._submit(lambda: self._reload(None, "watch")).result().outcome
+        except (CancelledError, RuntimeError):  # shutting down
+            return None
+
+
+def allowed_dirs(settings: ServiceSettings) -> list[Path]:
+    """TANDEM_BUNDLE_DIRS, or else the served bundle root, or else the served bundle's parent directory."""
+    if settings.bundle_dirs:
+        return [Path(os.path.realpath(d)) for d in settings.bundle_dirs.split(os.pathsep) if d.strip()]
+    index = Path(os.path.realpath(settings.index))
+    return [index if is_bundle_root(index) else index.parent]
 
 
 def _is_dir(path: Path) -> bool:
@@ -274,15 +307,31 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
-class PointerWatcher:
-    """Polls ROOT/CURRENT every `interval_s`; a changed name calls `on_change`, which reloads and waits.
+Stamp = tuple[tuple[str, int, int], ...]
+_MAX_BACKOFF_S = 60.0
 
-    A name is acted on once: a refused version is not retried every poll (POST /admin/reload retries it).
+
+def _stamp(directory: Path) -> Stamp | None:
+    """Names, sizes and mtimes of a version's files: a refused version is tried again when they change."""
+    try:
+        return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()))
+    except (OSError, ValueError):
+        return None
+
+
+class PointerWatcher:
+    """Polls ROOT/CURRENT every `interval_s`; a changed name calls `on_change`, which reloads, waits and returns
+    the outcome ("ok", "rejected", or None to try again later).
+
+    A refused version is not retried every poll, only once its files change (or POST /admin/reload retries it).
+    The thread never dies: an error while polling is logged and the next poll waits longer (up to a minute).
     """
 
-    def __init__(self, root: Path, interval_s: float, on_change: Callable[[], bool]) -> None:
+    def __init__(self, root: Path, interval_s: float, on_change: Callable[[], str | None]) -> None:
         self.root, self.interval_s, self._on_change = root, interval_s, on_change
         self._seen = self._read()
+        self._refused = False  # CURRENT still names a version that was refused...
+        self._refused_stamp: Stamp | None = None  # ...when its files looked like this
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tandem-watch", daemon=True)
 
@@ -295,16 +344,35 @@ class PointerWatcher:
 
     def _read(self) -> str | None:
         try:
-            return (self.root / POINTER).read_text().strip()
+            raw = (self.root / POINTER).read_bytes()
         except OSError as exc:
-            log.warning("cannot read %s: %s", self.root / POINTER, exc)
+            log.warning("cannot read %s: %s", printable(self.root / POINTER), printable(exc))
             return None
+        return raw.decode("utf-8", errors="backslashreplace").strip()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            name = self._read()
-            if name is None or name == self._seen:
-                continue
-            log.info("%s changed: %s → %s", self.root / POINTER, self._seen, name)
-            if self._on_change():
-                self._seen = name
+        failures = 0
+        while not self._stop.wait(min(self.interval_s * 2**failures, max(self.interval_s, _MAX_BACKOFF_S))):
+            try:
+                self._poll()
+                failures = 0
+            except Exception:
+                failures = min(failures + 1, 16)
+                log.exception("watching %s failed; retrying with backoff", printable(self.root / POINTER))
+
+    def _poll(self) -> None:
+        name = self._read()
+        if name is None:
+            return
+        if name == self._seen:
+            if not self._refused or _stamp(self.root / name) == self._refused_stamp:
+                return
+            log.info("%s: the refused version %s changed on disk; trying it again", printable(self.root / POINTER),
+                     printable(name))
+        else:
+            log.info("%s changed: %s → %s", printable(self.root / POINTER), printable(self._seen), printable(name))
+        stamp = _stamp(self.root / name)
+        outcome = self._on_change()
+        if outcome is not None:
+            self._seen = name
+            self._refused, self._refused_stamp = outcome == "rejected", stamp

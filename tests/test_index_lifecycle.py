@@ -150,7 +150,7 @@ def test_publish_into_root_current_rollback_and_prune(tiny_bundle: Path, tiny_co
         manifest = build(BuildRequest(corpus=tiny_corpus, root=root, version=version, keep=1))
         assert manifest.version == version and read_current(root).name == version
     assert list_versions(root) == ["v2", "v3"]  # CURRENT plus one previous
-    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == []  # no staging left over
+    assert [p.name for p in root.iterdir() if p.name.startswith(".")] == [".lock"]  # no staging left over
     with pytest.raises(InputError, match="never overwritten"):
         build(BuildRequest(corpus=tiny_corpus, root=root, version="v3"))
     with pytest.raises(InputError, match="exactly one of --out"):

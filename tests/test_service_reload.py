@@ -189,7 +189,7 @@ def test_reload_without_a_path_needs_a_bundle_root(tiny_bundle: Path, tiny_stude
         response = reload(server)
         assert response.status_code == 422
         assert "not started on a bundle root" in response.json()["message"]
-        response = reload(server, tmp_path / "nowhere")
+        response = reload(server, tiny_bundle.parent / "nowhere")
         assert response.status_code == 422
         assert "not a directory" in response.json()["message"]
         for body in ({"path": 3}, {"path": ""}, {"path": "x" * 5000}, {"path": "x" * 300},

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from service.deps import LoaderDep, SettingsDep
 from service.engine import LoadState, NotReady
 from service.errors import error_response
-from service.reload import AdminStatus, BadReloadRequest, Reloader, ReloadOutcome
+from service.reload import AdminStatus, BadReloadRequest, ForbiddenReload, Reloader, ReloadOutcome
 from service.schemas import ErrorBody
 
 
@@ -98,7 +98,9 @@ _OUTCOMES: dict[int | str, dict[str, Any]] = {
 
 
 @router.post("/reload", response_model=ReloadOutcome,
-             responses={**_OUTCOMES, 422: {"model": ErrorBody, "description": "No bundle named."}})
+             responses={**_OUTCOMES, 422: {"model": ErrorBody, "description": "No bundle named."},
+                        403: {"model": ErrorBody, "description": "Wrong token, admin disabled, or a path outside "
+                              "the bundle root and TANDEM_BUNDLE_DIRS."}})
 async def reload(
     reloader: ReloaderDep, loader: LoaderDep, settings: SettingsDep,
     body: Annotated[ReloadRequest | None, Body()] = None,
@@ -110,6 +112,8 @@ async def reload(
         future = reloader.reload(path)
     except BadReloadRequest as exc:
         return error_response(422, "invalid_request", str(exc))
+    except ForbiddenReload as exc:
+        return error_response(403, "forbidden", str(exc))
     except RuntimeError:  # the reload thread is shut down
         return error_response(503, "shutting_down", "the service is shutting down")
     return await _outcome(future, settings.reload_wait_s)

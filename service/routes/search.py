@@ -6,6 +6,8 @@ from typing import Any
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from models.bundle import Hit
 from service.deps import LoaderDep, SettingsDep
@@ -48,6 +50,9 @@ def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str]
     top_k = settings.default_top_k if request.top_k is None else request.top_k
     if top_k > settings.max_top_k:
         problems.append(_problem("top_k", "less_than_equal", f"top_k must be at most {settings.max_top_k}"))
+    elif len(queries) * top_k > settings.max_total_hits:
+        problems.append(_problem("top_k", "less_than_equal", f"{len(queries)} queries × top_k {top_k} hits, at most "
+                                 f"{settings.max_total_hits} are allowed in one answer (TANDEM_MAX_TOTAL_HITS)"))
     if problems:
         raise RequestValidationError(problems)
     return queries, top_k
@@ -55,6 +60,19 @@ def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str]
 
 def _hits(hits: list[Hit]) -> list[SearchHit]:
     return [SearchHit(id=h.doc.id, score=h.score, title=h.doc.title, text=h.doc.text) for h in hits]
+
+
+def _render(single: bool, hits: list[list[Hit]], summary: dict[str, object], timing: dict[str, float]) -> Response:
+    """The JSON answer, built and serialized on a worker thread: up to TANDEM_MAX_TOTAL_HITS hits with their
+    texts are megabytes of work that must not stall the event loop (returning a Response skips FastAPI's
+    re-validation of the model, which would run on the loop)."""
+    index, timing_ms = IndexSummary.model_validate(summary), Timing(**timing)
+    body: SearchResponse | BatchSearchResponse
+    if single:
+        body = SearchResponse(results=_hits(hits[0]), index=index, timing_ms=timing_ms)
+    else:
+        body = BatchSearchResponse(results=[_hits(h) for h in hits], index=index, timing_ms=timing_ms)
+    return Response(body.model_dump_json(), media_type="application/json")
 
 
 @router.post(
@@ -66,18 +84,13 @@ def _hits(hits: list[Hit]) -> list[SearchHit]:
         503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
     },
 )
-async def search(
-    request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep
-) -> SearchResponse | BatchSearchResponse:
+async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
         metrics.watch(searcher)  # tokenize and rescore timers; idempotent, and covers a hot-reloaded searcher
         # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
         outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
-        index = IndexSummary.model_validate(searcher.index_summary())  # names the version that answered
+        summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
     metrics.batch_queries.observe(outcome.batch_size)
-    timing = Timing(**outcome.timing_ms)
-    if request.query is not None:
-        return SearchResponse(results=_hits(outcome.hits[0]), index=index, timing_ms=timing)
-    return BatchSearchResponse(results=[_hits(h) for h in outcome.hits], index=index, timing_ms=timing)
+    return await run_in_threadpool(_render, request.query is not None, outcome.hits, summary, outcome.timing_ms)

@@ -1,0 +1,199 @@
+"""Publishing never loses or half-publishes a version (issue 24, item 4): atomic --force swaps, no
+silent overwrite of a version, one writer at a time in a root, and a full disk is a clean error.
+
+Crashes are real: a forked child publishes with an audit hook that SIGKILLs it at its N-th file
+system change (mkdir, open for writing, rename, renameat2, rmtree...), for every N until it finishes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from indexer.publish import Target, publish
+from indexer.verify import verify_one
+from models.bundle import read_bundle_manifest
+from models.errors import InputError
+from models.rootlock import root_lock
+from models.staging import staged
+from models.versions import list_versions, read_current, set_current
+from tests.test_service_reload import v2_bundle
+
+__all__ = ["v2_bundle"]  # fixture shared with test_service_reload
+
+pytestmark = pytest.mark.slow
+
+MAX_KILL_POINTS = 200
+_MUTATIONS = {"os.rename", "os.replace", "os.rmdir", "os.remove", "shutil.rmtree", "ctypes.call_function",
+              "os.mkdir", "os.symlink"}
+
+
+def _copy_into(source: Path, staging: Path) -> None:
+    for path in sorted(source.iterdir()):
+        shutil.copyfile(path, staging / path.name)
+
+
+def _run_killed_at(n: int, job: Callable[[], None]) -> bool:
+    """Run `job` in a forked child that is SIGKILLed at its n-th file system change; True if it finished."""
+    pid = os.fork()
+    if pid == 0:  # the child: count changes, die at the n-th
+        count = 0
+
+        def hook(event: str, args: tuple[object, ...]) -> None:
+            nonlocal count
+            writes = event == "open" and isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR)
+            if event in _MUTATIONS or writes:
+                count += 1
+                if count == n:
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+        try:
+            sys.addaudithook(hook)
+            job()
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        assert os.WTERMSIG(status) == signal.SIGKILL
+        return False
+    assert os.WEXITSTATUS(status) == 0, f"the publish failed (not killed) at kill point {n}"
+    return True
+
+
+def _kill_everywhere(job: Callable[[], None], check: Callable[[], None], reset: Callable[[], None]) -> int:
+    for n in range(1, MAX_KILL_POINTS):
+        reset()
+        finished = _run_killed_at(n, job)
+        check()
+        if finished:
+            return n
+    raise AssertionError("the publish never finished")
+
+
+def test_sigkill_anywhere_in_a_force_republish_leaves_a_valid_bundle(tiny_bundle: Path, v2_bundle: Path,
+                                                                     tmp_path: Path) -> None:
+    out = tmp_path / "served" / "bundle"
+
+    def reset() -> None:
+        shutil.rmtree(out.parent, ignore_errors=True)
+        out.parent.mkdir()
+        shutil.copytree(tiny_bundle, out)
+
+    def job() -> None:
+        with staged(out, force=True) as staging:
+            _copy_into(v2_bundle, staging)
+
+    def check() -> None:
+        assert out.is_dir(), "nothing under the final name"
+        verify_one(out)
+        assert read_bundle_manifest(out).count in {20, 19}
+
+    points = _kill_everywhere(job, check, reset)
+    assert points > 3
+    assert read_bundle_manifest(out).count == 19  # the finished run replaced it
+    assert [p.name for p in out.parent.iterdir()] == ["bundle"]  # the old version was removed
+
+
+def test_sigkill_anywhere_in_a_publish_with_prune_leaves_a_valid_current(tiny_bundle: Path, v2_bundle: Path,
+                                                                         tmp_path: Path) -> None:
+    root = tmp_path / "bundles"
+
+    def reset() -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(tiny_bundle, root / "v1")
+        shutil.copytree(v2_bundle, root / "v2")
+        set_current(root, "v1")
+
+    def job() -> None:
+        with publish(Target(root=root, version="v3", keep=0)) as (staging, _):
+            _copy_into(v2_bundle, staging)
+
+    def check() -> None:
+        current = read_current(root)
+        verify_one(current)
+        assert current.name in {"v1", "v3"}
+
+    _kill_everywhere(job, check, reset)
+    assert list_versions(root) == ["v3"]
+    assert read_current(root).name == "v3"
+
+
+def test_two_builds_of_one_version_never_overwrite_each_other(tiny_bundle: Path, v2_bundle: Path,
+                                                               tmp_path: Path) -> None:
+    root = tmp_path / "bundles"
+    with pytest.raises(InputError, match="published by another writer meanwhile"), \
+            publish(Target(root=root, version="v9")) as (staging, _):
+        _copy_into(v2_bundle, staging)
+        with publish(Target(root=root, version="v9")) as (other, _):  # started after, finishes first
+            _copy_into(tiny_bundle, other)
+    assert read_bundle_manifest(root / "v9").count == 20  # the first to finish stays
+    verify_one(root / "v9")
+    assert read_current(root).name == "v9"
+    assert sorted(p.name for p in root.iterdir()) == [".lock", "CURRENT", "v9"]
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "from tandem.cli import main; main()", *args],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env},
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+
+
+def test_current_set_waits_for_the_root_lock(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path) -> None:
+    root = tmp_path / "bundles"
+    shutil.copytree(tiny_bundle, root / "v1")
+    shutil.copytree(v2_bundle, root / "v2")
+    set_current(root, "v1")
+    with root_lock(root):  # a build publishing and pruning holds it
+        refused = _cli("index", "current", str(root), "--set", "v2", TANDEM_LOCK_TIMEOUT_S="0.2")
+        assert refused.returncode == 2, refused.stderr
+        assert "locked by another writer" in refused.stderr
+        assert read_current(root).name == "v1"
+    done = _cli("index", "current", str(root), "--set", "v2")
+    assert done.returncode == 0, done.stderr
+    assert read_current(root).name == "v2"
+
+
+def _limit_file_size() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
+
+
+@pytest.mark.parametrize("command", ["build", "update"])
+def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path,
+                                                                command: str) -> None:
+    root = tmp_path / "bundles"
+    shutil.copytree(tiny_bundle, root / "v1")
+    set_current(root, "v1")
+    work = v2_bundle.parent  # the corpus and vectors v2 was imported from
+    before = sorted(p.name for p in root.iterdir())
+    if command == "build":
+        args = ["build", "--corpus", str(work / "corpus.jsonl"), "--root", str(root), "--embeddings",
+                str(work / "vectors.npy"), "--ids", str(work / "ids.json")]
+    else:  # a deletion: nothing to encode, a whole new version to write
+        (tmp_path / "delete.txt").write_text("chess\n")
+        args = ["update", "--root", str(root), "--delete-ids", str(tmp_path / "delete.txt")]
+    done = subprocess.run(
+        [sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=_limit_file_size,
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and "File too large" in lines[-1], done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in root.iterdir()) == before  # no staging directory, no new version
+    assert read_current(root).name == "v1"
+    verify_one(root / "v1")
+    assert json.loads((root / "v1" / "manifest.json").read_text())["count"] == 20

@@ -1,0 +1,169 @@
+"""Fail-closed configuration and bounded inputs (issue 24, items 1 and 2), over a real uvicorn server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from models.errors import InputError
+from service.app import create_app
+from service.settings import ServiceSettings
+from tests.fixtures.server import LiveServer, serve_app
+
+pytestmark = pytest.mark.slow
+
+TRICKLERS = 200
+
+
+@pytest.mark.parametrize("value", ["", ",", " , ,"])
+def test_api_keys_set_but_empty_refuses_to_start(tiny_bundle: Path, tiny_student: Path, value: str) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TANDEM_API_KEYS", value)
+        settings = ServiceSettings(index=tiny_bundle, student=tiny_student)
+    with pytest.raises(InputError, match="TANDEM_API_KEYS"):
+        create_app(settings)
+
+
+def test_serve_with_empty_api_keys_exits_naming_the_variable(tiny_bundle: Path, tiny_student: Path) -> None:
+    """What an unset `${VAR}` in a compose file does: `tandem serve` must exit, not serve an open API."""
+    env = {**os.environ, "TANDEM_API_KEYS": ",", "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(tiny_bundle),
+         "--student", str(tiny_student), "--port", "0"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "error: TANDEM_API_KEYS is set but holds no key" in done.stderr
+
+
+def test_a_mebibyte_of_queries_gets_a_small_422_while_healthz_answers(live_server: LiveServer) -> None:
+    body = b'{"queries":[' + b",".join([b"1"] * ((1 << 20) // 2 - 16)) + b"]}"
+    assert len(body) <= 1 << 20
+    answers: list[httpx.Response] = []
+
+    def post() -> None:
+        with httpx.Client(base_url=live_server.url, timeout=60.0, trust_env=False) as client:
+            answers.append(client.post("/search", content=body, headers={"Content-Type": "application/json"}))
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    probes = [live_server.client.get("/healthz").status_code for _ in range(5)]
+    thread.join(timeout=60)
+    assert probes == [200] * 5
+    (response,) = answers
+    assert response.status_code == 422
+    assert len(response.content) < 4096
+    assert response.json()["details"][0]["field"] == "queries"
+
+
+def test_item_errors_are_capped(live_server: LiveServer) -> None:
+    response = live_server.client.post("/search", json={"queries": [1] * 60})
+    assert response.status_code == 422
+    details = response.json()["details"]
+    assert len(details) <= 11
+    assert details[-1]["message"] == "and 50 more problems"
+
+
+def test_total_hits_per_request_are_bounded(live_server: LiveServer) -> None:
+    response = live_server.client.post("/search", json={"queries": ["tides"] * 20, "top_k": 1000})
+    assert response.status_code == 422
+    assert "TANDEM_MAX_TOTAL_HITS" in response.json()["message"]
+    ok = live_server.client.post("/search", json={"queries": ["tides"] * 10, "top_k": 1000})
+    assert ok.status_code == 200
+    assert len(ok.json()["results"]) == 10
+
+
+def test_settings_bound_keep_versions_and_batch_size(tiny_bundle: Path, tiny_student: Path) -> None:
+    with pytest.raises(InputError, match="TANDEM_KEEP_VERSIONS"):
+        ServiceSettings(index=tiny_bundle, student=tiny_student, keep_versions=100)
+    with pytest.raises(InputError, match="TANDEM_MAX_BATCH_QUERIES"):
+        ServiceSettings(index=tiny_bundle, student=tiny_student, max_batch_queries=5000, max_pending=10_000)
+
+
+@pytest.fixture(scope="module")
+def strict_timeouts(tiny_bundle: Path, tiny_student: Path) -> Iterator[LiveServer]:
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, header_timeout_s=1.0, body_timeout_s=1.0)
+    with serve_app(create_app(settings)) as server:
+        yield server
+
+
+def _trickler(url: str, body: bool) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=30)
+    if body:  # complete headers, then a body that never arrives
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"query\":")
+    else:  # headers that never end
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """True once the server hangs up (EOF or reset); False if the socket is still open after its timeout."""
+    try:
+        while True:
+            data = sock.recv(4096)
+            if not data:
+                return True
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_trickling_clients_neither_block_search_nor_hold_connections(strict_timeouts: LiveServer) -> None:
+    socks = [_trickler(strict_timeouts.url, body=i % 2 == 1) for i in range(TRICKLERS)]
+    try:
+        response = strict_timeouts.client.post("/search", json={"query": "ocean tides", "top_k": 1})
+        assert response.status_code == 200
+        assert all(_closed_by_server(sock) for sock in socks[:10] + socks[-10:])
+    finally:
+        for sock in socks:
+            sock.close()
+    assert strict_timeouts.client.get("/healthz").status_code == 200
+
+
+def test_openapi_states_the_batch_bound(live_server: LiveServer) -> None:
+    schema = json.loads(live_server.client.get("/openapi.json").content)
+    queries = schema["components"]["schemas"]["SearchRequest"]["properties"]["queries"]
+    assert any(branch.get("maxItems") == 64 for branch in queries.get("anyOf", [queries]))
+
+
+def test_tandem_serve_applies_the_timeouts(tiny_bundle: Path, tiny_student: Path) -> None:
+    """The real entry point: `tandem serve` runs uvicorn with the header deadline and answers searches."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "TANDEM_HEADER_TIMEOUT_S": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
+    server = subprocess.Popen(
+        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(tiny_bundle),
+         "--student", str(tiny_student), "--port", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+            for _ in range(1200):
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert server.poll() is None, "tandem serve exited"
+                threading.Event().wait(0.1)
+            assert client.post("/search", json={"query": "ocean tides", "top_k": 1}).status_code == 200
+        sock = _trickler(url, body=False)
+        with sock:
+            assert _closed_by_server(sock)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

@@ -1,0 +1,149 @@
+"""The service stays alive through anything (issue 24, item 5): a broken CURRENT pointer, a refused version
+fixed in place, abandoned requests, retired versions with work in flight, hostile names and bad keys."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import shutil
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.app import create_app
+from service.batcher import DeadlineExceeded, MicroBatcher
+from service.engine import Searcher
+from service.logs import make_handler
+from service.settings import ServiceSettings
+from tests.fixtures.server import serve_app
+from tests.test_service_reload import admin_status, flip_bytes, root, serving, v2_bundle, version, wait_for
+
+__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+
+pytestmark = pytest.mark.slow
+
+WATCH_S = 0.05
+
+
+@contextmanager
+def captured(logger: str, fmt: str = "text") -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    handler = make_handler(fmt, stream)  # type: ignore[arg-type]
+    log = logging.getLogger(logger)
+    previous = log.level
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(previous)
+
+
+def test_watcher_survives_a_non_utf8_pointer(root: Path, tiny_student: Path) -> None:
+    with serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+        (root / "CURRENT").write_bytes(b"\xff\xfe\x00v2\n")
+        wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
+                 "the watcher tries, and refuses, the garbled pointer")
+        assert "not UTF-8" in admin_status(server)["last_reload"]["error"]
+        (root / "CURRENT").write_text("v2\n")
+        wait_for(lambda: version(server) == "v2", "the watcher, still alive, follows CURRENT to v2")
+
+
+def test_a_refused_version_is_retried_when_its_files_change(root: Path, tiny_student: Path) -> None:
+    fixed = root / "v3"
+    shutil.copytree(root / "v2", fixed)
+    flip_bytes(fixed)
+    with serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+        (root / "CURRENT").write_text("v3\n")
+        wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
+                 "v3 is refused")
+        assert version(server) == "v1"
+        shutil.copyfile(root / "v2" / "index.faiss", fixed / "index.faiss")  # the operator repairs it in place
+        wait_for(lambda: version(server) == "v3", "the repaired v3 is tried again and served")
+
+
+def test_logged_names_cannot_forge_log_lines(root: Path, tiny_student: Path) -> None:
+    with captured("service.reload") as stream, serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+        (root / "CURRENT").write_text("v2\nFORGED line\x1b[31m\n")
+        wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
+                 "the hostile pointer is refused")
+        first = admin_status(server)["last_reload"]["started_at"]
+        threading.Event().wait(20 * WATCH_S)  # twenty polls: a refused name that did not change is not retried
+        assert admin_status(server)["last_reload"]["started_at"] == first
+    lines = stream.getvalue().splitlines()
+    assert any("FORGED" in line for line in lines)
+    assert not any(line.startswith("FORGED") for line in lines)
+    assert "\x1b" not in stream.getvalue()
+
+
+def test_bad_key_warnings_are_rate_limited(tiny_bundle: Path, tiny_student: Path) -> None:
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, api_keys="good-key-0123456789")
+    with captured("service.security") as stream, serve_app(create_app(settings)) as server:
+        for i in range(100):
+            response = server.client.post("/search", json={"query": "tides"},
+                                          headers={"Authorization": f"Bearer wrong-{i}"})
+            assert response.status_code == 403
+    warnings = [line for line in stream.getvalue().splitlines() if "invalid API key" in line]
+    assert 1 <= len(warnings) <= 20
+
+
+@pytest.fixture(scope="module")
+def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
+    loaded = Searcher.load(ServiceSettings(index=tiny_bundle, student=tiny_student))
+    try:
+        yield loaded
+    finally:
+        loaded.close()
+
+
+def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, **limits: int) -> MicroBatcher:
+    """A batcher over the real student and bundle whose encoding waits for `gate`: a worker held busy."""
+
+    def encode(queries: Sequence[str]) -> np.ndarray:
+        started.set()
+        gate.wait()
+        return searcher.student.encode(list(queries))
+
+    return MicroBatcher(encode, searcher.search_vectors, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
+                        workers=1, **limits)
+
+
+def test_a_request_past_its_deadline_frees_its_queue_capacity(searcher: Searcher) -> None:
+    gate, started = threading.Event(), threading.Event()
+    batcher = _gated(searcher, gate, started, max_pending=2)
+    try:
+        running = batcher.submit(["ocean tides"], 1, timeout_s=60.0)  # holds the only worker
+        assert started.wait(30)
+        with pytest.raises(DeadlineExceeded):
+            asyncio.run(batcher.search(["queued then abandoned"], 1, timeout_s=0.05))
+        assert batcher.pending == 1
+        admitted = batcher.submit(["moon phases"], 1, timeout_s=60.0)  # the abandoned query's slot is free
+        gate.set()
+        assert running.result(timeout=30).hits[0][0].doc.id == "tides"
+        assert admitted.result(timeout=30).hits[0]
+    finally:
+        gate.set()
+        batcher.close()
+    assert batcher.pending == 0
+
+
+def test_close_waits_for_the_jobs_running_on_the_workers(searcher: Searcher) -> None:
+    """Closing a retired version must not pull the bundle from under a job still running (past the old 10 s)."""
+    gate, started = threading.Event(), threading.Event()
+    batcher = _gated(searcher, gate, started, max_pending=4)
+    running = batcher.submit(["ocean tides"], 1, timeout_s=60.0)
+    assert started.wait(30)
+    closer = threading.Thread(target=batcher.close)
+    closer.start()
+    closer.join(timeout=11)
+    assert closer.is_alive(), "close returned while a job was still running"
+    gate.set()
+    closer.join(timeout=30)
+    assert not closer.is_alive()
+    assert running.result(timeout=1).hits[0][0].doc.id == "tides"
