@@ -8,16 +8,17 @@ and written to a temporary file renamed into place: memory holds one chunk.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
-import os
-import uuid
 from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
+from models.atomic import atomic_write
 from models.bundle import read_bundle_manifest
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.embedding_store import EmbeddingStore
@@ -78,18 +79,15 @@ def export(path: Path, out: Path, fmt: ExportFormat, store: EmbeddingStore | Non
         raise InputError(f"{path}: not an index bundle (no {DOCSTORE_FILE})")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        count = _write_parquet(directory, tmp, store) if fmt is ExportFormat.PARQUET else \
-            _write_jsonl(directory, tmp, store)
-        os.replace(tmp, out)
-    finally:
-        tmp.unlink(missing_ok=True)
+    written: list[int] = []
+    write = _write_parquet if fmt is ExportFormat.PARQUET else _write_jsonl
+    atomic_write(out, lambda fh: written.append(write(directory, fh, store)))
+    count = written[0]
     log.info("exported %d documents of %s to %s", count, directory, out)
     return count
 
 
-def _write_parquet(directory: Path, out: Path, store: EmbeddingStore | None) -> int:
+def _write_parquet(directory: Path, out: BinaryIO, store: EmbeddingStore | None) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -107,12 +105,16 @@ def _write_parquet(directory: Path, out: Path, store: EmbeddingStore | None) -> 
     return count
 
 
-def _write_jsonl(directory: Path, out: Path, store: EmbeddingStore | None) -> int:
+def _write_jsonl(directory: Path, out: BinaryIO, store: EmbeddingStore | None) -> int:
     count = 0
-    with out.open("w", encoding="utf-8") as fh:
+    fh = io.TextIOWrapper(out, encoding="utf-8")
+    try:
         for docs, vectors in rows(directory, store):
             for doc, vector in zip(docs, vectors.tolist(), strict=True):
                 fh.write(json.dumps({"id": doc["id"], "vector": vector, "title": doc["title"], "text": doc["text"]},
                                     ensure_ascii=False) + "\n")
             count += len(docs)
+    finally:
+        fh.flush()
+        fh.detach()  # the caller owns `out` (and fsyncs and renames it)
     return count

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,7 +96,7 @@ def plan_changes(bundle: Bundle, changes: Changes, out: DocstoreWriter, corpus_f
     deletes, upserts = dict(changes.deletes), {d.id: d for d in changes.upserts}
     counts = {"added": 0, "replaced": 0, "deleted": len(deletes), "unchanged": 0}
     base_hasher, new_hasher = CorpusHasher(), CorpusHasher()
-    sources: list[int] = []
+    sources = array("q")  # 8 bytes a row, not a Python int each
     fresh: list[Document] = []
     batch: list[Document] = []
 
@@ -132,7 +133,8 @@ def plan_changes(bundle: Bundle, changes: Changes, out: DocstoreWriter, corpus_f
         raise InputError("the update would delete every document; build a new bundle instead")
     if batch:
         out.add(batch)
-    return Plan(np.asarray(sources, dtype=np.int64), fresh, counts, base_hasher.hexdigest(), new_hasher.hexdigest())
+    return Plan(np.frombuffer(sources, dtype=np.int64), fresh, counts, base_hasher.hexdigest(),
+                new_hasher.hexdigest())
 
 
 class BaseVectors:
@@ -173,8 +175,7 @@ class BaseVectors:
 
     def _shard(self, index: int) -> np.ndarray:
         if self._cache is None or self._cache[0] != index:
-            path = self.store.entry(self.key or "") / f"shard-{index:05d}.npy"
-            self._cache = (index, np.load(path).astype(np.float32))
+            self._cache = (index, self.store.shard(self.key or "", index))
         return self._cache[1]
 
 

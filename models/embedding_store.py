@@ -13,15 +13,14 @@ import hashlib
 import json
 import logging
 import os
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from models.atomic import atomic_write
 from models.paths import embeddings_dir
 from models.registry import sha256_file
 from models.shard_log import ShardEvent, ShardLog, ShardRecord, entry_lock, now
@@ -55,28 +54,6 @@ def store_key(teacher_fingerprint: str, max_seq_length: int, corpus_key: str, pr
     if precision != "fp32":
         raw += f":{precision}"
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write to a uniquely named temporary file, fsync, rename over `path`, fsync the directory."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            write(fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
 
 
 def _shard_path(entry: Path, index: int) -> Path:
@@ -130,6 +107,10 @@ class EmbeddingStore:
             raise FileNotFoundError(f"embedding store entry {key} is absent or unfinished")
         for path in paths:
             yield np.load(path).astype(np.float32)
+
+    def shard(self, key: str, index: int) -> np.ndarray:
+        """One shard of an entry as float32 (random access for updates)."""
+        return np.load(_shard_path(self.entry(key), index)).astype(np.float32)
 
     def meta(self, key: str) -> dict:
         return json.loads((self.entry(key) / META_FILE).read_text())
@@ -200,7 +181,7 @@ class EmbeddingStore:
     def _write_shard(self, entry: Path, shard: Shard, size: int, vectors: np.ndarray, event: ShardEvent) -> None:
         path = _shard_path(entry, shard.index)
         data = np.ascontiguousarray(vectors, dtype=np.float16)
-        _atomic_write(path, lambda fh: np.save(fh, data))
+        atomic_write(path, lambda fh: np.save(fh, data))
         ShardLog(entry).append(ShardRecord(shard=shard.index, start=shard.start, end=shard.end,
                                            sha256=sha256_file(path), event=event, shard_size=size, at=now(),
                                            pid=os.getpid()))
@@ -229,7 +210,7 @@ class EmbeddingStore:
 
     def _write_meta(self, key: str, meta: dict) -> None:
         text = (json.dumps(meta, indent=2) + "\n").encode()
-        _atomic_write(self.entry(key) / META_FILE, lambda fh: fh.write(text))
+        atomic_write(self.entry(key) / META_FILE, lambda fh: fh.write(text))
 
 
 def local_runner(texts: Sequence[str], encode: Encode) -> ShardRunner:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from models.atomic import fsync_dir
 from models.errors import InputError
 
 _AT_FDCWD = -100
@@ -53,20 +54,12 @@ def rename2(src: Path, dst: Path, flags: int) -> bool:
     raise OSError(err, os.strerror(err), str(dst))
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def fsync_tree(directory: Path) -> None:
     for path in directory.iterdir():
         if path.is_file():
             with path.open("rb") as fh:
                 os.fsync(fh.fileno())
-    _fsync_dir(directory)
+    fsync_dir(directory)
 
 
 def check_target(out: Path, force: bool) -> None:
@@ -117,7 +110,7 @@ def staged(out: Path, force: bool, lock: Callable[[], AbstractContextManager[obj
         fsync_tree(staging)
         with lock() if lock is not None else contextlib.nullcontext():
             place(staging, out, force)
-            _fsync_dir(out.parent)
+            fsync_dir(out.parent)
             if after is not None:
                 after()
     finally:

@@ -15,6 +15,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from models.atomic import atomic_write
 from models.errors import ContractMismatch
 from models.manifest import BUNDLE_MANIFEST
 
@@ -62,17 +63,7 @@ def set_current(root: Path, version: str) -> None:
     root = Path(root)
     if not (root / check_version_name(version) / BUNDLE_MANIFEST).is_file():
         raise ContractMismatch(f"{root / version} is not a bundle; refusing to point {root / POINTER} at it")
-    tmp = root / f".{POINTER}.{uuid.uuid4().hex[:8]}"
-    with tmp.open("w") as fh:
-        fh.write(version + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, root / POINTER)
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic_write(root / POINTER, lambda fh: fh.write(f"{version}\n".encode()))
 
 
 def list_versions(root: Path) -> list[str]:

@@ -4,19 +4,15 @@ and the client it installs talks to a real server."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.fixtures.corpus import PROBES
+from tests.fixtures.install import clean_env, install_clean
 from tests.fixtures.server import LiveServer
 
-REPO = Path(__file__).resolve().parents[1]
-SOURCES = ["pyproject.toml", "README.md", "models", "indexer", "service", "tandem"]
 HEAVY = ["numpy", "faiss-cpu", "faiss", "onnxruntime", "torch", "tokenizers", "fastapi", "uvicorn"]
 
 pytestmark = pytest.mark.slow
@@ -36,29 +32,17 @@ print(json.dumps({"installed": installed, "first": first, "imported": imported, 
 
 
 def test_client_installs_without_the_service_and_answers(live_server: LiveServer, tmp_path: Path) -> None:
-    src = tmp_path / "src"  # a copy, so building the wheel leaves no build/ in the working tree
-    src.mkdir()
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(REPO / name, src / name)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what the venv installed
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = str(venv / "bin/python")
-    install = subprocess.run([python, "-m", "pip", "install", "--quiet", str(src)], capture_output=True, text=True,
-                             timeout=900, env=env)
-    assert install.returncode == 0, install.stderr[-3000:]
+    bin_dir = install_clean(tmp_path)
+    python = str(bin_dir / "python")
     query = sorted(PROBES)[0]
     result = subprocess.run([python, "-c", PROBE, live_server.url, query], capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path, env=env)
+                            timeout=120, cwd=tmp_path, env=clean_env())
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert not set(report["installed"]) & set(HEAVY), report["installed"]
     assert report["imported"] == []
     assert report["first"] == PROBES[query]
     assert report["page"]
-    cli = subprocess.run([str(venv / "bin/tandem"), "--help"], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path, env=env)
+    cli = subprocess.run([str(bin_dir / "tandem"), "--help"], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env=clean_env())
     assert cli.returncode != 0 and "tandem[service]" in cli.stderr, cli.stderr

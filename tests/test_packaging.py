@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.install import install_clean
+
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILES = [REPO / "docker/Dockerfile.service", REPO / "docker/Dockerfile.indexer"]
-SOURCES = ["pyproject.toml", "README.md", "models", "indexer", "service", "tandem"]
 
 
 def _tool(name: str) -> str | None:
@@ -78,27 +79,16 @@ def test_compose_wires_indexer_volume_and_service() -> None:
 @pytest.mark.slow
 def test_service_installs_and_runs_without_torch(tmp_path: Path) -> None:
     """`pip install .[service]` in a clean venv: no torch or ray, and the service imports and its CLI answers."""
-    src = tmp_path / "src"  # a copy, so building the wheel leaves no build/ in the working tree
-    src.mkdir()
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(REPO / name, src / name)
-    venv = tmp_path / "venv"
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    python = str(venv / "bin/python")
-    install = subprocess.run([python, "-m", "pip", "install", "--quiet", f"{src}[service]"],
-                             capture_output=True, text=True, timeout=900)
-    assert install.returncode == 0, install.stderr[-3000:]
+    bin_dir = install_clean(tmp_path, "service")
+    python = str(bin_dir / "python")
     probe = ("import importlib.util, sys, service.app, service.main\n"
              "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"
              "assert importlib.util.find_spec('ray') is None, 'ray is installed'\n"
              "assert 'transformers' not in sys.modules\n")
     result = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    help_ = subprocess.run([str(venv / "bin/tandem"), "serve", "--help"], capture_output=True, text=True,
+    help_ = subprocess.run([str(bin_dir / "tandem"), "serve", "--help"], capture_output=True, text=True,
                            timeout=120, cwd=tmp_path)
     assert help_.returncode == 0 and "--index" in help_.stdout, help_.stderr
     print(f"clean service install + checks: {time.perf_counter() - started:.0f}s")
