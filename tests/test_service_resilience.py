@@ -105,10 +105,10 @@ def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
 def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, **limits: int) -> MicroBatcher:
     """A batcher over the real student and bundle whose encoding waits for `gate`: a worker held busy."""
 
-    def encode(queries: Sequence[str]) -> np.ndarray:
+    def encode(queries: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         started.set()
         gate.wait()
-        return searcher.student.encode(list(queries))
+        return searcher.student.encode_counted(list(queries))
 
     return MicroBatcher(encode, searcher.search_vectors, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
                         workers=1, **limits)
