@@ -17,8 +17,10 @@ import numpy as np
 
 from models.contract import truncate
 from models.corpus import Document
-from models.docstore import DOCSTORE_FILE, write_docstore
+from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.fusion_default import DEFAULT_FUSION
 from models.index_spec import IndexSpec
+from models.lexical import build_lexical
 from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.quantize import Int8Calibration
 from models.registry import ModelCard, sha256_file
@@ -36,9 +38,21 @@ def write_corpus(path: Path, docs: Iterable[Document]) -> int:
     count = 0
     with path.open("w", encoding="utf-8") as fh:
         for d in docs:
-            fh.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) + "\n")
+            fh.write(json.dumps(d.to_json(), ensure_ascii=False) + "\n")
             count += 1
     return count
+
+
+def write_lexical(staging: Path, count: int) -> tuple[dict[str, object], list[str]]:
+    """The lexical index over the staging docstore, and the manifest fields that describe the documents:
+    lexical parameters, the default fusion and the metadata keys present."""
+    docs = DocStore(staging / DOCSTORE_FILE)
+    try:
+        info, names = build_lexical(staging, docs, count)
+        fields = docs.metadata_fields()
+    finally:
+        docs.close()
+    return {"lexical": info, "fusion": DEFAULT_FUSION, "metadata_fields": fields}, names
 
 
 def write_vectors(
@@ -104,6 +118,8 @@ def write_bundle(
                           rotation=rotation, index=index or IndexSpec())
     write_docstore(staging / DOCSTORE_FILE, docs)
     names.append(DOCSTORE_FILE)
+    described, lexical_names = write_lexical(staging, len(docs))
+    names += lexical_names
     if corpus is None:
         write_corpus(staging / CORPUS_FILE, docs)
         names.append(CORPUS_FILE)
@@ -111,4 +127,4 @@ def write_bundle(
     return write_manifest(staging, names, teacher=card.teacher_ref(), dim=dim, quantization=quantization,
                           count=len(docs), build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
                           embeddings=source, version=version, base=base, rotation=rotation,
-                          index=index or IndexSpec())
+                          index=index or IndexSpec(), **described)

@@ -12,12 +12,17 @@ from models.contract import TeacherRef, check_same_teacher
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
-from models.manifest import BUNDLE_MANIFEST, BundleManifest, read_manifest
+from models.lexical import LexicalIndex
+from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, read_manifest
 from models.registry import sha256_file
 from models.rotation import ROTATION_FILE, Rotation, rotate
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 log = logging.getLogger(__name__)
+
+
+class NoLexicalIndex(ValueError):
+    """Lexical or hybrid search asked of a bundle without a lexical index."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,13 @@ class Bundle:
         except (RuntimeError, ValueError, OSError) as exc:
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
         self.docs = DocStore(self.directory / DOCSTORE_FILE)
+        try:
+            self.lexical = None if self.manifest.lexical is None else LexicalIndex(self.directory,
+                                                                                    self.manifest.lexical)
+        except (ValueError, OSError, KeyError) as exc:
+            self.docs.close()
+            raise ContractMismatch(f"{self.directory}: unreadable lexical index: {exc}") from exc
+        self.fusion = self.manifest.fusion or FusionSpec()
         if self.vectors.count != self.manifest.count:
             raise ContractMismatch(
                 f"{self.directory}: index holds {self.vectors.count} vectors, manifest says {self.manifest.count}"
@@ -92,6 +104,13 @@ class Bundle:
         check_same_teacher(student_teacher, self.teacher)
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
+
+    def require_lexical(self) -> LexicalIndex:
+        """The lexical index, or NoLexicalIndex (a 422 in the service) for a bundle built without one."""
+        if self.lexical is None:
+            raise NoLexicalIndex(f"bundle {self.directory.name} has no lexical index (built before lexical "
+                                 "search existed); rebuild it with `tandem index build` for mode lexical or hybrid")
+        return self.lexical
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
         scores, rows = self.vectors.search(rotate(queries, self.rotation), k, oversample)

@@ -68,6 +68,36 @@ class BaseInfo(BaseModel):
     encoded: int = Field(0, description="documents the teacher encoded for this update (new or changed text)")
 
 
+class LexicalInfo(BaseModel):
+    """The BM25 index over the passages the teacher saw (files under lexical/, listed in `files`)."""
+
+    engine: Literal["bm25s"] = "bm25s"
+    method: str = "lucene"
+    k1: float = 1.5
+    b: float = 0.75
+    stemmer: str = Field(default="english", description="PyStemmer algorithm; queries are stemmed alike")
+    stopwords: str = "en"
+    vocab: int = 0
+
+
+class FusionMethod(StrEnum):
+    RRF = "rrf"
+    CONVEX = "convex"
+
+
+class FusionSpec(BaseModel):
+    """How `mode: hybrid` fuses the dense and lexical candidate lists, unless a request says otherwise.
+
+    Recorded in the bundle so that `tandem eval` and the service fuse alike.
+    """
+
+    method: FusionMethod = FusionMethod.CONVEX
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0,
+                         description="convex: weight of the dense (min-max normalized) score")
+    rrf_k: int = Field(default=60, ge=1, description="rrf: the constant k in 1 / (k + rank)")
+    depth: int = Field(default=100, ge=1, description="candidates taken from each side before fusing")
+
+
 class BundleManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -86,6 +116,9 @@ class BundleManifest(BaseModel):
                                "before truncation; queries must be rotated alike (rotation.npy)")
     base: BaseInfo | None = Field(None, description="set by `tandem index update`: the version it started from")
     index: IndexSpec = Field(default_factory=IndexSpec, description="index type and its parameters (default: flat)")
+    lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
+    fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
+    metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")
 
     def summary(self) -> dict[str, object]:
         """What the service reports about the index it answers from."""
@@ -98,6 +131,7 @@ class BundleManifest(BaseModel):
             "index": self.index.type.value,
             "count": self.count,
             "build_time": self.build_time,
+            "modes": ["dense", "lexical", "hybrid"] if self.lexical is not None else ["dense"],
         }
 
 

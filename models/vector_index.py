@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import faiss
 import numpy as np
@@ -105,18 +105,42 @@ class VectorIndex:
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
         return cls(quantization, dim, index, cal, rescore, spec)
 
+    def _params(self, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
+        """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
+        if allowed is None:
+            return None
+        lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
+        sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+        typed: Any = self.index
+        if hasattr(typed, "hnsw"):
+            return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)
+        if hasattr(typed, "nprobe"):
+            return lib.SearchParametersIVF(sel=sel, nprobe=typed.nprobe)
+        return lib.SearchParameters(sel=sel)
+
+    def vectors_of(self, rows: np.ndarray) -> np.ndarray:
+        """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore codes)."""
+        if self.quantization is Quantization.BINARY:
+            assert self.calibration is not None and self.rescore_codes is not None
+            return int8_decode(np.asarray(self.rescore_codes[rows]), self.calibration)
+        index: Any = self.index
+        return np.asarray(index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)
+
     def search(
-        self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE
+        self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, rows) for full-dimension unit queries; rows are -1 past the corpus size."""
+        """Top-k (scores, rows) for full-dimension unit queries; rows are -1 past the corpus size.
+
+        `allowed` (ascending rows) restricts the search with a FAISS ID selector, before ranking."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         k = max(1, min(k, self.count))
+        params = self._params(allowed)
         if self.quantization is not Quantization.BINARY:
-            scores, rows = self.index.search(q, k)
+            scores, rows = self.index.search(q, k, params=params)
             return scores, rows
         assert self.calibration is not None and self.rescore_codes is not None
         depth = min(self.count, k * max(1, oversample))
-        _, candidates = self.index.search(binary_encode(q), depth)
+        _, candidates = self.index.search(binary_encode(q), depth, params=params)
         began = time.perf_counter()
         out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         out_rows = np.full((len(q), k), -1, dtype=np.int64)

@@ -133,6 +133,9 @@ def index_build(
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = None,
     ray_threads: RayThreadsOpt = 1,
+    metadata_extra: Annotated[
+        bool, typer.Option(help="Keep each line's keys outside id, title and text as metadata (besides `metadata`).")
+    ] = False,
     force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
 ) -> None:
     """Embed a corpus with the teacher and publish an index bundle atomically (resumable if killed)."""
@@ -145,6 +148,7 @@ def index_build(
         shard_size=shard_size, device=device, force=force, index=index, hnsw_m=hnsw_m,
         ef_construction=ef_construction, ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe,
         engine=engine, ray_address=ray_address, ray_actors=ray_actors, ray_threads=ray_threads,
+        metadata_extra=metadata_extra,
     )
     manifest = build(req)
     typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "

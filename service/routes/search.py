@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 
 from models.bundle import Hit
+from models.filters import FilterError, parse_filter
+from models.manifest import FusionMethod
+from models.retrieve import Mode, SearchOptions
 from service.deps import LoaderDep, SettingsDep
+from service.engine import Searcher
 from service.metrics import MetricsDep
 from service.schemas import (
     BatchSearchResponse,
@@ -53,8 +58,37 @@ def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str]
     return queries, top_k
 
 
-def _hits(hits: list[Hit]) -> list[SearchHit]:
-    return [SearchHit(id=h.doc.id, score=h.score, title=h.doc.title, text=h.doc.text) for h in hits]
+DEFAULT_FIELDS = ("id", "score", "title", "text")
+
+
+def _options(request: SearchRequest, top_k: int, searcher: Searcher) -> SearchOptions:
+    """The request's search options, checked against the bundle that will answer: 422s name the field."""
+    bundle = searcher.bundle
+    mode = Mode(request.mode)
+    if mode is not Mode.DENSE and bundle.lexical is None:
+        raise RequestValidationError([_problem("mode", "value_error", f"mode {mode.value!r} needs a lexical index; "
+                                               f"bundle {searcher.version} has none (built before lexical search "
+                                               "existed): rebuild it, or use mode 'dense'")])
+    parsed = None
+    if request.filter is not None:
+        try:
+            parsed = parse_filter(request.filter, frozenset(bundle.manifest.metadata_fields))
+        except FilterError as exc:
+            loc = ("body", "filter", *exc.path)
+            raise RequestValidationError([{"loc": loc, "type": "value_error", "msg": exc.message}]) from None
+    fusion = None if request.fusion is None else FusionMethod(request.fusion)
+    return SearchOptions(top_k=top_k, mode=mode, offset=request.offset or 0, min_score=request.min_score,
+                         fusion=fusion, alpha=request.alpha, filter=parsed)
+
+
+def _hits(hits: list[Hit], fields: Sequence[str]) -> list[SearchHit]:
+    out = []
+    for h in hits:
+        values: dict[str, Any] = {"id": h.doc.id, "score": h.score, "title": h.doc.title, "text": h.doc.text}
+        if "metadata" in fields:
+            values["metadata"] = h.doc.meta()
+        out.append(SearchHit(**{f: values[f] for f in fields}))
+    return out
 
 
 @router.post(
@@ -65,6 +99,7 @@ def _hits(hits: list[Hit]) -> list[SearchHit]:
         429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
         503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
     },
+    response_model_exclude_unset=True,  # a hit carries only the requested `fields`
 )
 async def search(
     request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep
@@ -73,11 +108,13 @@ async def search(
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
         metrics.watch(searcher)  # tokenize and rescore timers; idempotent, and covers a hot-reloaded searcher
         # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
-        outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
+        options = _options(request, top_k, searcher)
+        outcome = await searcher.batcher.search(queries, options, settings.request_timeout_ms / 1e3)
         index = IndexSummary.model_validate(searcher.index_summary())  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
     metrics.batch_queries.observe(outcome.batch_size)
     timing = Timing(**outcome.timing_ms)
+    fields = request.fields or DEFAULT_FIELDS
     if request.query is not None:
-        return SearchResponse(results=_hits(outcome.hits[0]), index=index, timing_ms=timing)
-    return BatchSearchResponse(results=[_hits(h) for h in outcome.hits], index=index, timing_ms=timing)
+        return SearchResponse(results=_hits(outcome.hits[0], fields), index=index, timing_ms=timing)
+    return BatchSearchResponse(results=[_hits(h, fields) for h in outcome.hits], index=index, timing_ms=timing)
