@@ -157,7 +157,7 @@ def test_offset_pages_through_the_ranking(meta_server: LiveServer) -> None:
         full = [h["id"] for h in _search(meta_server, query="energy from the sun", top_k=9, mode=mode)]
         pages = [[h["id"] for h in _search(meta_server, query="energy from the sun", top_k=3, offset=o, mode=mode)]
                  for o in (0, 3, 6)]
-        assert sum(pages, []) == full
+        assert [doc for page in pages for doc in page] == full
 
 
 def test_min_score_and_fields(meta_server: LiveServer) -> None:
