@@ -17,8 +17,6 @@ import logging
 import os
 from pathlib import Path
 
-import numpy as np
-
 from models.beir import load_beir
 from models.bundle import Bundle
 from models.fusion import fuse

@@ -57,9 +57,11 @@ def write_lexical(staging: Path, count: int) -> tuple[dict[str, object], list[st
 
 def write_vectors(
     staging: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
-    rotation: Rotation, index: IndexSpec,
+    rotation: Rotation, index: IndexSpec, center: bool = False,
 ) -> list[str]:
-    """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names."""
+    """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names.
+
+    `center` (binary only): one more pass takes the corpus mean, whose signs the codes leave out."""
     names: list[str] = []
     matrix = None
     if rotation is Rotation.PCA:
@@ -75,7 +77,13 @@ def write_vectors(
             yield np.ascontiguousarray(truncate(rotate(chunk, matrix), dim), dtype=np.float32)
 
     cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit_stream(truncated())
-    writer = IndexWriter(staging, count, dim, quantization, index, cal)
+    mean = None
+    if center and quantization is Quantization.BINARY:
+        total = np.zeros(dim, dtype=np.float64)
+        for chunk in truncated():
+            total += chunk.sum(axis=0, dtype=np.float64)
+        mean = (total / max(1, count)).astype(np.float32)
+    writer = IndexWriter(staging, count, dim, quantization, index, cal, mean)
     try:
         if writer.train_step is not None:
             writer.train(truncated())

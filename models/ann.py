@@ -63,17 +63,23 @@ def train_step(count: int, spec: IndexSpec) -> int:
     return max(1, count // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
 
 
-def first_stage_codes(x: np.ndarray, quantization: Quantization) -> np.ndarray:
-    """What the first stage stores for truncated unit vectors `x`: sign bits (binary) or the floats."""
-    return binary_encode(x) if quantization is Quantization.BINARY else np.ascontiguousarray(x, dtype=np.float32)
+def first_stage_codes(x: np.ndarray, quantization: Quantization, center: np.ndarray | None = None) -> np.ndarray:
+    """What the first stage stores for truncated unit vectors `x`: sign bits (binary) or the floats.
+
+    Binary codes take the signs of x − center when a center is given: the corpus mean, which the
+    leading PCA axes carry, would otherwise make their bits nearly constant."""
+    if quantization is not Quantization.BINARY:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    return binary_encode(x if center is None else x - center)
 
 
 def build_first_stage(
-    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None
+    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None,
+    center: np.ndarray | None = None,
 ) -> faiss.Index | faiss.IndexBinary:
     """A filled index over MRL-truncated unit vectors `x` (float32, C-contiguous)."""
     index = empty_first_stage(x.shape[1], quantization, spec, cal)
-    data = first_stage_codes(x, quantization)
+    data = first_stage_codes(x, quantization, center)
     if not index.is_trained:
         index.train(np.ascontiguousarray(data[:: train_step(len(data), spec)]))
     index.add(data)

@@ -79,11 +79,13 @@ class Cell:
 def search_cell(docs: np.ndarray, queries: np.ndarray, dim: int, quantization: str) -> tuple[np.ndarray, np.ndarray]:
     """(scores, rows) of the top TOP_K documents, as a bundle of this dim and quantization ranks them."""
     if quantization == "binary":
-        index = VectorIndex.build(docs, dim, Quantization.BINARY)
-        distances, rows = index.index.search(binary_encode(truncate(queries, dim)), min(TOP_K, index.count))
+        index = VectorIndex.build(docs, dim, Quantization.BINARY, center=True)
+        q = truncate(queries, dim)
+        assert index.center is not None
+        distances, rows = index.index.search(binary_encode(q - index.center), min(TOP_K, index.count))
         return -distances.astype(np.float32), rows
     kind = Quantization.BINARY if quantization == "binary+rescore" else Quantization(quantization)
-    return VectorIndex.build(docs, dim, kind).search(queries, TOP_K, DEFAULT_OVERSAMPLE)
+    return VectorIndex.build(docs, dim, kind, center=True).search(queries, TOP_K, DEFAULT_OVERSAMPLE)
 
 
 def evaluate_matrix(setups: Sequence[Setup], qids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels) -> list[Cell]:

@@ -116,6 +116,8 @@ class BundleManifest(BaseModel):
                                "before truncation; queries must be rotated alike (rotation.npy)")
     base: BaseInfo | None = Field(None, description="set by `tandem index update`: the version it started from")
     index: IndexSpec = Field(default_factory=IndexSpec, description="index type and its parameters (default: flat)")
+    binary_center: bool = Field(False, description="binary: codes are the signs of the vectors minus the corpus "
+                                "mean (center.npy), queries alike; absent in older bundles: plain signs")
     lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
     fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
     metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")

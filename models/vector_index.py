@@ -29,6 +29,7 @@ from models.timing import StageObserver
 INDEX_FILE = "index.faiss"
 CALIBRATION_FILE = "calibration.npy"
 RESCORE_FILE = "rescore.u8.npy"
+CENTER_FILE = "center.npy"  # binary: the corpus mean subtracted before taking signs (documents and queries)
 DEFAULT_OVERSAMPLE = 4
 
 
@@ -43,8 +44,10 @@ class VectorIndex:
         calibration: Int8Calibration | None = None,
         rescore_codes: np.ndarray | None = None,
         spec: IndexSpec | None = None,
+        center: np.ndarray | None = None,
     ) -> None:
         self.quantization = quantization
+        self.center = center
         self.dim = dim
         self.spec = spec or IndexSpec()
         self.index = index
@@ -58,15 +61,19 @@ class VectorIndex:
 
     @classmethod
     def build(
-        cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None
+        cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
+        center: bool = False,
     ) -> VectorIndex:
-        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat)."""
+        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat);
+        `center`: binary codes are the signs of the vectors minus their mean."""
         spec = spec or IndexSpec()
         x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
         cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
-        index = build_first_stage(x, quantization, spec, cal)
+        mean = x.mean(axis=0, dtype=np.float64).astype(np.float32) if center else None
+        mean = mean if quantization is Quantization.BINARY else None
+        index = build_first_stage(x, quantization, spec, cal, mean)
         rescore = int8_encode(x, cal) if quantization is Quantization.BINARY and cal is not None else None
-        return cls(quantization, dim, index, cal, rescore, spec)
+        return cls(quantization, dim, index, cal, rescore, spec, mean)
 
     def save(self, directory: Path) -> list[str]:
         """Write the index files into `directory`; returns their names."""
@@ -81,11 +88,15 @@ class VectorIndex:
         if self.rescore_codes is not None:
             np.save(directory / RESCORE_FILE, self.rescore_codes)
             names.append(RESCORE_FILE)
+        if self.center is not None:
+            np.save(directory / CENTER_FILE, self.center)
+            names.append(CENTER_FILE)
         return names
 
     @classmethod
     def load(
-        cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None
+        cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
+        centered: bool = False,
     ) -> VectorIndex:
         """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former."""
         spec = spec or IndexSpec()
@@ -103,7 +114,12 @@ class VectorIndex:
             raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
         if rescore is not None and rescore.shape != (index.ntotal, dim):
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
-        return cls(quantization, dim, index, cal, rescore, spec)
+        center = None
+        if centered:
+            center = np.asarray(np.load(directory / CENTER_FILE), dtype=np.float32)
+            if center.shape != (dim,):
+                raise ValueError(f"{directory}: {CENTER_FILE} has shape {center.shape}, expected {(dim,)}")
+        return cls(quantization, dim, index, cal, rescore, spec, center)
 
     def _params(self, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
         """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
@@ -140,7 +156,8 @@ class VectorIndex:
             return scores, rows
         assert self.calibration is not None and self.rescore_codes is not None
         depth = min(self.count, k * max(1, oversample))
-        _, candidates = self.index.search(binary_encode(q), depth, params=params)
+        codes = binary_encode(q if self.center is None else q - self.center)
+        _, candidates = self.index.search(codes, depth, params=params)
         began = time.perf_counter()
         out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         out_rows = np.full((len(q), k), -1, dtype=np.int64)
@@ -167,9 +184,10 @@ class IndexWriter:
 
     def __init__(
         self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
-        calibration: Int8Calibration | None,
+        calibration: Int8Calibration | None, center: np.ndarray | None = None,
     ) -> None:
         self.directory, self.count, self.dim = Path(directory), count, dim
+        self.center = center
         self.quantization, self.spec, self.calibration = quantization, spec, calibration
         self.index = empty_first_stage(dim, quantization, spec, calibration)
         self.added = 0
@@ -193,13 +211,13 @@ class IndexWriter:
         sample, seen = [], 0
         for x in chunks:
             first = (-seen) % step  # the first row of this chunk whose global index is a multiple of step
-            sample.append(first_stage_codes(x[first::step], self.quantization))
+            sample.append(first_stage_codes(x[first::step], self.quantization, self.center))
             seen += len(x)
         self.index.train(np.ascontiguousarray(np.concatenate(sample)))
 
     def add(self, x: np.ndarray) -> None:
         """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
-        self.index.add(first_stage_codes(x, self.quantization))
+        self.index.add(first_stage_codes(x, self.quantization, self.center))
         if self._rescore is not None:
             assert self.calibration is not None
             self._rescore.write(int8_encode(x, self.calibration).tobytes())
@@ -212,8 +230,8 @@ class IndexWriter:
         if self._rescore is not None:
             self._rescore.close()
         apply_search_params(self.index, self.spec)
-        return VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec).save(
-            self.directory) + ([RESCORE_FILE] if self._rescore is not None else [])
+        return VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
+                           self.center).save(self.directory) + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:
         if self._rescore is not None and not self._rescore.closed:
