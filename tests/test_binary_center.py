@@ -61,7 +61,7 @@ def test_streamed_build_writes_the_center_of_all_chunks(tmp_path: Path) -> None:
     from models.index_spec import IndexSpec
     from models.rotation import Rotation
 
-    docs, queries = _corpus(n=700)
+    docs, _ = _corpus(n=700)
     full = np.concatenate([docs, np.zeros((700, 640), dtype=np.float32)], axis=1)  # 768-d, like a teacher's
     names = write_vectors(tmp_path, 700, lambda: [full[:300], full[300:]], dim=128, quantization=Quantization.BINARY,
                           rotation=Rotation.NONE, index=IndexSpec(), center=True)
