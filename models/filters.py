@@ -51,10 +51,18 @@ def _is_date(value: object) -> bool:
     return True
 
 
+_INT64 = (-(2**63), 2**63 - 1)
+
+
 def _json_kind(value: object) -> str:
-    """The kind a value has in JSON, as SQLite's json_type names it (integer and real are both 'number')."""
+    """The kind a value has in JSON, as SQLite's json_type names it (integer and real are both 'number');
+    'other' for what a filter cannot hold (an integer SQLite cannot bind, a NaN, a list)."""
     if isinstance(value, bool):
         return "bool"
+    if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        return "other"
+    if isinstance(value, float) and value != value:
+        return "other"
     if _is_number(value):
         return "number"
     if isinstance(value, str):
@@ -137,7 +145,7 @@ def _condition(obj: dict[str, Any], path: tuple[str | int, ...], fields: set[str
     bounds = {k: obj[k] for k in _RANGE if k in obj}
     kinds = {"number" if _is_number(v) else "date" if _is_date(v) else "bad" for v in bounds.values()}
     for k, v in bounds.items():
-        if not (_is_number(v) or _is_date(v)):
+        if not ((_is_number(v) and _json_kind(v) == "number") or _is_date(v)):
             raise FilterError((*path, k), f"{k} takes a number or an ISO 8601 date, got {v!r}")
     if len(kinds) != 1:
         raise FilterError(path, "range bounds must all be numbers or all be dates")

@@ -209,3 +209,36 @@ def test_update_keeps_the_lexical_index_in_step(meta_bundle: Path, tmp_path: Pat
         assert found.hits[0][0].doc.meta() == {"year": 2030, "topic": "sport"}
     finally:
         bundle.close()
+
+
+@pytest.mark.parametrize(("flt", "field"), [
+    ({"field": "year", "eq": 2**70}, "filter.eq"), ({"field": "year", "gt": 2**70}, "filter.gt"),
+    ({"field": "topic", "in": ["a", [1]]}, "filter.in"), ({"field": "year", "gte": 1, "eq": 2}, "filter"),
+])
+def test_values_a_filter_cannot_hold_are_422s(meta_server: LiveServer, flt: dict, field: str) -> None:
+    response = meta_server.client.post("/search", json={"query": "x", "filter": flt})
+    assert response.status_code == 422, response.text
+    assert field in [d["field"] for d in response.json()["details"]]
+
+
+def test_hot_reload_brings_the_lexical_stage_with_the_bundle(old_bundle: Path, meta_bundle: Path,
+                                                            tiny_student: Path, tmp_path: Path) -> None:
+    """Serving an old bundle, lexical is a 422; after a hot reload to a bundle with BM25 it answers, and a
+    rollback takes it away again: the lexical stage belongs to the bundle in service."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copytree(old_bundle, root / "old")
+    shutil.copytree(meta_bundle, root / "new")
+    auth = {"Authorization": "Bearer reload-token"}
+    settings = ServiceSettings(index=root / "old", student=tiny_student, port=0, admin_token="reload-token",
+                               watch_interval_s=0)
+    with serve_app(create_app(settings)) as server:
+        body = {"query": "Odoacer", "mode": "lexical", "top_k": 3}
+        assert server.client.post("/search", json=body).status_code == 422
+        response = server.client.post("/admin/reload", json={"path": str(root / "new")}, headers=auth)
+        assert response.status_code == 200, response.text
+        answer = server.client.post("/search", json=body)
+        assert answer.status_code == 200 and [h["id"] for h in answer.json()["results"]] == ["rome"]
+        assert answer.json()["index"]["version"] == "new"
+        assert server.client.post("/admin/rollback", headers=auth).status_code == 200
+        assert server.client.post("/search", json=body).status_code == 422
