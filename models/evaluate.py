@@ -224,7 +224,7 @@ def format_table(report: dict) -> str:
     lines = [
         f"{meta['data']} [{meta['split']}]: {meta['n_queries']} queries, {meta['n_docs']} docs; "
         f"index {meta['dim']}-d {meta['quantization']}, student {meta['precision']}",
-        f"{'setup':<12}{'nDCG@10':>9}{'R@100':>9}{'retention':>11}{'seconds':>9}",
+        f"{'setup':<16}{'nDCG@10':>9}{'R@100':>9}{'retention':>11}{'seconds':>9}",
     ]
     for name in (*SETUPS, *HYBRID_SETUPS):
         if name not in report:
@@ -232,7 +232,7 @@ def format_table(report: dict) -> str:
         retention = 1.0 if name == "teacher" else report["retention"][name]
         shown = "n/a" if retention is None else f"{retention:.1%}"
         lines.append(
-            f"{name:<12}{report[name][NDCG]:>9.4f}{report[name][RECALL]:>9.4f}{shown:>11}"
+            f"{name:<16}{report[name][NDCG]:>9.4f}{report[name][RECALL]:>9.4f}{shown:>11}"
             f"{meta['seconds'][name]:>9.1f}"
         )
     if meta.get("fusion"):
