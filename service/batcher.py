@@ -221,9 +221,8 @@ class MicroBatcher:
                     hits[i] = [next(answers) for _ in live[i].queries]
                     lexical_s[i] = found.lexical_s
             done = time.monotonic()
-        except Exception as exc:  # the requests get a 500 (or their own 4xx); the worker lives on
-            if not isinstance(exc, ValueError):
-                log.exception("batch of %d jobs failed", len(live))
+        except Exception as exc:  # the requests get a 500; the worker lives on
+            log.exception("batch of %d jobs failed", len(live))
             for job in live:
                 job.future.set_exception(exc)
             return
