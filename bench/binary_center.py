@@ -16,13 +16,14 @@ import json
 import logging
 from pathlib import Path
 
+import faiss
 import numpy as np
 
 from models.beir import load_beir
 from models.contract import truncate
 from models.ir_metrics import NDCG, TOP_K, run_from_rows, score_run
 from models.manifest import Quantization
-from models.quantize import binary_encode
+from models.quantize import binary_encode, int8_decode
 from models.registry import resolve
 from models.rotation import fit_pca_rotation, rotate
 from models.student import StudentEncoder
@@ -39,6 +40,7 @@ def main() -> None:
     parser.add_argument("--student", type=Path, required=True)
     parser.add_argument("--dims", default="512,256,128")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--cache", type=Path, help="keep the encoded queries here, to rerun without encoding")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     data = load_beir(args.data, args.split)
@@ -48,8 +50,15 @@ def main() -> None:
     qids, texts = list(data.queries), list(data.queries.values())
     from models.teacher import TeacherEncoder
 
-    queries = {"teacher": TeacherEncoder(resolve("teacher")).encode(texts),
-               "asymmetric": StudentEncoder(args.student, "int8").encode(texts, batch_size=1)}
+    cache = args.cache / f"queries-{args.data.name}-{args.split}.npz" if args.cache else None
+    if cache is not None and cache.is_file():
+        queries = dict(np.load(cache))
+    else:
+        queries = {"teacher": TeacherEncoder(resolve("teacher")).encode(texts),
+                   "asymmetric": StudentEncoder(args.student, "int8").encode(texts, batch_size=1)}
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(cache, **queries)
     rows_out = []
     for rotation in ("none", "pca"):
         matrix = fit_pca_rotation(docs) if rotation == "pca" else None
@@ -72,6 +81,24 @@ def main() -> None:
                     result[f"{who} hamming {tag}"] = ndcg(-dist.astype(np.float32), rows)
                     for over in (4, 8, 16):
                         result[f"{who} rescore x{over} {tag}"] = ndcg(*index.search(q_rot, TOP_K, over))
+                # centered, then a random orthogonal rotation of the kept dims: spreads PCA's uneven variance
+                # evenly over the sign bits (as PCA-RR / ITQ do); rescoring is unchanged
+                index = VectorIndex.build(d_rot, dim, Quantization.BINARY, center=True)
+                assert index.center is not None and index.calibration is not None
+                spin = np.linalg.qr(np.random.default_rng(0).standard_normal((dim, dim)))[0].astype(np.float32)
+                codes = faiss.IndexBinaryFlat(dim)
+                codes.add(binary_encode((truncate(d_rot, dim) - index.center) @ spin))
+                qt = truncate(q_rot, dim)
+                dist, rows = codes.search(binary_encode((qt - index.center) @ spin), TOP_K * 16)
+                result[f"{who} hamming balanced"] = ndcg(-dist[:, :TOP_K].astype(np.float32), rows[:, :TOP_K])
+                for over in (4, 8, 16):
+                    out_s = np.zeros((len(qt), TOP_K), dtype=np.float32)
+                    out_r = np.zeros((len(qt), TOP_K), dtype=np.int64)
+                    for i, cand in enumerate(rows[:, : TOP_K * over]):
+                        vecs = int8_decode(np.asarray(index.rescore_codes[cand]), index.calibration)
+                        order = np.argsort(-(vecs @ qt[i]), kind="stable")[:TOP_K]
+                        out_s[i], out_r[i] = (vecs @ qt[i])[order], cand[order]
+                    result[f"{who} rescore x{over} balanced"] = ndcg(out_s, out_r)
             rows_out.append(result)
             log.info("%s", result)
     keys = [k for k in rows_out[0] if k not in ("rotation", "dim")]
