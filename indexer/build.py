@@ -109,7 +109,7 @@ class BuildRequest:
     ray_actors: int | None = None
     ray_threads: int = 1
     metadata_extra: bool = False
-    binary_center: bool = True  # binary: subtract the corpus mean before taking signs (models.ann)
+    binary_center: bool = True  # binary: subtract the corpus mean, then spin, before taking signs (models.ann)
 
     @property
     def target(self) -> Target:
@@ -247,7 +247,8 @@ def build(req: BuildRequest) -> BundleManifest:
         assert key is not None
         centered = req.binary_center and quantization is Quantization.BINARY
         names = write_vectors(staging, corpus.count, lambda: store.iter_chunks(key), dim=req.dim,
-                              quantization=quantization, rotation=rotation, index=index, center=centered)
+                              quantization=quantization, rotation=rotation, index=index, center=centered,
+                              spin=centered)
         info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
                           count=corpus.count)
         manifest = write_manifest(staging, [*names, DOCSTORE_FILE, *lexical_names], teacher=card.teacher_ref(),
@@ -255,6 +256,6 @@ def build(req: BuildRequest) -> BundleManifest:
                                   quantization=quantization, count=corpus.count,
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
                                   embeddings=source, version=version, rotation=rotation, index=index,
-                                  binary_center=centered, **described)
+                                  binary_center=centered, binary_spin=centered, **described)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

@@ -232,7 +232,7 @@ def update(req: UpdateRequest) -> BundleManifest:
                             deleted=plan.counts["deleted"], encoded=encoded)
             names = write_vectors(staging, count, lambda: store.iter_chunks(new_key), dim=base.dim,
                                   quantization=base.quantization, rotation=base.rotation, index=base.index,
-                                  center=base.binary_center)
+                                  center=base.binary_center, spin=base.binary_spin)
             described, lexical_names = write_lexical(staging, count)  # rebuilt: BM25 statistics are corpus-wide
             if base.fusion is not None:
                 described["fusion"] = base.fusion  # a default chosen for this corpus survives its updates
@@ -242,7 +242,8 @@ def update(req: UpdateRequest) -> BundleManifest:
                                       dim=base.dim, quantization=base.quantization, count=count,
                                       build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
                                       embeddings=source, version=version, base=info, rotation=base.rotation,
-                                      index=base.index, binary_center=base.binary_center, **described)
+                                      index=base.index, binary_center=base.binary_center,
+                                      binary_spin=base.binary_spin, **described)
     finally:
         bundle.close()
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.ann import spin_matrix
 from models.contract import truncate
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
@@ -57,11 +58,12 @@ def write_lexical(staging: Path, count: int) -> tuple[dict[str, object], list[st
 
 def write_vectors(
     staging: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
-    rotation: Rotation, index: IndexSpec, center: bool = False,
+    rotation: Rotation, index: IndexSpec, center: bool = False, spin: bool = False,
 ) -> list[str]:
     """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names.
 
-    `center` (binary only): one more pass takes the corpus mean, whose signs the codes leave out."""
+    `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
+    only): the codes are taken after a random orthogonal rotation (models.ann.sign_codes)."""
     names: list[str] = []
     matrix = None
     if rotation is Rotation.PCA:
@@ -83,7 +85,8 @@ def write_vectors(
         for chunk in truncated():
             total += chunk.sum(axis=0, dtype=np.float64)
         mean = (total / max(1, count)).astype(np.float32)
-    writer = IndexWriter(staging, count, dim, quantization, index, cal, mean)
+    turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
+    writer = IndexWriter(staging, count, dim, quantization, index, cal, mean, turn)
     try:
         if writer.train_step is not None:
             writer.train(truncated())

@@ -68,7 +68,8 @@ class Bundle:
             raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
         try:
             self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization,
-                                            self.manifest.index, centered=self.manifest.binary_center)
+                                            self.manifest.index, centered=self.manifest.binary_center,
+                                            spun=self.manifest.binary_spin)
             self.rotation = self._load_rotation()
         except (RuntimeError, ValueError, OSError) as exc:
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc

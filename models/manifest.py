@@ -118,6 +118,8 @@ class BundleManifest(BaseModel):
     index: IndexSpec = Field(default_factory=IndexSpec, description="index type and its parameters (default: flat)")
     binary_center: bool = Field(False, description="binary: codes are the signs of the vectors minus the corpus "
                                 "mean (center.npy), queries alike; absent in older bundles: plain signs")
+    binary_spin: bool = Field(False, description="binary: after centering, a random orthogonal rotation (spin.npy) "
+                              "before the signs, queries alike; absent in older bundles")
     lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
     fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
     metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")

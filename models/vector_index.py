@@ -19,17 +19,26 @@ from typing import Any, BinaryIO
 import faiss
 import numpy as np
 
-from models.ann import apply_search_params, build_first_stage, empty_first_stage, first_stage_codes, train_step
+from models.ann import (
+    apply_search_params,
+    build_first_stage,
+    empty_first_stage,
+    first_stage_codes,
+    sign_codes,
+    spin_matrix,
+    train_step,
+)
 from models.contract import truncate
 from models.index_spec import IndexSpec
 from models.manifest import Quantization
-from models.quantize import Int8Calibration, binary_encode, int8_decode, int8_encode
+from models.quantize import Int8Calibration, int8_decode, int8_encode
 from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
 CALIBRATION_FILE = "calibration.npy"
 RESCORE_FILE = "rescore.u8.npy"
 CENTER_FILE = "center.npy"  # binary: the corpus mean subtracted before taking signs (documents and queries)
+SPIN_FILE = "spin.npy"  # binary: the random orthogonal matrix applied after centering, before the signs
 DEFAULT_OVERSAMPLE = 4
 
 
@@ -45,9 +54,10 @@ class VectorIndex:
         rescore_codes: np.ndarray | None = None,
         spec: IndexSpec | None = None,
         center: np.ndarray | None = None,
+        spin: np.ndarray | None = None,
     ) -> None:
         self.quantization = quantization
-        self.center = center
+        self.center, self.spin = center, spin
         self.dim = dim
         self.spec = spec or IndexSpec()
         self.index = index
@@ -62,18 +72,19 @@ class VectorIndex:
     @classmethod
     def build(
         cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
-        center: bool = False,
+        center: bool = False, spin: bool = False,
     ) -> VectorIndex:
         """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat);
-        `center`: binary codes are the signs of the vectors minus their mean."""
+        binary codes are the signs of the vectors minus their mean (`center`), spun (`spin`: models.ann)."""
         spec = spec or IndexSpec()
         x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
         cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
         mean = x.mean(axis=0, dtype=np.float64).astype(np.float32) if center else None
         mean = mean if quantization is Quantization.BINARY else None
-        index = build_first_stage(x, quantization, spec, cal, mean)
+        turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
+        index = build_first_stage(x, quantization, spec, cal, mean, turn)
         rescore = int8_encode(x, cal) if quantization is Quantization.BINARY and cal is not None else None
-        return cls(quantization, dim, index, cal, rescore, spec, mean)
+        return cls(quantization, dim, index, cal, rescore, spec, mean, turn)
 
     def save(self, directory: Path) -> list[str]:
         """Write the index files into `directory`; returns their names."""
@@ -91,12 +102,15 @@ class VectorIndex:
         if self.center is not None:
             np.save(directory / CENTER_FILE, self.center)
             names.append(CENTER_FILE)
+        if self.spin is not None:
+            np.save(directory / SPIN_FILE, self.spin)
+            names.append(SPIN_FILE)
         return names
 
     @classmethod
     def load(
         cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
-        centered: bool = False,
+        centered: bool = False, spun: bool = False,
     ) -> VectorIndex:
         """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former."""
         spec = spec or IndexSpec()
@@ -119,7 +133,12 @@ class VectorIndex:
             center = np.asarray(np.load(directory / CENTER_FILE), dtype=np.float32)
             if center.shape != (dim,):
                 raise ValueError(f"{directory}: {CENTER_FILE} has shape {center.shape}, expected {(dim,)}")
-        return cls(quantization, dim, index, cal, rescore, spec, center)
+        spin = None
+        if spun:
+            spin = np.asarray(np.load(directory / SPIN_FILE), dtype=np.float32)
+            if spin.shape != (dim, dim):
+                raise ValueError(f"{directory}: {SPIN_FILE} has shape {spin.shape}, expected {(dim, dim)}")
+        return cls(quantization, dim, index, cal, rescore, spec, center, spin)
 
     def _params(self, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
         """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
@@ -156,7 +175,7 @@ class VectorIndex:
             return scores, rows
         assert self.calibration is not None and self.rescore_codes is not None
         depth = min(self.count, k * max(1, oversample))
-        codes = binary_encode(q if self.center is None else q - self.center)
+        codes = sign_codes(q, self.center, self.spin)
         _, candidates = self.index.search(codes, depth, params=params)
         began = time.perf_counter()
         out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
@@ -184,10 +203,10 @@ class IndexWriter:
 
     def __init__(
         self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
-        calibration: Int8Calibration | None, center: np.ndarray | None = None,
+        calibration: Int8Calibration | None, center: np.ndarray | None = None, spin: np.ndarray | None = None,
     ) -> None:
         self.directory, self.count, self.dim = Path(directory), count, dim
-        self.center = center
+        self.center, self.spin = center, spin
         self.quantization, self.spec, self.calibration = quantization, spec, calibration
         self.index = empty_first_stage(dim, quantization, spec, calibration)
         self.added = 0
@@ -211,13 +230,13 @@ class IndexWriter:
         sample, seen = [], 0
         for x in chunks:
             first = (-seen) % step  # the first row of this chunk whose global index is a multiple of step
-            sample.append(first_stage_codes(x[first::step], self.quantization, self.center))
+            sample.append(first_stage_codes(x[first::step], self.quantization, self.center, self.spin))
             seen += len(x)
         self.index.train(np.ascontiguousarray(np.concatenate(sample)))
 
     def add(self, x: np.ndarray) -> None:
         """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
-        self.index.add(first_stage_codes(x, self.quantization, self.center))
+        self.index.add(first_stage_codes(x, self.quantization, self.center, self.spin))
         if self._rescore is not None:
             assert self.calibration is not None
             self._rescore.write(int8_encode(x, self.calibration).tobytes())
@@ -230,8 +249,9 @@ class IndexWriter:
         if self._rescore is not None:
             self._rescore.close()
         apply_search_params(self.index, self.spec)
-        return VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
-                           self.center).save(self.directory) + ([RESCORE_FILE] if self._rescore is not None else [])
+        names = VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
+                            self.center, self.spin).save(self.directory)
+        return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:
         if self._rescore is not None and not self._rescore.closed:

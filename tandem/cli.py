@@ -137,7 +137,8 @@ def index_build(
         bool, typer.Option(help="Keep each line's keys outside id, title and text as metadata (besides `metadata`).")
     ] = False,
     binary_center: Annotated[
-        bool, typer.Option(help="binary: subtract the corpus mean before taking sign bits (queries alike).")
+        bool, typer.Option(help="binary: subtract the corpus mean and apply a random orthogonal rotation before "
+                           "taking sign bits (queries alike).")
     ] = True,
     force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
 ) -> None:
