@@ -24,6 +24,7 @@ from models.docstore import DocStore
 from models.manifest import LexicalInfo
 
 log = logging.getLogger(__name__)
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
 
 LEXICAL_DIR = "lexical"
 READ_CHUNK = 10_000
