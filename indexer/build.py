@@ -19,7 +19,7 @@ import numpy as np
 from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.publish import Target, publish
-from indexer.writer import write_manifest, write_vectors
+from indexer.writer import write_lexical, write_manifest, write_vectors
 from models.contract import SUPPORTED_DIMS
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, local_runner, store_key
@@ -111,6 +111,8 @@ class BuildRequest:
     ray_address: str | None = None
     ray_actors: int | None = None
     ray_threads: int = 1
+    metadata_extra: bool = False
+    binary_center: bool = True  # binary: subtract the corpus mean, then spin, before taking signs (models.ann)
 
     @property
     def target(self) -> Target:
@@ -230,7 +232,7 @@ def build(req: BuildRequest) -> BundleManifest:
     with publish(req.target) as (staging, version):
         writer = DocstoreWriter(staging / DOCSTORE_FILE)
         try:
-            corpus = ingest_corpus(Path(req.corpus), writer)
+            corpus = ingest_corpus(Path(req.corpus), writer, extra_metadata=req.metadata_extra)
             log.info("corpus %s: %d documents", req.corpus, corpus.count)
             index = req.index_spec(quantization, corpus.count)  # refused here, before any encoding
             if req.embeddings is not None:
@@ -243,15 +245,20 @@ def build(req: BuildRequest) -> BundleManifest:
                 source = teacher_vectors(req, card, corpus, docs, store)
             finally:
                 docs.close()
+        described, lexical_names = write_lexical(staging, corpus.count)
         key = source.store_key
         assert key is not None
+        centered = req.binary_center and quantization is Quantization.BINARY
         names = write_vectors(staging, corpus.count, lambda: store.iter_chunks(key), dim=req.dim,
-                              quantization=quantization, rotation=rotation, index=index)
+                              quantization=quantization, rotation=rotation, index=index, center=centered,
+                              spin=centered)
         info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
                           count=corpus.count)
-        manifest = write_manifest(staging, [*names, DOCSTORE_FILE], teacher=card.teacher_ref(), dim=req.dim,
+        manifest = write_manifest(staging, [*names, DOCSTORE_FILE, *lexical_names], teacher=card.teacher_ref(),
+                                  dim=req.dim,
                                   quantization=quantization, count=corpus.count,
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
-                                  embeddings=source, version=version, rotation=rotation, index=index)
+                                  embeddings=source, version=version, rotation=rotation, index=index,
+                                  binary_center=centered, binary_spin=centered, **described)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

@@ -28,8 +28,10 @@ class IngestedCorpus:
     offsets: list[int] = field(default_factory=list)  # byte offset of rows 0, OFFSET_STRIDE, 2·OFFSET_STRIDE, …
 
 
-def ingest_corpus(path: Path, docstore: DocstoreWriter) -> IngestedCorpus:
-    """Stream `path` into `docstore`; raise InputError naming file and line on a bad line or duplicate id."""
+def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = False) -> IngestedCorpus:
+    """Stream `path` into `docstore`; raise InputError naming file and line on a bad line or duplicate id.
+
+    `extra_metadata` keeps a line's keys outside id, title and text as metadata (models.corpus)."""
     hasher = CorpusHasher()
     offsets: list[int] = []
     batch: list[Document] = []
@@ -46,7 +48,7 @@ def ingest_corpus(path: Path, docstore: DocstoreWriter) -> IngestedCorpus:
         lines.clear()
 
     count = 0
-    for lineno, offset, doc in scan_corpus(path):
+    for lineno, offset, doc in scan_corpus(path, extra_metadata):
         if count % OFFSET_STRIDE == 0:
             offsets.append(offset)
         hasher.update(doc)

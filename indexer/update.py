@@ -26,7 +26,7 @@ from indexer.build import TeacherRun, local_teacher
 from indexer.changes import Changes, read_changes
 from indexer.ingest import Passages
 from indexer.publish import Target, publish
-from indexer.writer import CORPUS_FILE, write_manifest, write_vectors
+from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
 from models.bundle import Bundle
 from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
@@ -107,7 +107,7 @@ def plan_changes(bundle: Bundle, changes: Changes, out: DocstoreWriter, corpus_f
         sources.append(source)
         new_hasher.update(doc)
         batch.append(doc)
-        corpus_fh.write(json.dumps({"_id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n")
+        corpus_fh.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
         if len(batch) >= READ_CHUNK:
             out.add(batch)
             batch.clear()
@@ -232,13 +232,19 @@ def update(req: UpdateRequest) -> BundleManifest:
                             added=plan.counts["added"], replaced=plan.counts["replaced"],
                             deleted=plan.counts["deleted"], encoded=encoded)
             names = write_vectors(staging, count, lambda: store.iter_chunks(new_key), dim=base.dim,
-                                  quantization=base.quantization, rotation=base.rotation, index=base.index)
+                                  quantization=base.quantization, rotation=base.rotation, index=base.index,
+                                  center=base.binary_center, spin=base.binary_spin)
+            described, lexical_names = write_lexical(staging, count)  # rebuilt: BM25 statistics are corpus-wide
+            if base.fusion is not None:
+                described["fusion"] = base.fusion  # a default chosen for this corpus survives its updates
             corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count)
-            manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE], teacher=card.teacher_ref(),
+            manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *lexical_names],
+                                      teacher=card.teacher_ref(),
                                       dim=base.dim, quantization=base.quantization, count=count,
                                       build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
                                       embeddings=source, version=version, base=info, rotation=base.rotation,
-                                      index=base.index)
+                                      index=base.index, binary_center=base.binary_center,
+                                      binary_spin=base.binary_spin, **described)
     finally:
         bundle.close()
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)

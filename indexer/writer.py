@@ -15,10 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
+from models.ann import spin_matrix
 from models.contract import truncate
 from models.corpus import Document
-from models.docstore import DOCSTORE_FILE, write_docstore
+from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.fusion_default import DEFAULT_FUSION
 from models.index_spec import IndexSpec
+from models.lexical import build_lexical
 from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.quantize import Int8Calibration
 from models.registry import ModelCard, sha256_file
@@ -36,16 +39,31 @@ def write_corpus(path: Path, docs: Iterable[Document]) -> int:
     count = 0
     with path.open("w", encoding="utf-8") as fh:
         for d in docs:
-            fh.write(json.dumps({"_id": d.id, "title": d.title, "text": d.text}, ensure_ascii=False) + "\n")
+            fh.write(json.dumps(d.to_json(), ensure_ascii=False) + "\n")
             count += 1
     return count
 
 
+def write_lexical(staging: Path, count: int) -> tuple[dict[str, object], list[str]]:
+    """The lexical index over the staging docstore, and the manifest fields that describe the documents:
+    lexical parameters, the default fusion and the metadata keys present."""
+    docs = DocStore(staging / DOCSTORE_FILE)
+    try:
+        info, names = build_lexical(staging, docs, count)
+        fields = docs.metadata_fields()
+    finally:
+        docs.close()
+    return {"lexical": info, "fusion": DEFAULT_FUSION, "metadata_fields": fields}, names
+
+
 def write_vectors(
     staging: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
-    rotation: Rotation, index: IndexSpec,
+    rotation: Rotation, index: IndexSpec, center: bool = False, spin: bool = False,
 ) -> list[str]:
-    """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names."""
+    """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names.
+
+    `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
+    only): the codes are taken after a random orthogonal rotation (models.ann.sign_codes)."""
     names: list[str] = []
     matrix = None
     if rotation is Rotation.PCA:
@@ -61,7 +79,14 @@ def write_vectors(
             yield np.ascontiguousarray(truncate(rotate(chunk, matrix), dim), dtype=np.float32)
 
     cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit_stream(truncated())
-    writer = IndexWriter(staging, count, dim, quantization, index, cal)
+    mean = None
+    if center and quantization is Quantization.BINARY:
+        total = np.zeros(dim, dtype=np.float64)
+        for chunk in truncated():
+            total += chunk.sum(axis=0, dtype=np.float64)
+        mean = (total / max(1, count)).astype(np.float32)
+    turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
+    writer = IndexWriter(staging, count, dim, quantization, index, cal, mean, turn)
     try:
         if writer.train_step is not None:
             writer.train(truncated())
@@ -104,6 +129,8 @@ def write_bundle(
                           rotation=rotation, index=index or IndexSpec())
     write_docstore(staging / DOCSTORE_FILE, docs)
     names.append(DOCSTORE_FILE)
+    described, lexical_names = write_lexical(staging, len(docs))
+    names += lexical_names
     if corpus is None:
         write_corpus(staging / CORPUS_FILE, docs)
         names.append(CORPUS_FILE)
@@ -111,4 +138,4 @@ def write_bundle(
     return write_manifest(staging, names, teacher=card.teacher_ref(), dim=dim, quantization=quantization,
                           count=len(docs), build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
                           embeddings=source, version=version, base=base, rotation=rotation,
-                          index=index or IndexSpec())
+                          index=index or IndexSpec(), **described)

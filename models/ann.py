@@ -63,17 +63,37 @@ def train_step(count: int, spec: IndexSpec) -> int:
     return max(1, count // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
 
 
-def first_stage_codes(x: np.ndarray, quantization: Quantization) -> np.ndarray:
+def spin_matrix(dim: int, seed: int = 0) -> np.ndarray:
+    """A random orthogonal [dim, dim] matrix (QR of a Gaussian), the same for a given seed."""
+    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, dim)))
+    return np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
+
+
+def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray | None = None) -> np.ndarray:
+    """Binary codes of truncated vectors: the signs of (x − center) · spin, packed.
+
+    The center (the corpus mean) keeps the bits of axes the mean dominates from being nearly constant;
+    the spin, a random orthogonal matrix, spreads PCA's uneven variance evenly over the bits, so that
+    trailing low-variance axes stop flipping on the student's small query errors (docs/BENCHMARKS.md)."""
+    y = x if center is None else x - center
+    return binary_encode(y if spin is None else y @ spin)
+
+
+def first_stage_codes(x: np.ndarray, quantization: Quantization, center: np.ndarray | None = None,
+                      spin: np.ndarray | None = None) -> np.ndarray:
     """What the first stage stores for truncated unit vectors `x`: sign bits (binary) or the floats."""
-    return binary_encode(x) if quantization is Quantization.BINARY else np.ascontiguousarray(x, dtype=np.float32)
+    if quantization is not Quantization.BINARY:
+        return np.ascontiguousarray(x, dtype=np.float32)
+    return sign_codes(x, center, spin)
 
 
 def build_first_stage(
-    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None
+    x: np.ndarray, quantization: Quantization, spec: IndexSpec, cal: Int8Calibration | None,
+    center: np.ndarray | None = None, spin: np.ndarray | None = None,
 ) -> faiss.Index | faiss.IndexBinary:
     """A filled index over MRL-truncated unit vectors `x` (float32, C-contiguous)."""
     index = empty_first_stage(x.shape[1], quantization, spec, cal)
-    data = first_stage_codes(x, quantization)
+    data = first_stage_codes(x, quantization, center, spin)
     if not index.is_trained:
         index.train(np.ascontiguousarray(data[:: train_step(len(data), spec)]))
     index.add(data)

@@ -13,12 +13,25 @@ from models.contract import TeacherRef, check_same_teacher
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
-from models.manifest import BUNDLE_MANIFEST, BundleManifest, Quantization, read_manifest
+from models.lexical import LEXICAL_DIR, LexicalIndex
+from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, Quantization, read_manifest
 from models.registry import sha256_file
 from models.rotation import ROTATION_FILE, Rotation, rotate
-from models.vector_index import CALIBRATION_FILE, DEFAULT_OVERSAMPLE, INDEX_FILE, RESCORE_FILE, VectorIndex
+from models.vector_index import (
+    CALIBRATION_FILE,
+    CENTER_FILE,
+    DEFAULT_OVERSAMPLE,
+    INDEX_FILE,
+    RESCORE_FILE,
+    SPIN_FILE,
+    VectorIndex,
+)
 
 log = logging.getLogger(__name__)
+
+
+class NoLexicalIndex(ValueError):
+    """Lexical or hybrid search asked of a bundle without a lexical index."""
 
 
 @dataclass(frozen=True)
@@ -41,11 +54,24 @@ def required_files(manifest: BundleManifest) -> list[str]:
         names.append(RESCORE_FILE)
     if manifest.rotation is not Rotation.NONE:
         names.append(ROTATION_FILE)
+    if manifest.binary_center:
+        names.append(CENTER_FILE)
+    if manifest.binary_spin:
+        names.append(SPIN_FILE)
     return names
 
 
+def _lexical_files(directory: Path, manifest: BundleManifest) -> list[str]:
+    """The files of the lexical index on disk: the BM25 loader reads its directory, so each must be listed."""
+    lexical = directory / LEXICAL_DIR
+    if manifest.lexical is None or not lexical.is_dir():
+        return []
+    return sorted(f"{LEXICAL_DIR}/{p.name}" for p in lexical.iterdir())
+
+
 def _check_listed(directory: Path, manifest: BundleManifest) -> None:
-    unlisted = [name for name in required_files(manifest) if name not in manifest.files]
+    unlisted = [name for name in required_files(manifest) + _lexical_files(directory, manifest)
+                if name not in manifest.files]
     if unlisted:
         raise ContractMismatch(f"{directory}: the manifest does not list {', '.join(unlisted)}, which the loader "
                                "reads; an unlisted file is never checksummed")
@@ -90,7 +116,8 @@ class Bundle:
             raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
         try:
             self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization,
-                                            self.manifest.index)
+                                            self.manifest.index, centered=self.manifest.binary_center,
+                                            spun=self.manifest.binary_spin)
             self.rotation = self._load_rotation()
         except ValueError as exc:  # ours: says what does not match
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
@@ -113,6 +140,14 @@ class Bundle:
             self.docs.close()
             raise ContractMismatch(f"{self.directory}: {DOCSTORE_FILE} holds {rows} documents, "
                                    f"manifest says {self.manifest.count}")
+        try:
+            self.lexical = None if self.manifest.lexical is None else LexicalIndex(self.directory,
+                                                                                    self.manifest.lexical)
+        except (ValueError, OSError, KeyError) as exc:
+            self.docs.close()
+            log.error("%s: unreadable lexical index: %s", self.directory, exc)
+            raise ContractMismatch(f"{self.directory}: unreadable lexical index ({type(exc).__name__})") from exc
+        self.fusion = self.manifest.fusion or FusionSpec()
         log.info("bundle %s: %d docs, %d-d %s %s", self.directory, self.manifest.count, self.manifest.dim,
                  self.manifest.quantization.value, self.manifest.index.type.value)
 
@@ -133,6 +168,13 @@ class Bundle:
         check_same_teacher(student_teacher, self.teacher)
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
+
+    def require_lexical(self) -> LexicalIndex:
+        """The lexical index, or NoLexicalIndex (a 422 in the service) for a bundle built without one."""
+        if self.lexical is None:
+            raise NoLexicalIndex(f"bundle {self.directory.name} has no lexical index (built before lexical "
+                                 "search existed); rebuild it with `tandem index build` for mode lexical or hybrid")
+        return self.lexical
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
         scores, rows = self.vectors.search(rotate(queries, self.rotation), k, oversample)

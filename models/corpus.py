@@ -13,16 +13,44 @@ from pathlib import Path
 
 from models.errors import InputError
 
+RESERVED_KEYS = frozenset({"_id", "id", "title", "text", "metadata"})
+
 
 @dataclass(frozen=True)
 class Document:
     id: str
     title: str
     text: str
+    metadata: str | None = None  # a JSON object, keys sorted (hashable, and equal when the data are)
 
     def passage(self) -> str:
-        """The text the encoders see: title and body, as BEIR models are evaluated."""
+        """The text the encoders see: title and body, as BEIR models are evaluated (metadata never is)."""
         return f"{self.title} {self.text}".strip() if self.title else self.text.strip()
+
+    def meta(self) -> dict[str, object]:
+        return {} if self.metadata is None else dict(json.loads(self.metadata))
+
+    def to_json(self) -> dict[str, object]:
+        """The BEIR line that parse_line reads back into this document."""
+        out: dict[str, object] = {"_id": self.id, "title": self.title, "text": self.text}
+        if self.metadata is not None:
+            out["metadata"] = json.loads(self.metadata)
+        return out
+
+
+def _metadata(obj: dict, where: str, extra: bool) -> str | None:
+    """A line's `metadata` object, plus (with `extra`) its keys outside id, title and text."""
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise InputError(f"{where}: 'metadata' must be a JSON object")
+    merged = dict(meta or {})
+    if extra:
+        for key, value in obj.items():
+            if key not in RESERVED_KEYS:
+                merged.setdefault(key, value)
+    if not merged:
+        return None
+    return json.dumps(merged, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
 def _field(obj: dict, *names: str) -> object:
@@ -32,7 +60,8 @@ def _field(obj: dict, *names: str) -> object:
     return None
 
 
-def parse_line(line: str, where: str) -> Document:
+def parse_line(line: str, where: str, extra_metadata: bool = False) -> Document:
+    """One corpus line; `extra_metadata` keeps keys outside id, title and text as metadata."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -54,10 +83,11 @@ def parse_line(line: str, where: str) -> Document:
         raise InputError(f"{where}: 'title' must be a string")
     if not text.strip():
         raise InputError(f"{where}: empty text for document {doc_id!r}")
-    return Document(id=str(doc_id), title=title.strip(), text=text.strip())
+    return Document(id=str(doc_id), title=title.strip(), text=text.strip(),
+                    metadata=_metadata(obj, where, extra_metadata))
 
 
-def scan_corpus(path: Path) -> Iterator[tuple[int, int, Document]]:
+def scan_corpus(path: Path, extra_metadata: bool = False) -> Iterator[tuple[int, int, Document]]:
     """Yield (line number, byte offset of the line, document) in file order, holding nothing.
 
     Raises InputError on the first bad line. Duplicate ids are the caller's to catch: a
@@ -78,7 +108,7 @@ def scan_corpus(path: Path) -> Iterator[tuple[int, int, Document]]:
             if not line.strip():
                 continue
             empty = False
-            yield lineno, start, parse_line(line, f"{path}:{lineno}")
+            yield lineno, start, parse_line(line, f"{path}:{lineno}", extra_metadata)
     if empty:
         raise InputError(f"{path}: corpus is empty")
 

@@ -1,6 +1,8 @@
-"""The bundle's document store: FAISS row id → (id, title, text), in SQLite.
+"""The bundle's document store: FAISS row id → (id, title, text, metadata), in SQLite.
 
-SQLite gives random access without loading the corpus into memory, and is in the stdlib.
+SQLite gives random access without loading the corpus into memory, and is in the stdlib. The
+metadata column (a JSON object per row, or NULL) is new: older bundles lack it, and the reader
+serves them without metadata. Filters are SQL over it (models.filters), so they never load rows.
 """
 
 from __future__ import annotations
@@ -10,14 +12,17 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+import numpy as np
+
 from models.corpus import Document
 
 DOCSTORE_FILE = "docs.sqlite"
 _LOOKUP_CHUNK = 10_000  # ids per IN (...) query, under SQLite's bound-parameter cap
 
 
-_SCHEMA = "CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT, text TEXT)"
-_INSERT = "INSERT INTO docs (row, id, title, text) VALUES (?, ?, ?, ?)"
+_SCHEMA = ("CREATE TABLE docs (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT, text TEXT, "
+           "metadata TEXT)")
+_INSERT = "INSERT INTO docs (row, id, title, text, metadata) VALUES (?, ?, ?, ?, ?)"
 
 
 class DuplicateId(Exception):
@@ -42,7 +47,7 @@ class DocstoreWriter:
 
     def add(self, docs: Sequence[Document]) -> None:
         """Append `docs` as the next rows; raise DuplicateId (nothing of this call kept) on a repeated id."""
-        rows = [(self.count + i, d.id, d.title, d.text) for i, d in enumerate(docs)]
+        rows = [(self.count + i, d.id, d.title, d.text, d.metadata) for i, d in enumerate(docs)]
         try:
             with self._con:
                 self._con.executemany(_INSERT, rows)
@@ -105,6 +110,9 @@ class DocStore:
         uri = f"{Path(path).absolute().as_uri()}?mode=ro"
         self._con = sqlite3.connect(uri, uri=True, check_same_thread=False)
         self._lock = threading.Lock()
+        columns = {r[1] for r in self._con.execute("PRAGMA table_info(docs)")}
+        self.has_metadata = "metadata" in columns
+        self._cols = "id, title, text, " + ("metadata" if self.has_metadata else "NULL")
 
     def count(self) -> int:
         with self._lock:
@@ -116,9 +124,9 @@ class DocStore:
         marks = ",".join("?" * len(rows))
         with self._lock:
             found = {
-                r: Document(id=i, title=t or "", text=x or "")
-                for r, i, t, x in self._con.execute(
-                    f"SELECT row, id, title, text FROM docs WHERE row IN ({marks})", [int(r) for r in rows]
+                r: Document(id=i, title=t or "", text=x or "", metadata=m)
+                for r, i, t, x, m in self._con.execute(
+                    f"SELECT row, {self._cols} FROM docs WHERE row IN ({marks})", [int(r) for r in rows]
                 )
             }
         return [found[int(r)] for r in rows]
@@ -126,8 +134,25 @@ class DocStore:
     def range(self, start: int, end: int) -> list[Document]:
         """Documents of rows [start, end), in row order: how large bundles are read in chunks."""
         with self._lock:
-            return [Document(id=i, title=t or "", text=x or "") for i, t, x in self._con.execute(
-                "SELECT id, title, text FROM docs WHERE row >= ? AND row < ? ORDER BY row", (start, end))]
+            return [Document(id=i, title=t or "", text=x or "", metadata=m) for i, t, x, m in self._con.execute(
+                f"SELECT {self._cols} FROM docs WHERE row >= ? AND row < ? ORDER BY row", (start, end))]
+
+    def rows_where(self, sql: str, params: Sequence[object]) -> np.ndarray:
+        """Rows (ascending int64) whose metadata satisfies a compiled filter (models.filters)."""
+        if not self.has_metadata:
+            return np.zeros(0, dtype=np.int64)
+        with self._lock:
+            found = self._con.execute(f"SELECT row FROM docs WHERE {sql} ORDER BY row", list(params)).fetchall()
+        return np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
+
+    def metadata_fields(self) -> list[str]:
+        """Every metadata key present in the store, sorted (the fields a filter may name)."""
+        if not self.has_metadata:
+            return []
+        with self._lock:
+            return [r[0] for r in self._con.execute(
+                "SELECT DISTINCT j.key FROM docs, json_each(docs.metadata) AS j WHERE docs.metadata IS NOT NULL "
+                "ORDER BY j.key")]
 
     def ids(self) -> list[str]:
         with self._lock:

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.ann import sign_codes
 from models.beir import Qrels
 from models.contract import truncate
 from models.ir_metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
 from models.manifest import Quantization
-from models.quantize import binary_encode
 from models.rotation import Rotation, fit_pca_rotation, rotate
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
@@ -79,11 +79,12 @@ class Cell:
 def search_cell(docs: np.ndarray, queries: np.ndarray, dim: int, quantization: str) -> tuple[np.ndarray, np.ndarray]:
     """(scores, rows) of the top TOP_K documents, as a bundle of this dim and quantization ranks them."""
     if quantization == "binary":
-        index = VectorIndex.build(docs, dim, Quantization.BINARY)
-        distances, rows = index.index.search(binary_encode(truncate(queries, dim)), min(TOP_K, index.count))
+        index = VectorIndex.build(docs, dim, Quantization.BINARY, center=True, spin=True)
+        codes = sign_codes(truncate(queries, dim), index.center, index.spin)
+        distances, rows = index.index.search(codes, min(TOP_K, index.count))
         return -distances.astype(np.float32), rows
     kind = Quantization.BINARY if quantization == "binary+rescore" else Quantization(quantization)
-    return VectorIndex.build(docs, dim, kind).search(queries, TOP_K, DEFAULT_OVERSAMPLE)
+    return VectorIndex.build(docs, dim, kind, center=True, spin=True).search(queries, TOP_K, DEFAULT_OVERSAMPLE)
 
 
 def evaluate_matrix(setups: Sequence[Setup], qids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels) -> list[Cell]:

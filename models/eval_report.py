@@ -1,4 +1,5 @@
-"""Writing an evaluation report directory: eval.json, matrix.md and ndcg_vs_dim.png.
+"""Writing an evaluation report directory: eval.json, setups.md and setups.png (every setup's row, the
+lexical and hybrid ones included), and with the matrix matrix.md and ndcg_vs_dim.png.
 
 The markdown is what docs/BENCHMARKS.md quotes; the plot shows how each quantization holds
 up as MRL truncation shrinks the vectors, one panel per setup.
@@ -16,6 +17,44 @@ from models.ir_metrics import NDCG, RECALL
 log = logging.getLogger(__name__)
 
 JSON_FILE, MARKDOWN_FILE, PLOT_FILE = "eval.json", "matrix.md", "ndcg_vs_dim.png"
+SETUPS_MARKDOWN, SETUPS_PLOT = "setups.md", "setups.png"
+ROW_ORDER = ("teacher", "asymmetric", "student", "lexical", "teacher_hybrid", "hybrid")
+
+
+def setup_rows(report: dict) -> list[tuple[str, float, float, float]]:
+    """(setup, nDCG@10, Recall@100, retention of the teacher) for each row the report has."""
+    rows = []
+    for name in ROW_ORDER:
+        if name in report:
+            retention = 1.0 if name == "teacher" else report["retention"].get(name) or 0.0
+            rows.append((name, report[name][NDCG], report[name][RECALL], retention))
+    return rows
+
+
+def format_setups(report: dict) -> str:
+    lines = ["| setup | nDCG@10 | Recall@100 | retention of teacher nDCG@10 |", "|---|---:|---:|---:|"]
+    lines += [f"| {n} | {nd:.4f} | {r:.4f} | {ret:.1%} |" for n, nd, r, ret in setup_rows(report)]
+    return "\n".join(lines)
+
+
+def plot_setups(report: dict, path: Path) -> None:
+    """nDCG@10 of each setup as a bar, the teacher's as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = setup_rows(report)
+    fig, ax = plt.subplots(figsize=(1.2 * len(rows) + 2, 3.4))
+    ax.bar([r[0] for r in rows], [r[1] for r in rows], color=[f"C{i}" for i in range(len(rows))])
+    ax.axhline(report["teacher"][NDCG], color="k", linestyle="--", linewidth=1, label="teacher")
+    for i, r in enumerate(rows):
+        ax.text(i, r[1], f"{r[1]:.3f}", ha="center", va="bottom", fontsize="small")
+    ax.set_ylabel("nDCG@10")
+    ax.tick_params(axis="x", labelrotation=20)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def cells_of(report: dict) -> list[Cell]:
@@ -31,6 +70,11 @@ def write_report(report: dict, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / JSON_FILE]
     paths[0].write_text(json.dumps(report, indent=2) + "\n")
+    if "teacher" in report:
+        paths.append(directory / SETUPS_MARKDOWN)
+        paths[-1].write_text(format_setups(report) + "\n")
+        paths.append(directory / SETUPS_PLOT)
+        plot_setups(report, paths[-1])
     cells = cells_of(report)
     if cells:
         meta = report["meta"]

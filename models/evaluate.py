@@ -4,7 +4,12 @@
 - asymmetric: student-encoded queries against the same bundle (what `tandem serve` does);
 - student:    student-encoded queries and documents, indexed like the bundle (the baseline
               that shows what the teacher-built index buys).
-Retention is each setup's nDCG@10 over the teacher's.
+Retention is each setup's nDCG@10 over the teacher's (dense).
+
+Bundles with a lexical index add three rows, searched as the service searches (models.retrieve):
+- lexical:        BM25 alone;
+- teacher_hybrid: teacher queries fused with BM25, by the bundle's recorded default fusion;
+- hybrid:         student queries fused with BM25 (what `mode: hybrid` serves).
 
 With `matrix`, the same encodings (plus the teacher's full-dimension document vectors from
 the embedding store, and the student's backbone used alone in its own space, `backbone`)
@@ -29,14 +34,17 @@ from models.contract import check_same_teacher
 from models.errors import ContractMismatch, InputError
 from models.eval_matrix import Setup, evaluate_matrix
 from models.ir_metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
+from models.manifest import FusionSpec
 from models.registry import ModelCard, resolve
+from models.retrieve import Mode, SearchOptions, retrieve
 from models.student import Precision, StudentEncoder
-from models.vector_index import VectorIndex
+from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 log = logging.getLogger(__name__)
 
 PRECISIONS: tuple[Precision, ...] = ("int8", "fp32")
 SETUPS = ("teacher", "asymmetric", "student")
+HYBRID_SETUPS = ("lexical", "teacher_hybrid", "hybrid")
 STUDENT_DOC_BATCH = 32
 # Queries go through the student one per call, as `POST /search` encodes a single query: the
 # int8 graph quantizes activations over each call's whole tensor, so batching queries together
@@ -61,6 +69,16 @@ def bundle_search_run(bundle: Bundle, qids: Sequence[str], queries: np.ndarray) 
     """The run of query vectors against a bundle, searched as the service searches it (top TOP_K)."""
     hits = bundle.search(queries, TOP_K)
     return {qid: {h.doc.id: h.score for h in row} for qid, row in zip(qids, hits, strict=True)}
+
+
+def mode_run(bundle: Bundle, qids: Sequence[str], texts: list[str], vectors: np.ndarray | None, mode: Mode,
+             fusion: FusionSpec | None = None) -> Run:
+    """The run of one search mode over a bundle, through the service's own search path."""
+    opts = SearchOptions(top_k=TOP_K, mode=mode)
+    if fusion is not None:
+        bundle.fusion = fusion
+    found = retrieve(bundle, vectors, texts, opts, DEFAULT_OVERSAMPLE)
+    return {qid: {h.doc.id: h.score for h in row} for qid, row in zip(qids, found.hits, strict=True)}
 
 
 def _check_corpus(bundle: Bundle, dataset: BeirDataset) -> None:
@@ -135,12 +153,21 @@ def run_eval(req: EvalRequest) -> dict:
                 "asymmetric", lambda queries: student.encode(queries, batch_size=STUDENT_QUERY_BATCH))),
             "student": _timed("student", seconds, student_run),
         }
+        if bundle.lexical is not None:
+            runs["lexical"] = _timed("lexical", seconds, lambda: mode_run(bundle, qids, texts, None, Mode.LEXICAL))
+            runs["teacher_hybrid"] = _timed("teacher_hybrid", seconds, lambda: mode_run(
+                bundle, qids, texts, vectors["teacher"], Mode.HYBRID))
+            runs["hybrid"] = _timed("hybrid", seconds, lambda: mode_run(
+                bundle, qids, texts, vectors["asymmetric"], Mode.HYBRID))
+        else:
+            log.warning("bundle %s has no lexical index: no lexical or hybrid rows", bundle.directory)
+        fusion = bundle.fusion
     finally:
         bundle.close()
-    report: dict = {name: score_run(dataset.qrels, runs[name]) for name in SETUPS}
+    report: dict = {name: score_run(dataset.qrels, run) for name, run in runs.items()}
     base = report["teacher"][NDCG]
     report["retention"] = {
-        name: (report[name][NDCG] / base if base > 0 else None) for name in ("asymmetric", "student")
+        name: (report[name][NDCG] / base if base > 0 else None) for name in runs if name != "teacher"
     }
     if req.matrix:
         started = time.perf_counter()
@@ -167,6 +194,7 @@ def run_eval(req: EvalRequest) -> dict:
         "precision": precision,
         "top_k": TOP_K,
         "student_query_batch": STUDENT_QUERY_BATCH,
+        "fusion": fusion.model_dump(mode="json") if "hybrid" in runs else None,
         "seconds": seconds,
     }
     return report
@@ -196,13 +224,19 @@ def format_table(report: dict) -> str:
     lines = [
         f"{meta['data']} [{meta['split']}]: {meta['n_queries']} queries, {meta['n_docs']} docs; "
         f"index {meta['dim']}-d {meta['quantization']}, student {meta['precision']}",
-        f"{'setup':<12}{'nDCG@10':>9}{'R@100':>9}{'retention':>11}{'seconds':>9}",
+        f"{'setup':<16}{'nDCG@10':>9}{'R@100':>9}{'retention':>11}{'seconds':>9}",
     ]
-    for name in SETUPS:
+    for name in (*SETUPS, *HYBRID_SETUPS):
+        if name not in report:
+            continue
         retention = 1.0 if name == "teacher" else report["retention"][name]
         shown = "n/a" if retention is None else f"{retention:.1%}"
         lines.append(
-            f"{name:<12}{report[name][NDCG]:>9.4f}{report[name][RECALL]:>9.4f}{shown:>11}"
+            f"{name:<16}{report[name][NDCG]:>9.4f}{report[name][RECALL]:>9.4f}{shown:>11}"
             f"{meta['seconds'][name]:>9.1f}"
         )
+    if meta.get("fusion"):
+        f = meta["fusion"]
+        how = f"convex, alpha {f['alpha']} (dense)" if f["method"] == "convex" else f"rrf, k {f['rrf_k']}"
+        lines.append(f"hybrid rows: the bundle's default fusion, {how}, {f['depth']} candidates a side")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from models.rotation import Rotation
 BUNDLE_FORMAT = 1
 STUDENT_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
+BUNDLE_SUBDIRECTORY = "lexical"  # the one directory a bundle may hold (models.lexical writes it)
 STUDENT_MANIFEST = "student.json"
 
 M = TypeVar("M", bound=BaseModel)
@@ -68,6 +69,36 @@ class BaseInfo(BaseModel):
     encoded: int = Field(0, description="documents the teacher encoded for this update (new or changed text)")
 
 
+class LexicalInfo(BaseModel):
+    """The BM25 index over the passages the teacher saw (files under lexical/, listed in `files`)."""
+
+    engine: Literal["bm25s"] = "bm25s"
+    method: str = "lucene"
+    k1: float = 1.5
+    b: float = 0.75
+    stemmer: str = Field(default="english", description="PyStemmer algorithm; queries are stemmed alike")
+    stopwords: str = "en"
+    vocab: int = 0
+
+
+class FusionMethod(StrEnum):
+    RRF = "rrf"
+    CONVEX = "convex"
+
+
+class FusionSpec(BaseModel):
+    """How `mode: hybrid` fuses the dense and lexical candidate lists, unless a request says otherwise.
+
+    Recorded in the bundle so that `tandem eval` and the service fuse alike.
+    """
+
+    method: FusionMethod = FusionMethod.CONVEX
+    alpha: float = Field(default=0.5, ge=0.0, le=1.0,
+                         description="convex: weight of the dense (min-max normalized) score")
+    rrf_k: int = Field(default=60, ge=1, description="rrf: the constant k in 1 / (k + rank)")
+    depth: int = Field(default=100, ge=1, description="candidates taken from each side before fusing")
+
+
 class BundleManifest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -86,14 +117,26 @@ class BundleManifest(BaseModel):
                                "before truncation; queries must be rotated alike (rotation.npy)")
     base: BaseInfo | None = Field(None, description="set by `tandem index update`: the version it started from")
     index: IndexSpec = Field(default_factory=IndexSpec, description="index type and its parameters (default: flat)")
+    binary_center: bool = Field(False, description="binary: codes are the signs of the vectors minus the corpus "
+                                "mean (center.npy), queries alike; absent in older bundles: plain signs")
+    binary_spin: bool = Field(False, description="binary: after centering, a random orthogonal rotation (spin.npy) "
+                              "before the signs, queries alike; absent in older bundles")
+    lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
+    fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
+    metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")
 
     @field_validator("files")
     @classmethod
     def _plain_names(cls, files: dict[str, str]) -> dict[str, str]:
         # Names are joined to the bundle directory: `../x` or `/x` would make a reload hash any file on the host.
+        # One subdirectory is known, the lexical index's (`lexical/NAME`); nothing else has a '/'.
         for name in files:
-            if not name or name in {".", ".."} or any(c in name for c in "/\\\0") or name.startswith(".."):
-                raise ValueError("every name must be a plain file name in the bundle directory (no '/', '\\' or '..')")
+            parts = name.split("/")
+            nested = len(parts) == 2 and parts[0] == BUNDLE_SUBDIRECTORY
+            if (len(parts) > 1 and not nested) or any(
+                    not p or p in {".", ".."} or p.startswith("..") or any(c in p for c in "\\\0") for p in parts):
+                raise ValueError("every name must be a plain file name in the bundle directory, or in its "
+                                 f"{BUNDLE_SUBDIRECTORY}/ (no other '/', no '\\' or '..')")
         return files
 
     def summary(self) -> dict[str, object]:
@@ -107,6 +150,7 @@ class BundleManifest(BaseModel):
             "index": self.index.type.value,
             "count": self.count,
             "build_time": self.build_time,
+            "modes": ["dense", "lexical", "hybrid"] if self.lexical is not None else ["dense"],
         }
 
 

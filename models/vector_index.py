@@ -15,21 +15,31 @@ import errno
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import faiss
 import numpy as np
 
-from models.ann import apply_search_params, build_first_stage, empty_first_stage, first_stage_codes, train_step
+from models.ann import (
+    apply_search_params,
+    build_first_stage,
+    empty_first_stage,
+    first_stage_codes,
+    sign_codes,
+    spin_matrix,
+    train_step,
+)
 from models.contract import truncate
 from models.index_spec import IndexSpec
 from models.manifest import Quantization
-from models.quantize import Int8Calibration, binary_encode, int8_decode, int8_encode
+from models.quantize import Int8Calibration, int8_decode, int8_encode
 from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
 CALIBRATION_FILE = "calibration.npy"
 RESCORE_FILE = "rescore.u8.npy"
+CENTER_FILE = "center.npy"  # binary: the corpus mean subtracted before taking signs (documents and queries)
+SPIN_FILE = "spin.npy"  # binary: the random orthogonal matrix applied after centering, before the signs
 DEFAULT_OVERSAMPLE = 4
 
 
@@ -44,8 +54,11 @@ class VectorIndex:
         calibration: Int8Calibration | None = None,
         rescore_codes: np.ndarray | None = None,
         spec: IndexSpec | None = None,
+        center: np.ndarray | None = None,
+        spin: np.ndarray | None = None,
     ) -> None:
         self.quantization = quantization
+        self.center, self.spin = center, spin
         self.dim = dim
         self.spec = spec or IndexSpec()
         self.index = index
@@ -59,15 +72,20 @@ class VectorIndex:
 
     @classmethod
     def build(
-        cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None
+        cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
+        center: bool = False, spin: bool = False,
     ) -> VectorIndex:
-        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat)."""
+        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat);
+        binary codes are the signs of the vectors minus their mean (`center`), spun (`spin`: models.ann)."""
         spec = spec or IndexSpec()
         x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
         cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
-        index = build_first_stage(x, quantization, spec, cal)
+        mean = x.mean(axis=0, dtype=np.float64).astype(np.float32) if center else None
+        mean = mean if quantization is Quantization.BINARY else None
+        turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
+        index = build_first_stage(x, quantization, spec, cal, mean, turn)
         rescore = int8_encode(x, cal) if quantization is Quantization.BINARY and cal is not None else None
-        return cls(quantization, dim, index, cal, rescore, spec)
+        return cls(quantization, dim, index, cal, rescore, spec, mean, turn)
 
     def save(self, directory: Path) -> list[str]:
         """Write the index files into `directory`; returns their names."""
@@ -86,11 +104,18 @@ class VectorIndex:
         if self.rescore_codes is not None:
             np.save(directory / RESCORE_FILE, self.rescore_codes)
             names.append(RESCORE_FILE)
+        if self.center is not None:
+            np.save(directory / CENTER_FILE, self.center)
+            names.append(CENTER_FILE)
+        if self.spin is not None:
+            np.save(directory / SPIN_FILE, self.spin)
+            names.append(SPIN_FILE)
         return names
 
     @classmethod
     def load(
-        cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None
+        cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
+        centered: bool = False, spun: bool = False,
     ) -> VectorIndex:
         """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former."""
         spec = spec or IndexSpec()
@@ -108,20 +133,55 @@ class VectorIndex:
             raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
         if rescore is not None and rescore.shape != (index.ntotal, dim):
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
-        return cls(quantization, dim, index, cal, rescore, spec)
+        center = None
+        if centered:
+            center = np.asarray(np.load(directory / CENTER_FILE), dtype=np.float32)
+            if center.shape != (dim,):
+                raise ValueError(f"{directory}: {CENTER_FILE} has shape {center.shape}, expected {(dim,)}")
+        spin = None
+        if spun:
+            spin = np.asarray(np.load(directory / SPIN_FILE), dtype=np.float32)
+            if spin.shape != (dim, dim):
+                raise ValueError(f"{directory}: {SPIN_FILE} has shape {spin.shape}, expected {(dim, dim)}")
+        return cls(quantization, dim, index, cal, rescore, spec, center, spin)
+
+    def _params(self, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
+        """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
+        if allowed is None:
+            return None
+        lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
+        sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+        typed: Any = self.index
+        if hasattr(typed, "hnsw"):
+            return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)
+        if hasattr(typed, "nprobe"):
+            return lib.SearchParametersIVF(sel=sel, nprobe=typed.nprobe)
+        return lib.SearchParameters(sel=sel)
+
+    def vectors_of(self, rows: np.ndarray) -> np.ndarray:
+        """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore codes)."""
+        if self.quantization is Quantization.BINARY:
+            assert self.calibration is not None and self.rescore_codes is not None
+            return int8_decode(np.asarray(self.rescore_codes[rows]), self.calibration)
+        index: Any = self.index
+        return np.asarray(index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)
 
     def search(
-        self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE
+        self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, rows) for full-dimension unit queries; rows are -1 past the corpus size."""
+        """Top-k (scores, rows) for full-dimension unit queries; rows are -1 past the corpus size.
+
+        `allowed` (ascending rows) restricts the search with a FAISS ID selector, before ranking."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         k = max(1, min(k, self.count))
+        params = self._params(allowed)
         if self.quantization is not Quantization.BINARY:
-            scores, rows = self.index.search(q, k)
+            scores, rows = self.index.search(q, k, params=params)
             return scores, rows
         assert self.calibration is not None and self.rescore_codes is not None
         depth = min(self.count, k * max(1, oversample))
-        _, candidates = self.index.search(binary_encode(q), depth)
+        codes = sign_codes(q, self.center, self.spin)
+        _, candidates = self.index.search(codes, depth, params=params)
         began = time.perf_counter()
         out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         out_rows = np.full((len(q), k), -1, dtype=np.int64)
@@ -148,9 +208,10 @@ class IndexWriter:
 
     def __init__(
         self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
-        calibration: Int8Calibration | None,
+        calibration: Int8Calibration | None, center: np.ndarray | None = None, spin: np.ndarray | None = None,
     ) -> None:
         self.directory, self.count, self.dim = Path(directory), count, dim
+        self.center, self.spin = center, spin
         self.quantization, self.spec, self.calibration = quantization, spec, calibration
         self.index = empty_first_stage(dim, quantization, spec, calibration)
         self.added = 0
@@ -174,13 +235,13 @@ class IndexWriter:
         sample, seen = [], 0
         for x in chunks:
             first = (-seen) % step  # the first row of this chunk whose global index is a multiple of step
-            sample.append(first_stage_codes(x[first::step], self.quantization))
+            sample.append(first_stage_codes(x[first::step], self.quantization, self.center, self.spin))
             seen += len(x)
         self.index.train(np.ascontiguousarray(np.concatenate(sample)))
 
     def add(self, x: np.ndarray) -> None:
         """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
-        self.index.add(first_stage_codes(x, self.quantization))
+        self.index.add(first_stage_codes(x, self.quantization, self.center, self.spin))
         if self._rescore is not None:
             assert self.calibration is not None
             self._rescore.write(int8_encode(x, self.calibration).tobytes())
@@ -193,8 +254,9 @@ class IndexWriter:
         if self._rescore is not None:
             self._rescore.close()
         apply_search_params(self.index, self.spec)
-        return VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec).save(
-            self.directory) + ([RESCORE_FILE] if self._rescore is not None else [])
+        names = VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
+                            self.center, self.spin).save(self.directory)
+        return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:
         if self._rescore is not None and not self._rescore.closed:

@@ -1,6 +1,7 @@
 """Dynamic micro-batching with admission control, between the HTTP routes and the searcher.
 
-Concurrent requests can share one ONNX call and one FAISS search per distinct `top_k`, up
+Concurrent requests can share one ONNX call and one search per distinct set of options (top_k,
+mode, filter, ...: models.retrieve.SearchOptions), up
 to `max_batch` queries (TANDEM_BATCH_MAX_QUERIES; 1 by default, because the int8 student's
 dynamic quantization scales activations per call, so batchmates move a query's vector
 slightly). A worker waits at most `max_wait_s` for company, and only while other work is
@@ -19,9 +20,10 @@ that gives up at its deadline cancels its queued job and returns its queries' ca
 abandoned work never crowds out live requests. `close` waits for the jobs running on the workers, so
 the bundle they search is never closed under them.
 
-A job without a `top_k` (`embed`, for /v1/embeddings) is encoded like any other, in the same
+A job without options (`embed`, for /v1/embeddings) is encoded like any other, in the same
 micro-batches and under the same admission, and skips the search: its outcome carries the
-student's vectors and their token counts instead of hits.
+student's vectors and their token counts instead of hits. A lexical job skips the encoding
+instead, but is admitted, batched and timed alike (its BM25 time is `lexical` in the timings).
 """
 
 from __future__ import annotations
@@ -38,11 +40,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from models.bundle import Hit
+from models.retrieve import Retrieved, SearchOptions
 
 log = logging.getLogger(__name__)
 
 Encode = Callable[[Sequence[str]], tuple[np.ndarray, list[int]]]  # vectors and tokens per text
-Search = Callable[[np.ndarray, int], list[list[Hit]]]
+# (vectors of the queries, or None for a lexical search; the queries; their options) → hits
+Search = Callable[[np.ndarray | None, list[str], SearchOptions], Retrieved]
 
 
 class Overloaded(Exception):
@@ -56,7 +60,7 @@ class DeadlineExceeded(Exception):
 @dataclass(frozen=True)
 class BatchOutcome:
     hits: list[list[Hit]]  # one list per query of the job, in order (empty for an encode-only job)
-    timing_ms: dict[str, float]  # queue, encode, search
+    timing_ms: dict[str, float]  # queue, encode, search, lexical
     batch_size: int  # queries in this job's micro-batch, its own included (encoded max_batch per call)
     vectors: np.ndarray | None = None  # encode-only jobs: float32 [queries, dim], the teacher's space
     tokens: list[int] | None = None  # encode-only jobs: tokens encoded per query
@@ -65,7 +69,7 @@ class BatchOutcome:
 @dataclass
 class _Job:
     queries: list[str]
-    top_k: int | None  # None: encode only
+    options: SearchOptions | None  # None: encode only
     deadline: float  # time.monotonic()
     future: Future[BatchOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
@@ -109,9 +113,12 @@ class MicroBatcher:
             return 0.0
         return ahead * self._seconds_per_query / self.workers
 
-    def submit(self, queries: Sequence[str], top_k: int | None, timeout_s: float) -> Future[BatchOutcome]:
-        """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s."""
-        return self._submit(queries, top_k, timeout_s).future
+    def submit(self, queries: Sequence[str], options: SearchOptions | int | None,
+               timeout_s: float) -> Future[BatchOutcome]:
+        """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s.
+
+        `options` may be a bare top_k (a dense search), or None to encode only."""
+        return self._submit(queries, options, timeout_s).future
 
     def _release(self, jobs: Sequence[_Job]) -> None:
         with self._lock:
@@ -120,8 +127,10 @@ class MicroBatcher:
                     job.released = True
                     self._pending -= len(job.queries)
 
-    def _submit(self, queries: Sequence[str], top_k: int | None, timeout_s: float) -> _Job:
-        job = _Job(list(queries), top_k, time.monotonic() + timeout_s)
+    def _submit(self, queries: Sequence[str], options: SearchOptions | int | None, timeout_s: float) -> _Job:
+        if isinstance(options, int):
+            options = SearchOptions(top_k=options)
+        job = _Job(list(queries), options, time.monotonic() + timeout_s)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
@@ -134,9 +143,9 @@ class MicroBatcher:
         self._queue.put(job)
         return job
 
-    async def search(self, queries: Sequence[str], top_k: int, timeout_s: float) -> BatchOutcome:
+    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
         """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
-        return await self._await(self._submit(queries, top_k, timeout_s), timeout_s)
+        return await self._await(self._submit(queries, options, timeout_s), timeout_s)
 
     async def embed(self, queries: Sequence[str], timeout_s: float) -> BatchOutcome:
         """Encode only (outcome.vectors, outcome.tokens), admitted and batched like a search."""
@@ -204,32 +213,49 @@ class MicroBatcher:
         if not live:
             return
         try:
-            vectors, tokens = self._encode([q for job in live for q in job.queries])
+            encoded_jobs = [i for i, job in enumerate(live) if job.options is None or job.options.needs_vectors]
+            texts = [q for i in encoded_jobs for q in live[i].queries]
+            vectors, tokens = self._encode(texts) if texts else (None, [])
             encoded = time.monotonic()
+            spans: dict[int, tuple[int, int]] = {}  # each encoded job's rows in `vectors`
+            row = 0
+            for i in encoded_jobs:
+                spans[i] = (row, row + len(live[i].queries))
+                row = spans[i][1]
             hits: list[list[list[Hit]]] = [[] for _ in live]
-            offsets = np.cumsum([0] + [len(job.queries) for job in live])
-            for top_k in sorted({job.top_k for job in live if job.top_k is not None}):
-                members = [i for i, job in enumerate(live) if job.top_k == top_k]
-                rows = np.concatenate([np.arange(offsets[i], offsets[i + 1]) for i in members])
-                found = iter(self._search(vectors[rows], top_k))
+            lexical_s: dict[int, float] = {}
+            groups: dict[SearchOptions, list[int]] = {}
+            for i, job in enumerate(live):
+                if job.options is not None:
+                    groups.setdefault(job.options, []).append(i)
+            for options, members in groups.items():
+                group_vectors = None
+                if options.needs_vectors and vectors is not None:
+                    group_vectors = vectors[np.concatenate([np.arange(*spans[i]) for i in members])]
+                found = self._search(group_vectors, [q for i in members for q in live[i].queries], options)
+                answers = iter(found.hits)
                 for i in members:
-                    hits[i] = [next(found) for _ in live[i].queries]
+                    hits[i] = [next(answers) for _ in live[i].queries]
+                    lexical_s[i] = found.lexical_s
             done = time.monotonic()
         except Exception as exc:  # the requests get a 500; the worker lives on
             log.exception("batch of %d jobs failed", len(live))
             for job in live:
                 job.future.set_exception(exc)
             return
-        size = int(offsets[-1])
+        size = sum(len(job.queries) for job in live)
         pace = (done - started) / size
         with self._lock:
             previous = self._seconds_per_query
             self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
         for i, (job, job_hits) in enumerate(zip(live, hits, strict=True)):
+            searched = 0.0 if job.options is None else (done - encoded) * 1e3
+            lexical = lexical_s.get(i, 0.0) * 1e3
             timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
-                      "search": 0.0 if job.top_k is None else (done - encoded) * 1e3}
-            if job.top_k is None:
-                first, last = int(offsets[i]), int(offsets[i + 1])
+                      "search": max(0.0, searched - lexical), "lexical": lexical}
+            if job.options is None:
+                assert vectors is not None
+                first, last = spans[i]
                 outcome = BatchOutcome(hits=[], timing_ms=timing, batch_size=size,
                                        vectors=vectors[first:last].copy(), tokens=tokens[first:last])
             else:

@@ -23,6 +23,7 @@ from models.bundle import Bundle, Hit, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest import BundleManifest, StudentManifest
+from models.retrieve import Mode, Retrieved, SearchOptions, retrieve
 from models.student import StudentEncoder, read_student_manifest
 from models.versions import resolve_bundle
 from service.batcher import MicroBatcher
@@ -72,7 +73,7 @@ class Searcher:
         # batch_max_queries also caps each ONNX call of a batch request: with the default 1 a query's
         # vector never depends on the queries it came with (int8 scales activations per call).
         self.batcher = MicroBatcher(
-            partial(self.student.encode_counted, batch_size=settings.batch_max_queries), self.search_vectors,
+            partial(self.student.encode_counted, batch_size=settings.batch_max_queries), self.search,
             max_batch=settings.batch_max_queries,
             max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending,
             max_queue_s=settings.max_queue_ms / 1e3, workers=settings.workers,
@@ -107,6 +108,8 @@ class Searcher:
                 f"say {self.bundle.teacher.dim}-d"
             )
         self.search_vectors(vec, 1)
+        if self.bundle.lexical is not None:  # touches the memory-mapped BM25 arrays once
+            self.search(None, ["warmup"], SearchOptions(top_k=1, mode=Mode.LEXICAL))
 
     @property
     def version(self) -> str:
@@ -117,9 +120,15 @@ class Searcher:
         return {**self.bundle.manifest.summary(), "version": self.version}
 
     def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
-        # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
+        """Dense top-k of query vectors, unfiltered (warmup and tests)."""
         faiss.omp_set_num_threads(self.search_threads)
         return self.bundle.search(vectors, top_k, self.oversample)
+
+    def search(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
+        """Any mode, filters and pages (models.retrieve); the batcher calls it on its worker threads."""
+        # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
+        faiss.omp_set_num_threads(self.search_threads)
+        return retrieve(self.bundle, vectors, queries, options, self.oversample)
 
     def close(self) -> None:
         self.batcher.close()

@@ -24,7 +24,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from service.engine import LoadState, NotReady, Searcher, SearcherLoader
 
 # tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); total: the whole HTTP request.
-STAGES = ("queue", "tokenize", "encode", "search", "rescore", "total")
+STAGES = ("queue", "tokenize", "encode", "search", "lexical", "rescore", "total")
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 

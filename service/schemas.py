@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
@@ -17,6 +17,7 @@ def _not_blank(value: str) -> str:
 
 
 QueryText = Annotated[StrictStr, AfterValidator(_not_blank)]
+MAX_OFFSET = 10_000
 
 
 def _whole_number(value: object) -> object:
@@ -46,13 +47,37 @@ class SearchRequest(BaseModel):
     top_k: Count | None = Field(
         None, ge=1, description="Number of hits, 1..TANDEM_MAX_TOP_K; TANDEM_DEFAULT_TOP_K when omitted."
     )
+    mode: Literal["dense", "lexical", "hybrid"] = Field(
+        "dense", description="dense (student vectors), lexical (BM25) or hybrid (both, fused). lexical and hybrid "
+        "need a bundle with a lexical index.")
+    fusion: Literal["rrf", "convex"] | None = Field(
+        None, description="hybrid: reciprocal rank fusion or a convex combination of min-max-normalized scores; "
+        "the bundle's default when omitted.")
+    alpha: Annotated[float, Field(ge=0.0, le=1.0, strict=True)] | None = Field(
+        None, description="hybrid, convex: weight of the dense score (1 − alpha goes to BM25); the bundle's default "
+        "when omitted.")
+    filter: dict[str, Any] | None = Field(
+        None, description='Metadata filter, applied before ranking: {"field": F, "eq": V}, "in": [...], '
+        '"gt"/"gte"/"lt"/"lte" (numbers or ISO dates), "exists": bool, combined with {"and": [...]}, '
+        '{"or": [...]}, {"not": {...}}. An unknown field is a 422.',
+        examples=[{"and": [{"field": "year", "gte": 2018}, {"field": "lang", "in": ["en", "de"]}]}])
+    offset: Count | None = Field(None, ge=0, le=MAX_OFFSET, description="Hits to skip (pagination).")
+    min_score: Annotated[float, Field(strict=True)] | None = Field(
+        None, description="Drop hits scoring below this (in the mode's score: cosine, BM25 or fused).")
+    fields: list[Literal["id", "score", "title", "text", "metadata"]] | None = Field(
+        None, min_length=1, description="Fields of each hit to return (default id, score, title, text); e.g. "
+        '["id", "score"] keeps large answers small.')
 
 
 class SearchHit(BaseModel):
-    id: str
-    score: float = Field(description="Inner product of unit vectors (cosine) in the index's space.")
-    title: str
-    text: str
+    """A hit; only the request's `fields` are present."""
+
+    id: str | None = None
+    score: float | None = Field(None, description="dense: cosine in the index's space; lexical: BM25; hybrid: the "
+                                "fused score.")
+    title: str | None = None
+    text: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class IndexSummary(BaseModel):
@@ -73,7 +98,8 @@ class IndexSummary(BaseModel):
 class Timing(BaseModel):
     queue: float = Field(description="Waiting for a worker and for a micro-batch to form, milliseconds.")
     encode: float = Field(description="Student encoding of the micro-batch, milliseconds.")
-    search: float = Field(description="Index search and document lookup, milliseconds.")
+    search: float = Field(description="Index search, fusion and document lookup, milliseconds.")
+    lexical: float = Field(0.0, description="BM25 scoring (lexical and hybrid modes), milliseconds.")
 
 
 class SearchResponse(BaseModel):

@@ -136,6 +136,13 @@ def index_build(
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = None,
     ray_threads: RayThreadsOpt = 1,
+    metadata_extra: Annotated[
+        bool, typer.Option(help="Keep each line's keys outside id, title and text as metadata (besides `metadata`).")
+    ] = False,
+    binary_center: Annotated[
+        bool, typer.Option(help="binary: subtract the corpus mean and apply a random orthogonal rotation before "
+                           "taking sign bits (queries alike).")
+    ] = True,
     force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
 ) -> None:
     """Embed a corpus with the teacher and publish an index bundle atomically (resumable if killed)."""
@@ -148,6 +155,7 @@ def index_build(
         shard_size=shard_size, device=device, force=force, index=index, hnsw_m=hnsw_m,
         ef_construction=ef_construction, ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe,
         engine=engine, ray_address=ray_address, ray_actors=ray_actors, ray_threads=ray_threads,
+        metadata_extra=metadata_extra, binary_center=binary_center,
     )
     manifest = build(req)
     typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "

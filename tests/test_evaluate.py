@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from models.beir import load_beir
+from models.bundle import read_bundle_manifest
 from models.errors import ContractMismatch, InputError
 from models.eval_matrix import MATRIX_DIMS, QUANTIZATIONS
 from models.eval_report import write_report
@@ -119,6 +120,11 @@ def test_three_setups_on_the_tiny_corpus(tiny_beir: Path, tiny_bundle: Path, tin
     assert report["meta"]["precision"] == "int8"
     table = format_table(report)
     assert "asymmetric" in table and "retention" in table
+    # The tiny bundle has a lexical index: BM25 and both hybrid rows come through the service's search path.
+    for setup in ("lexical", "teacher_hybrid", "hybrid"):
+        assert 0.0 <= report[setup]["ndcg@10"] <= 1.0 and setup in table
+        assert report["retention"][setup] == pytest.approx(report[setup]["ndcg@10"])
+    assert report["meta"]["fusion"] == read_bundle_manifest(tiny_bundle).fusion.model_dump(mode="json")
 
 
 def test_bundle_of_another_corpus_is_refused(tmp_path: Path, tiny_bundle: Path, tiny_student: Path) -> None:
@@ -152,8 +158,9 @@ def test_matrix_report_on_the_tiny_corpus(
     assert backbone["retention"] == pytest.approx(backbone["ndcg@10"] / cells["teacher", 768, "float"]["ndcg@10"])
 
     paths = write_report(report, tmp_path / "report")
-    assert [p.name for p in paths] == ["eval.json", "matrix.md", "ndcg_vs_dim.png"]
+    assert [p.name for p in paths] == ["eval.json", "setups.md", "setups.png", "matrix.md", "ndcg_vs_dim.png"]
     assert json.loads(paths[0].read_text())["matrix"] == report["matrix"]
-    table = paths[1].read_text()
+    assert "| hybrid |" in paths[1].read_text() and "| lexical |" in paths[1].read_text()
+    table = paths[3].read_text()
     assert "| asymmetric | 128 |" in table and "| asymmetric (pca) | 128 |" in table and "binary+rescore" in table
-    assert paths[2].read_bytes().startswith(b"\x89PNG")
+    assert paths[2].read_bytes().startswith(b"\x89PNG") and paths[4].read_bytes().startswith(b"\x89PNG")

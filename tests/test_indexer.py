@@ -39,7 +39,10 @@ def test_bundle_round_trip(tiny_bundle: Path, tiny_corpus: Path, probe_vectors: 
     manifest = read_bundle_manifest(tiny_bundle)
     assert manifest.count == len(DOCS) and manifest.dim == 768 and manifest.quantization.value == "float"
     assert manifest.embeddings.kind == "encoded"
-    assert set(manifest.files) == {"index.faiss", "docs.sqlite"}
+    assert {"index.faiss", "docs.sqlite"} <= set(manifest.files)
+    assert manifest.lexical is not None and manifest.fusion is not None  # every new bundle has a lexical index
+    assert {n for n in manifest.files if n.startswith("lexical/")} >= {"lexical/params.index.json",
+                                                                      "lexical/vocab.index.json"}
     bundle = Bundle(tiny_bundle)
     assert bundle.docs.ids() == [d.id for d in read_corpus(tiny_corpus)]
     hits = bundle.search(probe_vectors, k=3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi import APIRouter
@@ -10,7 +11,11 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from models.bundle import Hit
+from models.filters import FilterError, parse_filter
+from models.manifest import FusionMethod
+from models.retrieve import Mode, SearchOptions
 from service.deps import LoaderDep, SettingsDep
+from service.engine import Searcher
 from service.metrics import MetricsDep
 from service.schemas import (
     BatchSearchResponse,
@@ -58,21 +63,51 @@ def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str]
     return queries, top_k
 
 
-def _hits(hits: list[Hit]) -> list[SearchHit]:
-    return [SearchHit(id=h.doc.id, score=h.score, title=h.doc.title, text=h.doc.text) for h in hits]
+DEFAULT_FIELDS = ("id", "score", "title", "text")
 
 
-def _render(single: bool, hits: list[list[Hit]], summary: dict[str, object], timing: dict[str, float]) -> Response:
+def _options(request: SearchRequest, top_k: int, searcher: Searcher) -> SearchOptions:
+    """The request's search options, checked against the bundle that will answer: 422s name the field."""
+    bundle = searcher.bundle
+    mode = Mode(request.mode)
+    if mode is not Mode.DENSE and bundle.lexical is None:
+        raise RequestValidationError([_problem("mode", "value_error", f"mode {mode.value!r} needs a lexical index; "
+                                               f"bundle {searcher.version} has none (built before lexical search "
+                                               "existed): rebuild it, or use mode 'dense'")])
+    parsed = None
+    if request.filter is not None:
+        try:
+            parsed = parse_filter(request.filter, frozenset(bundle.manifest.metadata_fields))
+        except FilterError as exc:
+            loc = ("body", "filter", *exc.path)
+            raise RequestValidationError([{"loc": loc, "type": "value_error", "msg": exc.message}]) from None
+    fusion = None if request.fusion is None else FusionMethod(request.fusion)
+    return SearchOptions(top_k=top_k, mode=mode, offset=request.offset or 0, min_score=request.min_score,
+                         fusion=fusion, alpha=request.alpha, filter=parsed)
+
+
+def _hits(hits: list[Hit], fields: Sequence[str]) -> list[SearchHit]:
+    out = []
+    for h in hits:
+        values: dict[str, Any] = {"id": h.doc.id, "score": h.score, "title": h.doc.title, "text": h.doc.text}
+        if "metadata" in fields:
+            values["metadata"] = h.doc.meta()
+        out.append(SearchHit(**{f: values[f] for f in fields}))
+    return out
+
+
+def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary: dict[str, object],
+            timing: dict[str, float]) -> Response:
     """The JSON answer, built and serialized on a worker thread: up to TANDEM_MAX_TOTAL_HITS hits with their
     texts are megabytes of work that must not stall the event loop (returning a Response skips FastAPI's
-    re-validation of the model, which would run on the loop)."""
+    re-validation of the model, which would run on the loop). A hit carries only the requested `fields`."""
     index, timing_ms = IndexSummary.model_validate(summary), Timing(**timing)
     body: SearchResponse | BatchSearchResponse
     if single:
-        body = SearchResponse(results=_hits(hits[0]), index=index, timing_ms=timing_ms)
+        body = SearchResponse(results=_hits(hits[0], fields), index=index, timing_ms=timing_ms)
     else:
-        body = BatchSearchResponse(results=[_hits(h) for h in hits], index=index, timing_ms=timing_ms)
-    return Response(body.model_dump_json(), media_type="application/json")
+        body = BatchSearchResponse(results=[_hits(h, fields) for h in hits], index=index, timing_ms=timing_ms)
+    return Response(body.model_dump_json(exclude_unset=True), media_type="application/json")
 
 
 @router.post(
@@ -83,14 +118,17 @@ def _render(single: bool, hits: list[list[Hit]], summary: dict[str, object], tim
         429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
         503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
     },
+    response_model_exclude_unset=True,  # a hit carries only the requested `fields`
 )
 async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
         metrics.watch(searcher)  # tokenize and rescore timers; idempotent, and covers a hot-reloaded searcher
         # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
-        outcome = await searcher.batcher.search(queries, top_k, settings.request_timeout_ms / 1e3)
+        options = _options(request, top_k, searcher)
+        outcome = await searcher.batcher.search(queries, options, settings.request_timeout_ms / 1e3)
         summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
     metrics.batch_queries.observe(outcome.batch_size)
-    return await run_in_threadpool(_render, request.query is not None, outcome.hits, summary, outcome.timing_ms)
+    return await run_in_threadpool(_render, request.query is not None, outcome.hits,
+                                   request.fields or DEFAULT_FIELDS, summary, outcome.timing_ms)

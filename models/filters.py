@@ -1,0 +1,220 @@
+"""Metadata filters: parsed from request JSON, checked against the bundle's fields, compiled to SQL.
+
+A filter is a condition or a combination of them:
+
+    {"field": "year", "eq": 2020}                 equality (string, number or boolean)
+    {"field": "tag", "in": ["a", "b"]}            one of
+    {"field": "year", "gte": 2018, "lt": 2021}    numeric range (gt, gte, lt, lte)
+    {"field": "date", "gte": "2020-01-01"}        date range: ISO 8601 strings, compared as written
+    {"field": "doi", "exists": true}              present and not null
+    {"and": [...]}, {"or": [...]}, {"not": {...}}
+
+The docstore evaluates the SQL (SQLite's JSON functions over the metadata column), so choosing the
+matching rows never loads documents. `Filter.matches` is the same semantics in Python: tests check
+one against the other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Any
+
+_RANGE = ("gt", "gte", "lt", "lte")
+_SQL_OP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+MAX_NODES = 256  # conditions and combinators in one filter
+MAX_DEPTH = 16
+
+
+class FilterError(ValueError):
+    """A malformed filter, or one naming an unknown field; `path` locates it inside the filter."""
+
+    def __init__(self, path: tuple[str | int, ...], message: str) -> None:
+        super().__init__(message)
+        self.path, self.message = path, message
+
+
+Scalar = str | int | float | bool
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _is_date(value: object) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        (datetime if "T" in value or " " in value else date).fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _json_kind(value: object) -> str:
+    """The kind a value has in JSON, as SQLite's json_type names it (integer and real are both 'number');
+    'other' for what a filter cannot hold (an integer SQLite cannot bind, a NaN, a list)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
+        return "other"
+    if isinstance(value, float) and value != value:
+        return "other"
+    if _is_number(value):
+        return "number"
+    if isinstance(value, str):
+        return "text"
+    return "other"
+
+
+@dataclass(frozen=True)
+class Filter:
+    """A checked filter: its SQL over the `metadata` column, and its canonical form (hashable)."""
+
+    sql: str
+    params: tuple[Any, ...]
+    tree: tuple[Any, ...]
+
+    def matches(self, metadata: dict[str, Any]) -> bool:
+        return _match(self.tree, metadata)
+
+
+def parse_filter(obj: object, fields: set[str] | frozenset[str]) -> Filter:
+    """Check `obj` against the grammar and the known `fields`; raise FilterError naming the problem."""
+    counter = [0]
+    tree = _parse(obj, (), fields, counter, 0)
+    sql, params = _sql(tree)
+    return Filter(sql=sql, params=tuple(params), tree=tree)
+
+
+def _parse(obj: object, path: tuple[str | int, ...], fields: set[str] | frozenset[str], counter: list[int],
+           depth: int) -> tuple[Any, ...]:
+    counter[0] += 1
+    if counter[0] > MAX_NODES or depth > MAX_DEPTH:
+        raise FilterError(path, f"filter is too large (at most {MAX_NODES} conditions, {MAX_DEPTH} levels deep)")
+    if not isinstance(obj, dict):
+        raise FilterError(path, "a filter must be a JSON object")
+    logic = [k for k in ("and", "or", "not") if k in obj]
+    if logic:
+        if len(obj) != 1:
+            raise FilterError(path, f"'{logic[0]}' must be the only key of its object")
+        key = logic[0]
+        if key == "not":
+            return ("not", _parse(obj["not"], (*path, "not"), fields, counter, depth + 1))
+        items = obj[key]
+        if not isinstance(items, list) or not items:
+            raise FilterError((*path, key), f"'{key}' takes a non-empty list of filters")
+        return (key, tuple(_parse(x, (*path, key, i), fields, counter, depth + 1) for i, x in enumerate(items)))
+    return _condition(obj, path, fields)
+
+
+def _condition(obj: dict[str, Any], path: tuple[str | int, ...], fields: set[str] | frozenset[str]) -> tuple[Any, ...]:
+    name = obj.get("field")
+    if not isinstance(name, str):
+        raise FilterError((*path, "field"), "a condition needs 'field' (a metadata key), or use and/or/not")
+    if name not in fields:
+        known = ", ".join(sorted(fields)[:20]) or "none: this bundle has no metadata"
+        raise FilterError((*path, "field"), f"unknown field {name!r}; known fields: {known}")
+    ops = [k for k in obj if k != "field"]
+    unknown = [k for k in ops if k not in ("eq", "in", "exists", *_RANGE)]
+    if unknown:
+        raise FilterError((*path, unknown[0]), f"unknown operator {unknown[0]!r}; use eq, in, exists, gt, gte, lt "
+                          "or lte")
+    if not ops:
+        raise FilterError(path, f"condition on {name!r} has no operator (eq, in, exists, gt, gte, lt, lte)")
+    ranges = [k for k in ops if k in _RANGE]
+    if len(ops) != len(ranges) and len(ops) > 1:
+        raise FilterError(path, "eq, in and exists each stand alone in a condition; combine conditions with and")
+    if "eq" in ops:
+        value = obj["eq"]
+        if _json_kind(value) == "other":
+            raise FilterError((*path, "eq"), "eq takes a string, number or boolean")
+        return ("eq", name, value)
+    if "in" in ops:
+        values = obj["in"]
+        if not isinstance(values, list) or not values or any(_json_kind(v) == "other" for v in values):
+            raise FilterError((*path, "in"), "in takes a non-empty list of strings, numbers or booleans")
+        return ("in", name, tuple(values))
+    if "exists" in ops:
+        if not isinstance(obj["exists"], bool):
+            raise FilterError((*path, "exists"), "exists takes true or false")
+        return ("exists", name, obj["exists"])
+    bounds = {k: obj[k] for k in _RANGE if k in obj}
+    kinds = {"number" if _is_number(v) else "date" if _is_date(v) else "bad" for v in bounds.values()}
+    for k, v in bounds.items():
+        if not ((_is_number(v) and _json_kind(v) == "number") or _is_date(v)):
+            raise FilterError((*path, k), f"{k} takes a number or an ISO 8601 date, got {v!r}")
+    if len(kinds) != 1:
+        raise FilterError(path, "range bounds must all be numbers or all be dates")
+    return ("range", name, kinds.pop(), tuple(sorted(bounds.items())))
+
+
+def _json_path(name: str) -> str:
+    return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sql(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """Every leaf is COALESCEd to 0 or 1, so NOT of a row without metadata is true, as in Python."""
+    op = tree[0]
+    if op == "not":
+        inner, params = _sql(tree[1])
+        return f"(NOT {inner})", params
+    if op in ("and", "or"):
+        parts = [_sql(t) for t in tree[1]]
+        return "(" + f" {op.upper()} ".join(p for p, _ in parts) + ")", [x for _, ps in parts for x in ps]
+    path = _json_path(tree[1])
+    if op == "exists":
+        present = "COALESCE(json_type(metadata, ?) NOT IN ('null'), 0)"
+        return (present if tree[2] else f"(NOT {present})"), [path]
+    if op == "eq":
+        return _eq_sql(path, tree[2])
+    if op == "in":
+        parts = [_eq_sql(path, v) for v in tree[2]]
+        return "(" + " OR ".join(p for p, _ in parts) + ")", [x for _, ps in parts for x in ps]
+    kind, bounds = tree[2], tree[3]
+    types = "('integer', 'real')" if kind == "number" else "('text')"
+    clauses = " AND ".join(f"json_extract(metadata, ?) {_SQL_OP[k]} ?" for k, _ in bounds)
+    values: list[Any] = [path]
+    for _, v in bounds:
+        values += [path, v]
+    return f"COALESCE(json_type(metadata, ?) IN {types} AND {clauses}, 0)", values
+
+
+def _eq_sql(path: str, value: Scalar) -> tuple[str, list[Any]]:
+    if isinstance(value, bool):
+        return "COALESCE(json_type(metadata, ?) = ?, 0)", [path, "true" if value else "false"]
+    if _is_number(value):
+        return ("COALESCE(json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) = ?, 0)",
+                [path, path, value])
+    return "COALESCE(json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) = ?, 0)", [path, path, value]
+
+
+def _same(stored: object, value: Scalar) -> bool:
+    kind = _json_kind(value)
+    return _json_kind(stored) == kind and stored == value
+
+
+def _match(tree: tuple[Any, ...], meta: dict[str, Any]) -> bool:
+    op = tree[0]
+    if op == "not":
+        return not _match(tree[1], meta)
+    if op == "and":
+        return all(_match(t, meta) for t in tree[1])
+    if op == "or":
+        return any(_match(t, meta) for t in tree[1])
+    stored = meta.get(tree[1])
+    if op == "exists":
+        return (stored is not None) == tree[2]
+    if op == "eq":
+        return _same(stored, tree[2])
+    if op == "in":
+        return any(_same(stored, v) for v in tree[2])
+    kind, bounds = tree[2], tree[3]
+    if (kind == "number" and not _is_number(stored)) or (kind == "date" and not isinstance(stored, str)):
+        return False
+    checks = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b, "lt": lambda a, b: a < b,
+              "lte": lambda a, b: a <= b}
+    return all(checks[k](stored, v) for k, v in bounds)

@@ -1,0 +1,46 @@
+"""Fusing a dense and a lexical candidate list into one ranking.
+
+- rrf: Σ 1 / (rrf_k + rank) over the lists a document is in; scale-free, needs no weight.
+- convex: alpha · dense + (1 − alpha) · lexical, each min-max normalized over its own candidates
+  (a document missing from a list gets 0 there). Cosines and BM25 scores live on unrelated scales;
+  normalizing per query puts both on [0, 1].
+
+Ties are broken by row, so a fused ranking is deterministic.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.manifest import FusionMethod, FusionSpec
+
+Candidates = tuple[np.ndarray, np.ndarray]  # (scores, rows), best first
+
+
+def _minmax(scores: np.ndarray) -> np.ndarray:
+    if len(scores) == 0:
+        return scores.astype(np.float64)
+    low, high = float(scores.min()), float(scores.max())
+    if high <= low:
+        return np.ones(len(scores), dtype=np.float64)
+    return (scores.astype(np.float64) - low) / (high - low)
+
+
+def fuse(dense: Candidates, lexical: Candidates, spec: FusionSpec, alpha: float | None = None) -> Candidates:
+    """One ranking (scores, rows) of the union of both lists, best first."""
+    d_scores, d_rows = dense
+    l_scores, l_rows = lexical
+    if spec.method is FusionMethod.RRF:
+        d_part = 1.0 / (spec.rrf_k + 1.0 + np.arange(len(d_rows)))
+        l_part = 1.0 / (spec.rrf_k + 1.0 + np.arange(len(l_rows)))
+    else:
+        weight = spec.alpha if alpha is None else alpha
+        d_part = weight * _minmax(d_scores)
+        l_part = (1.0 - weight) * _minmax(l_scores)
+    rows = np.concatenate([np.asarray(d_rows, dtype=np.int64), np.asarray(l_rows, dtype=np.int64)])
+    parts = np.concatenate([d_part, l_part])
+    unique, inverse = np.unique(rows, return_inverse=True)
+    totals = np.zeros(len(unique), dtype=np.float64)
+    np.add.at(totals, inverse, parts)
+    order = np.lexsort((unique, -totals))
+    return totals[order].astype(np.float32), unique[order]

@@ -1,0 +1,131 @@
+"""One search over a bundle in any mode: dense, lexical or hybrid, with filters, pagination and a score floor.
+
+Filters restrict both sides before ranking, so a page fills whenever enough documents match:
+- dense: a FAISS ID selector on the first stage, or, when the filter is very selective (or an
+  approximate index returned short), an exact pass over the matching rows' vectors;
+- lexical: BM25 scores of the matching rows only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from models.contract import truncate
+from models.filters import Filter
+from models.fusion import fuse
+from models.lexical import top_k
+from models.manifest import FusionMethod, FusionSpec
+from models.rotation import rotate
+
+if TYPE_CHECKING:
+    from models.bundle import Bundle, Hit
+
+BRUTE_FORCE_ROWS = 2048  # at most this many matching rows (or BRUTE_FORCE_SHARE of the corpus): exact pass
+BRUTE_FORCE_SHARE = 0.01
+BRUTE_FORCE_CHUNK = 65_536  # rows scored at a time in the exact pass
+
+
+class Mode(StrEnum):
+    DENSE = "dense"
+    LEXICAL = "lexical"
+    HYBRID = "hybrid"
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """What a request asks beyond its queries; hashable, so the batcher groups equal options."""
+
+    top_k: int
+    mode: Mode = Mode.DENSE
+    offset: int = 0
+    min_score: float | None = None
+    fusion: FusionMethod | None = None  # None: the bundle's default
+    alpha: float | None = None
+    filter: Filter | None = None
+
+    @property
+    def needs_vectors(self) -> bool:
+        return self.mode is not Mode.LEXICAL
+
+
+@dataclass
+class Retrieved:
+    hits: list[list[Hit]]
+    lexical_s: float = 0.0
+
+
+def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
+    spec = bundle.fusion
+    if opts.fusion is not None and opts.fusion is not spec.method:
+        spec = spec.model_copy(update={"method": opts.fusion})
+    return spec
+
+
+def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: np.ndarray | None,
+                     oversample: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (scores, rows) of one query vector, restricted to `allowed` rows when given."""
+    index = bundle.vectors
+    q = rotate(query[None, :], bundle.rotation)
+    if allowed is not None and len(allowed) == 0:
+        return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+    if allowed is not None and len(allowed) <= max(BRUTE_FORCE_ROWS, BRUTE_FORCE_SHARE * index.count):
+        return exact_candidates(bundle, q, depth, allowed)
+    scores, rows = index.search(q, depth, oversample, allowed=allowed)
+    keep = rows[0] >= 0
+    s, r = scores[0][keep], rows[0][keep].astype(np.int64)
+    wanted = min(depth, index.count if allowed is None else len(allowed))
+    if allowed is not None and len(r) < wanted:  # an approximate index came back short: score them all
+        return exact_candidates(bundle, q, depth, allowed)
+    return s, r
+
+
+def exact_candidates(bundle: Bundle, rotated: np.ndarray, depth: int,
+                     allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Score every allowed row's stored vector, a chunk at a time (bounded memory)."""
+    q = np.ascontiguousarray(truncate(rotated, bundle.vectors.dim), dtype=np.float32)[0]
+    best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+    for start in range(0, len(allowed), BRUTE_FORCE_CHUNK):
+        rows = allowed[start : start + BRUTE_FORCE_CHUNK]
+        scores = bundle.vectors.vectors_of(rows) @ q
+        best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, rows]), depth)
+    return best_s, best_r
+
+
+def retrieve(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
+             oversample: int) -> Retrieved:
+    """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical."""
+    from models.bundle import Hit
+
+    allowed = bundle.docs.rows_where(opts.filter.sql, opts.filter.params) if opts.filter is not None else None
+    need = opts.offset + opts.top_k
+    spec = fusion_spec(bundle, opts)
+    depth = max(need, spec.depth) if opts.mode is Mode.HYBRID else need
+    lexical_s = 0.0
+    out: list[list[Hit]] = []
+    for i, query in enumerate(queries):
+        ranked: tuple[np.ndarray, np.ndarray]
+        dense = lexical = None
+        if opts.mode is not Mode.LEXICAL:
+            assert vectors is not None
+            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample)
+        if opts.mode is not Mode.DENSE:
+            lex = bundle.require_lexical()
+            began = time.perf_counter()
+            lexical = lex.search(query, depth, allowed)
+            lexical_s += time.perf_counter() - began
+        if dense is not None and lexical is not None:
+            ranked = fuse(dense, lexical, spec, opts.alpha)
+        else:
+            ranked = dense if dense is not None else lexical  # type: ignore[assignment]
+        scores, rows = ranked[0][opts.offset : need], ranked[1][opts.offset : need]
+        if opts.min_score is not None:
+            keep = scores >= opts.min_score
+            scores, rows = scores[keep], rows[keep]
+        docs = bundle.docs.get([int(r) for r in rows])
+        out.append([Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)])
+    return Retrieved(out, lexical_s)

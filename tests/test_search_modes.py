@@ -1,0 +1,244 @@
+"""POST /search modes, filters and request options end to end: real bundle with metadata, uvicorn, ONNX student."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.build import BuildRequest, build
+from indexer.update import UpdateRequest, update
+from models.bundle import Bundle
+from models.manifest import BUNDLE_MANIFEST
+from models.retrieve import Mode, SearchOptions, retrieve
+from service.app import create_app
+from service.settings import ServiceSettings
+from tests.fixtures.corpus import DOCS
+from tests.fixtures.server import LiveServer, serve_app
+
+TOPICS = ["food", "earth", "games", "code", "life"]
+
+
+def _metadata(i: int) -> dict[str, object]:
+    meta: dict[str, object] = {"year": 2000 + i, "topic": TOPICS[i % len(TOPICS)],
+                               "published": f"2020-{1 + i % 12:02d}-15", "open": i % 2 == 0}
+    if i % 3 == 0:
+        meta["doi"] = f"10.1/{i}"
+    return meta
+
+
+META = {doc_id: _metadata(i) for i, (doc_id, _, _) in enumerate(DOCS)}
+
+
+@pytest.fixture(scope="module")
+def meta_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny corpus with a metadata object per line, and one extra top-level key (kept only behind the flag)."""
+    path = tmp_path_factory.mktemp("meta-corpus") / "corpus.jsonl"
+    with path.open("w") as fh:
+        for doc_id, title, text in DOCS:
+            line = {"_id": doc_id, "title": title, "text": text, "metadata": META[doc_id], "source": "fixture"}
+            fh.write(json.dumps(line) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def meta_bundle(tandem_home: Path, meta_corpus: Path, bundles_dir: Path) -> Path:
+    out = bundles_dir / "tiny-meta"
+    build(BuildRequest(corpus=meta_corpus, out=out, metadata_extra=True))
+    return out
+
+
+@pytest.fixture(scope="module")
+def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
+    """A bundle as the code before lexical search wrote it: no lexical/, no new manifest fields, no metadata column."""
+    out = bundles_dir / "tiny-old"
+    shutil.copytree(meta_bundle, out)
+    shutil.rmtree(out / "lexical")
+    manifest = json.loads((out / BUNDLE_MANIFEST).read_text())
+    for key in ("lexical", "fusion", "metadata_fields"):
+        manifest.pop(key, None)
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("lexical/")}
+    con = sqlite3.connect(out / "docs.sqlite")
+    with con:
+        con.execute("ALTER TABLE docs DROP COLUMN metadata")
+    con.close()
+    from models.registry import sha256_file
+
+    manifest["files"]["docs.sqlite"] = sha256_file(out / "docs.sqlite")
+    (out / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    return out
+
+
+@pytest.fixture(scope="module")
+def meta_server(meta_bundle: Path, tiny_student: Path) -> Iterator[LiveServer]:
+    with serve_app(create_app(ServiceSettings(index=meta_bundle, student=tiny_student, port=0))) as server:
+        yield server
+
+
+def _search(server: LiveServer, **body: object) -> list[dict]:
+    response = server.client.post("/search", json=body)
+    assert response.status_code == 200, response.text
+    return list(response.json()["results"])
+
+
+def test_manifest_lists_the_lexical_index_and_metadata_fields(meta_bundle: Path) -> None:
+    manifest = json.loads((meta_bundle / BUNDLE_MANIFEST).read_text())
+    assert manifest["lexical"]["engine"] == "bm25s" and manifest["lexical"]["stemmer"] == "english"
+    assert manifest["fusion"]["method"] in ("rrf", "convex")
+    assert set(manifest["metadata_fields"]) == {"year", "topic", "published", "open", "doi", "source"}
+    assert any(name.startswith("lexical/") for name in manifest["files"])
+
+
+def test_lexical_mode_finds_a_rare_word(meta_server: LiveServer) -> None:
+    response = meta_server.client.post("/search", json={"query": "Odoacer", "mode": "lexical", "top_k": 3})
+    assert response.status_code == 200
+    body = response.json()
+    assert [h["id"] for h in body["results"]] == ["rome"]  # only one document has the word
+    assert set(body["timing_ms"]) == {"queue", "encode", "search", "lexical"}
+
+
+def test_hybrid_modes(meta_server: LiveServer) -> None:
+    dense = _search(meta_server, query="volcanic eruption lava", top_k=5)
+    for fusion in ("rrf", "convex"):
+        hybrid = _search(meta_server, query="volcanic eruption lava", top_k=5, mode="hybrid", fusion=fusion)
+        assert hybrid[0]["id"] == "volcano"
+        scores = [h["score"] for h in hybrid]
+        assert scores == sorted(scores, reverse=True)
+    # alpha 1: all the weight on the dense side, whose ranking leads (lexical-only hits score 0 and trail).
+    only_dense = _search(meta_server, query="volcanic eruption lava", top_k=3, mode="hybrid", fusion="convex",
+                         alpha=1.0)
+    assert [h["id"] for h in only_dense] == [h["id"] for h in dense[:3]]
+
+
+@pytest.mark.parametrize(("flt", "check"), [
+    ({"field": "topic", "eq": "earth"}, lambda m: m["topic"] == "earth"),
+    ({"field": "topic", "in": ["code", "games"]}, lambda m: m["topic"] in ("code", "games")),
+    ({"field": "year", "gte": 2005, "lt": 2010}, lambda m: 2005 <= m["year"] < 2010),
+    ({"field": "published", "gte": "2020-06-01"}, lambda m: m["published"] >= "2020-06-01"),
+    ({"field": "doi", "exists": True}, lambda m: "doi" in m),
+    ({"field": "open", "eq": True}, lambda m: m["open"] is True),
+    ({"or": [{"field": "topic", "eq": "food"}, {"not": {"field": "year", "lt": 2018}}]},
+     lambda m: m["topic"] == "food" or m["year"] >= 2018),
+    ({"and": [{"field": "open", "eq": False}, {"field": "doi", "exists": False}]},
+     lambda m: not m["open"] and "doi" not in m),
+])
+@pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
+def test_filters_restrict_before_ranking(meta_server: LiveServer, flt: dict, check, mode: str) -> None:
+    matching = {doc_id for doc_id, meta in META.items() if check(meta)}
+    hits = _search(meta_server, query="what is this about", top_k=20, mode=mode, filter=flt,
+                   fields=["id", "metadata"])
+    assert {h["id"] for h in hits} <= matching
+    assert all(check(h["metadata"]) for h in hits)
+    if mode != "lexical":  # dense and hybrid fill top_k with every match (lexical only with words in common)
+        assert {h["id"] for h in hits} == matching
+
+
+@pytest.mark.parametrize(("flt", "field"), [
+    ({"field": "colour", "eq": "red"}, "filter.field"),
+    ({"field": "year", "gt": "soon"}, "filter.gt"),
+    ({"field": "year", "like": 3}, "filter.like"),
+    ({"and": [{"field": "year", "eq": 2001}, {"field": "nope", "exists": True}]}, "filter.and.1.field"),
+    ({"and": []}, "filter.and"),
+    ({"not": 3}, "filter.not"),
+    ({"field": "topic", "in": []}, "filter.in"),
+])
+def test_bad_filters_are_422s_naming_the_field(meta_server: LiveServer, flt: dict, field: str) -> None:
+    response = meta_server.client.post("/search", json={"query": "x", "filter": flt})
+    assert response.status_code == 422, response.text
+    assert field in [d["field"] for d in response.json()["details"]]
+
+
+def test_offset_pages_through_the_ranking(meta_server: LiveServer) -> None:
+    for mode in ("dense", "hybrid"):
+        full = [h["id"] for h in _search(meta_server, query="energy from the sun", top_k=9, mode=mode)]
+        pages = [[h["id"] for h in _search(meta_server, query="energy from the sun", top_k=3, offset=o, mode=mode)]
+                 for o in (0, 3, 6)]
+        assert [doc for page in pages for doc in page] == full
+
+
+def test_min_score_and_fields(meta_server: LiveServer) -> None:
+    hits = _search(meta_server, query="bread dough yeast", top_k=20, min_score=0.3)
+    assert hits and all(h["score"] >= 0.3 for h in hits) and len(hits) < len(DOCS)
+    slim = _search(meta_server, query="bread dough yeast", top_k=2, fields=["id", "score"])
+    assert [set(h) for h in slim] == [{"id", "score"}] * 2
+    rich = _search(meta_server, query="bread dough yeast", top_k=1, fields=["id", "metadata"])
+    assert rich == [{"id": "bake", "metadata": {**META["bake"], "source": "fixture"}}]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"mode": "sparse"}, "mode"), ({"alpha": 1.5}, "alpha"), ({"offset": -1}, "offset"),
+    ({"fields": ["id", "body"]}, "fields.1"), ({"fusion": "max"}, "fusion"), ({"min_score": "high"}, "min_score"),
+])
+def test_bad_options_are_422s(meta_server: LiveServer, body: dict, field: str) -> None:
+    response = meta_server.client.post("/search", json={"query": "x", **body})
+    assert response.status_code == 422, response.text
+    assert field in [d["field"] for d in response.json()["details"]]
+
+
+def test_bundle_without_a_lexical_index_still_serves_dense(old_bundle: Path, tiny_student: Path) -> None:
+    with serve_app(create_app(ServiceSettings(index=old_bundle, student=tiny_student, port=0))) as server:
+        assert _search(server, query="volcanic eruption", top_k=1)[0]["id"] == "volcano"
+        for mode in ("lexical", "hybrid"):
+            response = server.client.post("/search", json={"query": "volcano", "mode": mode})
+            assert response.status_code == 422
+            assert response.json()["details"][0]["field"] == "mode"
+            assert "no lexical index" in response.json()["message"] or "has none" in response.json()["message"]
+        response = server.client.post("/search", json={"query": "x", "filter": {"field": "year", "eq": 1}})
+        assert response.status_code == 422 and response.json()["details"][0]["field"] == "filter.field"
+
+
+def test_update_keeps_the_lexical_index_in_step(meta_bundle: Path, tmp_path: Path) -> None:
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text(
+        json.dumps({"_id": "kite", "title": "Kitesurfing", "text": "Zanzibar lagoons suit kitesurfing beginners.",
+                    "metadata": {"year": 2030, "topic": "sport"}}) + "\n"
+        + json.dumps({"_id": "rome", "delete": True}) + "\n")
+    out = tmp_path / "updated"
+    manifest = update(UpdateRequest(changes=changes, base=meta_bundle, out=out))
+    assert manifest.lexical is not None and "year" in manifest.metadata_fields
+    bundle = Bundle(out)
+    try:
+        found = retrieve(bundle, None, ["Zanzibar kitesurfing", "Odoacer"], SearchOptions(top_k=3,
+                         mode=Mode.LEXICAL), 4)
+        assert [h.doc.id for h in found.hits[0]] == ["kite"]
+        assert found.hits[1] == []  # the deleted document's words are gone with it
+        assert found.hits[0][0].doc.meta() == {"year": 2030, "topic": "sport"}
+    finally:
+        bundle.close()
+
+
+@pytest.mark.parametrize(("flt", "field"), [
+    ({"field": "year", "eq": 2**70}, "filter.eq"), ({"field": "year", "gt": 2**70}, "filter.gt"),
+    ({"field": "topic", "in": ["a", [1]]}, "filter.in"), ({"field": "year", "gte": 1, "eq": 2}, "filter"),
+])
+def test_values_a_filter_cannot_hold_are_422s(meta_server: LiveServer, flt: dict, field: str) -> None:
+    response = meta_server.client.post("/search", json={"query": "x", "filter": flt})
+    assert response.status_code == 422, response.text
+    assert field in [d["field"] for d in response.json()["details"]]
+
+
+def test_hot_reload_brings_the_lexical_stage_with_the_bundle(old_bundle: Path, meta_bundle: Path,
+                                                            tiny_student: Path, tmp_path: Path) -> None:
+    """Serving an old bundle, lexical is a 422; after a hot reload to a bundle with BM25 it answers, and a
+    rollback takes it away again: the lexical stage belongs to the bundle in service."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copytree(old_bundle, root / "old")
+    shutil.copytree(meta_bundle, root / "new")
+    auth = {"Authorization": "Bearer reload-token"}
+    settings = ServiceSettings(index=root / "old", student=tiny_student, port=0, admin_token="reload-token",
+                               watch_interval_s=0)
+    with serve_app(create_app(settings)) as server:
+        body = {"query": "Odoacer", "mode": "lexical", "top_k": 3}
+        assert server.client.post("/search", json=body).status_code == 422
+        response = server.client.post("/admin/reload", json={"path": str(root / "new")}, headers=auth)
+        assert response.status_code == 200, response.text
+        answer = server.client.post("/search", json=body)
+        assert answer.status_code == 200 and [h["id"] for h in answer.json()["results"]] == ["rome"]
+        assert answer.json()["index"]["version"] == "new"
+        assert server.client.post("/admin/rollback", headers=auth).status_code == 200
+        assert server.client.post("/search", json=body).status_code == 422
