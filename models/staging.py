@@ -55,8 +55,11 @@ def rename2(src: Path, dst: Path, flags: int) -> bool:
 
 
 def fsync_tree(directory: Path) -> None:
+    """fsync every file and directory below `directory` (a bundle's lexical/ too), then `directory` itself."""
     for path in directory.iterdir():
-        if path.is_file():
+        if path.is_dir() and not path.is_symlink():
+            fsync_tree(path)
+        elif path.is_file():
             with path.open("rb") as fh:
                 os.fsync(fh.fileno())
     fsync_dir(directory)

@@ -39,7 +39,10 @@ _MUTATIONS = {"os.rename", "os.replace", "os.rmdir", "os.remove", "shutil.rmtree
 
 def _copy_into(source: Path, staging: Path) -> None:
     for path in sorted(source.iterdir()):
-        shutil.copyfile(path, staging / path.name)
+        if path.is_dir():  # the lexical index
+            shutil.copytree(path, staging / path.name)
+        else:
+            shutil.copyfile(path, staging / path.name)
 
 
 def _run_killed_at(n: int, job: Callable[[], None]) -> bool:
