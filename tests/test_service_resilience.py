@@ -110,7 +110,7 @@ def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, 
         gate.wait()
         return searcher.student.encode_counted(list(queries))
 
-    return MicroBatcher(encode, searcher.search_vectors, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
+    return MicroBatcher(encode, searcher.search, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
                         workers=1, **limits)
 
 
