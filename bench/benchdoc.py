@@ -32,6 +32,19 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags() -> str:
+    """The flags that decide the speed of our kernels, each marked yes or no, to print beside every figure."""
+    flags: set[str] = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    return ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16"))
+
+
 def load_average() -> tuple[float, str]:
     """1-minute load and a printable 1/5/15-minute triple."""
     try:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import cpu_model
+from benchdoc import cpu_flags, cpu_model
 from index_types import synthesize
 from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
@@ -50,14 +50,6 @@ def make_corpus(scifact: Path, n: int, seed: int, workdir: Path) -> tuple[Path, 
     np.save(vectors_path, docs)
     return corpus, ids_path, vectors_path
 
-
-def cpu_flags() -> str:
-    flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    return ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_vnni"))
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
 
 log = logging.getLogger("bench.index_scale")
 
@@ -44,14 +44,6 @@ WORDS = ("protein", "cell", "gene", "expression", "tumor", "patient", "clinical"
          "pathway", "mouse", "model", "dose", "response", "risk", "cohort", "mutation", "immune", "virus",
          "infection", "therapy", "brain", "neuron")
 
-
-def cpu_flags() -> str:
-    flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            flags = set(line.split(":", 1)[1].split())
-            break
-    return ", ".join(f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile") if f in flags) or "none"
 
 
 def _home(path: Path) -> Path:
