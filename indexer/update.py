@@ -199,7 +199,7 @@ def update(req: UpdateRequest) -> BundleManifest:
     req.target.check()
     changes = read_changes(req.changes, req.delete_ids)
     source_dir = base_dir(req)
-    bundle = Bundle(source_dir)
+    bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
     run = TeacherRun(device=req.device, batch_size=req.batch_size)
     try:

@@ -107,7 +107,8 @@ def verify_bundle(directory: Path) -> BundleManifest:
 class Bundle:
     """A loaded, read-only bundle: search with full-dimension unit query vectors."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, lexical: bool = True) -> None:
+        """Load the bundle; `lexical=False` skips the BM25 index (an update rebuilds it: it needs no vocabulary)."""
         self.directory = Path(directory).resolve()
         self.manifest = read_bundle_manifest(self.directory)
         _check_listed(self.directory, self.manifest)
@@ -141,8 +142,8 @@ class Bundle:
             raise ContractMismatch(f"{self.directory}: {DOCSTORE_FILE} holds {rows} documents, "
                                    f"manifest says {self.manifest.count}")
         try:
-            self.lexical = None if self.manifest.lexical is None else LexicalIndex(self.directory,
-                                                                                    self.manifest.lexical)
+            self.lexical = None if self.manifest.lexical is None or not lexical else LexicalIndex(
+                self.directory, self.manifest.lexical)
         except (ValueError, OSError, KeyError) as exc:
             self.docs.close()
             log.error("%s: unreadable lexical index: %s", self.directory, exc)
