@@ -70,7 +70,9 @@ class TeacherRun:
         if self.engine == Engine.LOCAL:
             device = self.device or _local_device()
             return "fp16" if device.startswith("cuda") else "fp32"
-        return "fp32"  # ray: actors may land anywhere; default to the reference unless told
+        from indexer.ray_engine import default_precision
+
+        return default_precision(self.ray_address)  # fp16 on a cluster with GPUs
 
 
 def _local_device() -> str:

@@ -105,13 +105,20 @@ class TeacherActor:
         return {"row": batch["row"], "vector": vectors.astype(np.float16)}
 
 
-def connect(address: str | None) -> None:
-    """Join `address` (or RAY_ADDRESS), else start a local Ray on this machine."""
-    import ray
-
-    if ray.is_initialized():
-        return
+def connect(address: str | None) -> Any:
+    """Join `address` (or RAY_ADDRESS), else start a local Ray on this machine; returns the ray module."""
     address = address or os.environ.get("RAY_ADDRESS") or None
+    if address is None:
+        # A local Ray serves this machine alone: Ray's own switch keeps it on the loopback interface.
+        # It is read when ray is imported, so it is set before.
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+        import ray.data  # the engine's API: missing with a partial install
+    except ImportError as exc:
+        raise InputError("--engine ray needs Ray: pip install 'tandem[ray]'") from exc
+    if ray.is_initialized():
+        return ray
     log.info("ray: %s", f"joining {address}" if address else "starting a local cluster")
     for noisy in ("ray", "ray.data"):  # its INFO lines would bury the one progress bar
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -119,26 +126,21 @@ def connect(address: str | None) -> None:
         ray.init(include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     else:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    return ray
+
+
+def default_precision(address: str | None) -> str:
+    """fp16 when the cluster has GPUs (its actors run there), else fp32: known before the store key is made."""
+    return "fp16" if int(connect(address).cluster_resources().get("GPU", 0)) else "fp32"
 
 
 def ray_runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCorpus) -> ShardRunner:
     """A ShardRunner whose shards are encoded by Ray Data actors; the driver writes what comes back."""
-    if not (run.ray_address or os.environ.get("RAY_ADDRESS")):
-        # A local Ray serves this machine alone: Ray's own switch keeps it on the loopback interface.
-        # It is read when ray is imported, so it is set before.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    try:
-        import ray
-        import ray.data
-    except ImportError as exc:
-        raise InputError("--engine ray needs Ray: pip install 'tandem[ray]'") from exc
-    connect(run.ray_address)
+    ray = connect(run.ray_address)
     resources = ray.cluster_resources()
     gpus = int(resources.get("GPU", 0))
     if gpus:
         actors, device, per_actor = gpus, "cuda", {"num_gpus": 1}
-        if precision == "fp32" and run.precision is None:
-            precision = "fp16"
     else:
         if precision == "fp16":
             raise InputError("--precision fp16 needs GPUs, and this Ray cluster has none")
