@@ -177,17 +177,22 @@ def teacher_vectors(
     if store.complete(key):
         log.info("reusing %d cached teacher embeddings (store key %s)", corpus.count, key)
     else:
-        meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
-                "precision": precision, "engine": run.engine}
-        runner = _runner(run, precision, card, corpus, docs)
-        meta["device"] = getattr(runner, "device", None) or run.device or "cpu"
-        store.ensure(key, corpus.count, runner, meta)
+        encode_into(store, key, corpus.count, _runner(run, precision, card, corpus, docs), card, run, precision)
     meta = store.meta(key)
     imported = meta.get("source") == "imported"
     if imported:
         return EmbeddingSource(kind="imported", store_key=key)
     return EmbeddingSource(kind="encoded", store_key=key, precision=str(meta.get("precision", "fp32")),
                            device=_text(meta.get("device")), engine=_text(meta.get("engine")))
+
+
+def encode_into(store: EmbeddingStore, key: str, count: int, runner: ShardRunner, card: ModelCard, run: TeacherRun,
+                precision: str) -> None:
+    """Encode the shards entry `key` lacks with `runner`, recording in its meta what computed them."""
+    meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+            "precision": precision, "engine": run.engine,
+            "device": getattr(runner, "device", None) or run.device or "cpu"}
+    store.ensure(key, count, runner, meta)
 
 
 def _text(value: object) -> str | None:

@@ -22,7 +22,7 @@ from typing import TextIO, cast
 import faiss
 import numpy as np
 
-from indexer.build import TeacherRun, local_teacher
+from indexer.build import TeacherRun, encode_into, local_teacher
 from indexer.changes import Changes, read_changes
 from indexer.ingest import Passages
 from indexer.publish import Target, publish
@@ -258,17 +258,14 @@ def _new_vectors(
     new_key = store_key(card.fingerprint, card.max_seq_length, plan.new_key)
     base = BaseVectors(bundle, card, store, plan.base_key)
     if not base.available:
-        store.ensure(new_key, len(plan.sources), local_teacher(Passages(docs, len(plan.sources)), card, run, "fp32"),
-                     {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
-                      "precision": "fp32", "engine": "local"})
+        encode_into(store, new_key, len(plan.sources),
+                    local_teacher(Passages(docs, len(plan.sources)), card, run, "fp32"), card, run, "fp32")
         return new_key, len(plan.sources)
     fresh = np.zeros((0, card.dim), dtype=np.float32)
     if plan.fresh:
         key = store_key(card.fingerprint, card.max_seq_length, corpus_key(plan.fresh))
         texts = [d.passage() for d in plan.fresh]
-        store.ensure(key, len(texts), local_teacher(texts, card, run, "fp32"),
-                     {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
-                      "precision": "fp32", "engine": "local"})
+        encode_into(store, key, len(texts), local_teacher(texts, card, run, "fp32"), card, run, "fp32")
         fresh = np.concatenate(list(store.iter_chunks(key)))
     if not store.complete(new_key):
         store.put_stream(new_key, merged(plan, base, fresh), {
