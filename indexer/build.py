@@ -25,7 +25,7 @@ from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, local_runner, store_key
 from models.errors import InputError
 from models.index_spec import IndexSpec, resolve_spec
-from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource, Quantization
+from models.manifest import TEACHER_PRECISIONS, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
 from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.rotation import Rotation
 
@@ -53,8 +53,8 @@ class TeacherRun:
     def check(self) -> None:
         if self.engine not in tuple(Engine):
             raise InputError(f"unknown engine {self.engine!r}; choose one of {', '.join(e.value for e in Engine)}")
-        if self.precision is not None and self.precision not in ("fp32", "bf16", "fp16"):
-            raise InputError(f"unknown --precision {self.precision!r}; choose fp32, bf16 or fp16")
+        if self.precision is not None and self.precision not in TEACHER_PRECISIONS:
+            raise InputError(f"unknown --precision {self.precision!r}; choose {', '.join(TEACHER_PRECISIONS)}")
         if self.batch_size < 1 or (self.batch_tokens is not None and self.batch_tokens < 1):
             raise InputError("--batch-size and --batch-tokens must be at least 1")
         if self.ray_threads < 1 or (self.ray_actors is not None and self.ray_actors < 1):

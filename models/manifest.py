@@ -38,6 +38,11 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
+# What may compute teacher vectors: fp32 (the reference), bf16 (CPU or GPU), fp16 (CUDA). Here, not in
+# models.teacher, so that checking a flag does not import torch.
+TEACHER_PRECISIONS = ("fp32", "bf16", "fp16")
+
+
 class EmbeddingSource(BaseModel):
     """Where the document vectors came from: encoded here, or imported from a file."""
 

@@ -17,6 +17,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
+from models.manifest import TEACHER_PRECISIONS
 from models.registry import ModelCard, load_card
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,6 @@ def pick_device(device: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -66,8 +66,9 @@ class TeacherEncoder:
         self.card: ModelCard = load_card(model_dir)
         self.device = pick_device(device)
         self.precision = precision or default_precision(self.device)
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown teacher precision {self.precision!r}; choose one of {', '.join(PRECISIONS)}")
+        if self.precision not in TEACHER_PRECISIONS:
+            raise ValueError(f"unknown teacher precision {self.precision!r}; "
+                             f"choose one of {', '.join(TEACHER_PRECISIONS)}")
         if self.precision == "fp16" and self.device.type != "cuda":
             raise ValueError("fp16 needs a CUDA device; on CPU use fp32 (the reference) or bf16")
         self.batch_tokens = batch_tokens
