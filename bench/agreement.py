@@ -49,14 +49,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     import torch
 
-    from models.beir import QUERIES_FILE, load_beir
     from models.bundle import Bundle
     from models.contract import check_same_teacher
+    from models.datasets.beir import QUERIES_FILE, load_beir
+    from models.datasets.teacher_targets import TeacherTargets
     from models.distill.data import build_training_data
     from models.distill.presets import Preset
     from models.distill.queries import read_train_queries
     from models.distill.scores import overlap_at_k
-    from models.distill.targets import TeacherTargets
     from models.errors import TandemError
     from models.registry import load_card, resolve
     from models.student import StudentEncoder, read_student_manifest

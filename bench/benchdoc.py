@@ -12,6 +12,8 @@ import os
 import platform
 from pathlib import Path
 
+from models.atomic import atomic_write
+
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARKS_MD = REPO / "docs" / "BENCHMARKS.md"
 
@@ -64,9 +66,7 @@ def write_section(path: Path, section: str, text: str) -> None:
     else:
         new = old.rstrip("\n") + "\n\n" + text + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(new)
-    tmp.replace(path)
+    atomic_write(path, lambda fh: fh.write(new.encode()))
 
 
 def publish(path: Path, section: str, text: str, write: bool = True) -> None:

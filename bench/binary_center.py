@@ -19,9 +19,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from models.beir import load_beir
 from models.contract import truncate
-from models.ir_metrics import NDCG, TOP_K, run_from_rows, score_run
+from models.datasets.beir import load_beir
+from models.evaluation.metrics import NDCG, TOP_K, run_from_rows, score_run
 from models.manifest import Quantization
 from models.quantize import binary_encode, int8_decode
 from models.registry import resolve

@@ -17,10 +17,10 @@ import logging
 import os
 from pathlib import Path
 
-from models.beir import load_beir
 from models.bundle import Bundle
+from models.datasets.beir import load_beir
+from models.evaluation.metrics import NDCG, score_run
 from models.fusion import fuse
-from models.ir_metrics import NDCG, score_run
 from models.manifest import FusionMethod, FusionSpec
 from models.retrieve import dense_candidates
 from models.student import StudentEncoder

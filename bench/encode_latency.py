@@ -81,7 +81,7 @@ class Result:
 
 def load_queries(source: Path, n: int) -> tuple[list[str], str]:
     """Up to `n` real query texts and a description of where they came from."""
-    from models.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
+    from models.datasets.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
 
     if source.is_dir() and (source / QUERIES_FILE).is_file():
         queries = read_queries(source / QUERIES_FILE)

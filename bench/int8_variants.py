@@ -55,12 +55,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     from onnxruntime.quantization import QuantType
 
-    from models.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
     from models.bundle import Bundle
+    from models.datasets.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
+    from models.distill.export import quantize_onnx
     from models.errors import TandemError
-    from models.evaluate import bundle_search_run
-    from models.export import quantize_onnx
-    from models.ir_metrics import NDCG, TOP_K, score_run
+    from models.evaluation.metrics import NDCG, TOP_K, score_run
+    from models.evaluation.run import bundle_search_run
     from models.student import StudentEncoder, read_student_manifest
 
     variants = {  # name: (reduce_range, weight type)

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from models.export import quantize_onnx
+from models.distill.export import quantize_onnx
 from models.manifest import STUDENT_MANIFEST
 from models.student import read_student_manifest
 

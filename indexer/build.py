@@ -11,13 +11,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 
 import numpy as np
 
 from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
+from indexer.options import Engine
 from indexer.publish import Target, publish
 from indexer.writer import write_lexical, write_manifest, write_vectors
 from models.contract import SUPPORTED_DIMS
@@ -30,11 +30,6 @@ from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.rotation import Rotation
 
 log = logging.getLogger(__name__)
-
-
-class Engine(StrEnum):
-    LOCAL = "local"
-    RAY = "ray"
 
 
 @dataclass(frozen=True)

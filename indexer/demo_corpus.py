@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from models.atomic import atomic_write
 from models.errors import InputError, TandemError
 
 log = logging.getLogger(__name__)
@@ -211,12 +212,7 @@ def write_demo_corpus(out: Path, max_docs: int = 3000) -> int:
     lines = child.stdout.splitlines()[:max_docs]
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write("".join(line + "\n" for line in lines))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(out)
+    atomic_write(out, lambda fh: fh.write("".join(line + "\n" for line in lines).encode("utf-8")))
     records = [json.loads(line) for line in lines]
     words = sum(len(f"{r['title']} {r['text']}".split()) for r in records)
     log.info("demo corpus %s: %d documents, ~%.0f tokens each", out, len(lines), 1.3 * words / max(len(lines), 1))

@@ -12,12 +12,12 @@ import io
 import json
 import logging
 from collections.abc import Iterator
-from enum import StrEnum
 from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
 
+from indexer.options import ExportFormat
 from models.atomic import atomic_write
 from models.bundle import read_bundle_manifest
 from models.docstore import DOCSTORE_FILE, DocStore
@@ -31,11 +31,6 @@ from models.versions import resolve_bundle
 log = logging.getLogger(__name__)
 
 CHUNK = 4096
-
-
-class ExportFormat(StrEnum):
-    PARQUET = "parquet"
-    JSONL = "jsonl"
 
 
 def _vectors(directory: Path, manifest: BundleManifest, store: EmbeddingStore) -> Iterator[np.ndarray]:

@@ -38,9 +38,21 @@ def utc_now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-# What may compute teacher vectors: fp32 (the reference), bf16 (CPU or GPU), fp16 (CUDA). Here, not in
-# models.teacher, so that checking a flag does not import torch.
-TEACHER_PRECISIONS = ("fp32", "bf16", "fp16")
+class TeacherPrecision(StrEnum):
+    """What may compute teacher vectors: fp32 (the reference), bf16 (CPU or GPU), fp16 (CUDA).
+
+    Here, not in models.teacher, so that checking a flag does not import torch.
+    """
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+    FP16 = "fp16"
+
+
+TEACHER_PRECISIONS = tuple(p.value for p in TeacherPrecision)
+
+# The student graphs a StudentManifest lists: int8 serves by default, fp32 is the reference.
+StudentPrecision = Literal["int8", "fp32"]
 
 
 class EmbeddingSource(BaseModel):

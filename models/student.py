@@ -10,20 +10,16 @@ import logging
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from models.contract import TeacherRef
-from models.manifest import STUDENT_MANIFEST, StudentManifest, read_manifest
+from models.manifest import STUDENT_MANIFEST, StudentManifest, StudentPrecision, read_manifest
 from models.timing import StageObserver
 
 log = logging.getLogger(__name__)
-
-Precision = Literal["int8", "fp32"]
-
 
 def read_student_manifest(directory: Path) -> StudentManifest:
     return read_manifest(Path(directory) / STUDENT_MANIFEST, StudentManifest, "student")
@@ -47,7 +43,7 @@ def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
 class StudentEncoder:
     """Encodes queries with the exported student; thread-safe (ORT sessions are)."""
 
-    def __init__(self, directory: Path, precision: Precision = "int8", threads: int = 1) -> None:
+    def __init__(self, directory: Path, precision: StudentPrecision = "int8", threads: int = 1) -> None:
         self.directory = Path(directory).resolve()
         self.manifest = read_student_manifest(self.directory)
         self.tokenizer = load_tokenizer(self.directory / self.manifest.tokenizer, self.manifest.max_seq_length)

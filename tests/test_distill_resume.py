@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.distill.train import LAST
+from models.distill.checkpoints import LAST
 from models.paths import cache_dir
 from models.student import StudentEncoder, read_student_manifest
 from tests.fixtures.corpus import PROBES

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from models.bundle import Bundle
+from models.distill.checkpoints import LAST
 from models.distill.pipeline import DistillRequest, run_distill
-from models.distill.train import LAST
 from models.paths import cache_dir
 from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES

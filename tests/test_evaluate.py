@@ -9,14 +9,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
-from models.beir import load_beir
 from models.bundle import read_bundle_manifest
+from models.datasets.beir import load_beir
 from models.errors import ContractMismatch, InputError
-from models.eval_matrix import MATRIX_DIMS, QUANTIZATIONS
-from models.eval_report import write_report
-from models.evaluate import EvalRequest, format_table, run_eval
-from models.ir_metrics import run_from_rows, score_run
+from models.evaluation.matrix import MATRIX_DIMS, QUANTIZATIONS
+from models.evaluation.metrics import run_from_rows, score_run
+from models.evaluation.report import write_report
+from models.evaluation.run import EvalRequest, format_table, run_eval
 from tests.fixtures.corpus import PROBES
 
 HEADER = "query-id\tcorpus-id\tscore\n"
@@ -134,8 +135,8 @@ def test_bundle_of_another_corpus_is_refused(tmp_path: Path, tiny_bundle: Path, 
 
 
 def test_unknown_precision_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match="precision"):
-        run_eval(EvalRequest(data=tmp_path, index=tmp_path, student=tmp_path, precision="fp16"))
+    with pytest.raises(ValidationError, match="precision"):
+        EvalRequest(data=tmp_path, index=tmp_path, student=tmp_path, precision="fp16")  # type: ignore[arg-type]
 
 
 @pytest.mark.slow

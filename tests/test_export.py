@@ -11,11 +11,11 @@ import torch
 from torch import nn
 
 from models.bundle import Bundle
+from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE, check_parity, export_student
 from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
-from models.distill.train import Tokens, embed
+from models.distill.tokens import Tokens, embed
 from models.errors import ContractMismatch
-from models.export import FP32_MIN_COSINE, INT8_MIN_COSINE, check_parity, export_student
 from models.manifest import StudentManifest
 from models.registry import load_card, resolve
 from models.student import StudentEncoder, read_student_manifest

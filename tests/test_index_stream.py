@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.export import ExportFormat, export
+from indexer.export import export
+from indexer.options import ExportFormat
 from models.bundle import Bundle
 from models.embedding_store import EmbeddingStore
 from models.errors import InputError

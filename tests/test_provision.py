@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from models.errors import ModelNotFound
-from models.provision import _dist_file
+from tandem.provision import _dist_file
 
 
 def test_a_missing_model_package_is_an_error_without_install() -> None:

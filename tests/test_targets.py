@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.distill.targets import TeacherTargets, texts_key
+from models.datasets.teacher_targets import TeacherTargets, texts_key
 from models.registry import load_card
 from models.teacher import TeacherEncoder
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from models.bundle import Bundle
+from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import Preset
-from models.export import FP32_MIN_COSINE, INT8_MIN_COSINE
 from models.registry import load_card, resolve
 from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES

@@ -23,17 +23,20 @@ from pydantic import BaseModel, ConfigDict
 
 from models.bundle import read_bundle_manifest
 from models.corpus import read_corpus
+from models.datasets.teacher_targets import TeacherTargets
+from models.distill.checkpoints import LAST
 from models.distill.data import TrainingData, build_training_data
+from models.distill.dataset import Examples
+from models.distill.export import export_student
 from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
 from models.distill.presets import Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge
 from models.distill.soup import average_states, member_seed
-from models.distill.targets import TeacherTargets
-from models.distill.train import LAST, Examples, Tokens, TrainResult, Validation, embed, train, validate
+from models.distill.tokens import Tokens, embed
+from models.distill.trainer import TrainResult, Validation, train, validate
 from models.errors import ContractMismatch
-from models.export import export_student
 from models.manifest import BundleManifest, StudentManifest
 from models.paths import cache_dir
 from models.registry import ModelCard, load_card, resolve, sha256_file

@@ -83,27 +83,10 @@ class Preset(BaseModel):
         return available if self.passages_per_epoch is None else min(self.passages_per_epoch, available)
 
 
-# Measured on the 2-core machine, SciFact (5,183 docs): quick ≈ 10 min (half of it the teacher encoding
-# pseudo-queries), default ≈ 35 min. full trains the same texts for eight epochs in two LEAF cycles (linear decay,
-# restarted), sized for an hour on that machine with nothing cached but the bundle's document vectors; its last
-# two epochs train through the int8 graph's rounding, since the int8 student is what serves. 54.5 min in all on
-# 2026-11-23, 9 of them the teacher encoding 13,407 pseudo-queries. It mixes 400 passages into each epoch: with
-# 800 the training alone took 55 min, over the hour once the teacher's encoding is added. On SciFact two 400-passage
-# runs (seeds 0 and 1) kept 96.9% and 97.3% of the teacher's asymmetric nDCG@10 at 768 float, two 800-passage runs
-# 97.3% and 97.7%: within run-to-run noise (docs/BENCHMARKS.md).
-# Since 2026-11-24 `full` trains in batches of 16 (LEAF: more small steps beat fewer large ones) and shows each
-# real train-split query four times per epoch. In a same-day 2×2 run on SciFact (seed 0) each change raised the
-# int8 student's overlap@10 with the teacher on held-out pseudo-queries, held-out real queries and the test
-# queries (judgments unused), and together they took it on the test queries from 0.733 to 0.761; asymmetric
-# nDCG@10 went 0.6362 → 0.6403, within run-to-run noise. Training took 20% longer: 36 min cold on that day's
-# (faster) machine, about 57 min projected for 2026-11-23's (docs/BENCHMARKS.md).
-# `members` (a uniform soup of students trained on different draws of pseudo-queries) stays 1 in every preset: at
-# `full`'s cost, two members of four epochs agreed less with the teacher than one run of eight (overlap@10 on the
-# test queries 0.735 against 0.761) and scored lower (0.6392 against 0.6403). Two members of eight epochs agreed
-# with the teacher best of all (nDCG@10 0.6435 int8), and averages of full-length runs scored above their members, but
-# each costs as many runs as it averages (docs/BENCHMARKS.md).
-# Score distillation is on in every preset: on SciFact's quick preset it lifted asymmetric nDCG@10 from 83.2% to
-# 89.8% of the teacher (docs/BENCHMARKS.md).
+# quick, default and full trade training time for agreement with the teacher; full is sized for an hour
+# on the 2-core CPU from a cold cache. Why each field is what it is (400 passages an epoch, batches of 16,
+# repeated real queries, int8 last epochs, one member, score distillation on), with the runs that chose
+# it: docs/BENCHMARKS.md, "SciFact retrieval quality" and its ablations.
 PRESETS: dict[str, Preset] = {
     "quick": Preset(name="quick", queries_per_doc=2, max_queries=5000, passages_per_epoch=300, val_docs=100,
                     epochs=1, ridge_texts=4000, score_weight=1.0),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from models.beir import QRELS_DIR, read_qrels, read_queries
+from models.datasets.beir import QRELS_DIR, read_qrels, read_queries
 from models.errors import InputError
 
 log = logging.getLogger(__name__)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from models.ann import sign_codes
-from models.beir import Qrels
 from models.contract import truncate
-from models.ir_metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
+from models.datasets.beir import Qrels
+from models.evaluation.metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
 from models.manifest import Quantization
 from models.rotation import Rotation, fit_pca_rotation, rotate
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytrec_eval
 
-from models.beir import Qrels
+from models.datasets.beir import Qrels
 
 TOP_K = 100
 NDCG, RECALL = "ndcg@10", "recall@100"

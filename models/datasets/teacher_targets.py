@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.atomic import atomic_write
 from models.corpus import Document, corpus_key
 from models.embedding_store import EmbeddingStore, store_key
 from models.paths import cache_dir
@@ -92,9 +93,7 @@ class TeacherTargets:
 
     def _record_texts(self, key: str, texts: Sequence[str]) -> None:
         path = self.cache.entry(key) / TEXTS_FILE
-        tmp = path.with_name(TEXTS_FILE + ".tmp")
-        tmp.write_text(json.dumps(list(texts)))
-        tmp.replace(path)
+        atomic_write(path, lambda fh: fh.write(json.dumps(list(texts)).encode()))
 
     def _cached_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
         """Vectors of `wanted` texts held by complete cached lists of this teacher."""

@@ -1,21 +1,16 @@
-"""Training loop: L2 distance between student and teacher vectors (LEAF), plus optional score distillation.
+"""The training loop: L2 distance between student and teacher vectors (LEAF), plus optional score distillation.
 
-Texts are tokenized once; batches group texts of similar length (queries with queries,
-passages with passages), which matters on CPU where a 256-token passage costs ten short
-queries. Each epoch sees every query and a fresh sample of passages.
-
-After every epoch the state (weights, optimizer, schedule, history) is checkpointed, so an
-interrupted run resumes from its last finished epoch; with `patience`, training stops once
-the validation ranking agreement stops improving and the best epoch's weights are kept.
+Each epoch sees every query and a fresh sample of passages (dataset.py), at the learning rate
+schedule.py gives. After every epoch the state (weights, optimizer, schedule, history) is
+checkpointed (checkpoints.py), so an interrupted run resumes from its last finished epoch; with
+`patience`, training stops once the validation ranking agreement stops improving and the best
+epoch's weights are kept.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import os
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,103 +18,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from models.distill.checkpoints import BEST, LAST, load_best, load_last, save
+from models.distill.dataset import Examples, epoch_examples, length_batches
 from models.distill.int8_emulation import int8_emulation
+from models.distill.loss import alignment_loss
 from models.distill.model import StudentModel
 from models.distill.presets import Preset
+from models.distill.schedule import lr_schedule, planned_steps
 from models.distill.scores import ScoreDistiller, overlap_at_k
-from models.student import load_tokenizer
+from models.distill.tokens import Tokens, embed
 
 log = logging.getLogger(__name__)
-
-EVAL_BATCH = 64
-BUCKET_BATCHES = 50  # batches per length-sorted bucket: little padding, still shuffled
-
-
-class Tokens:
-    """The backbone's tokenizer.json, as the ONNX student will use it at serving time."""
-
-    def __init__(self, tokenizer_path: Path, max_length: int) -> None:
-        self.tokenizer = load_tokenizer(tokenizer_path, max_length)
-        self.pad_id = self.tokenizer.padding["pad_id"] if self.tokenizer.padding else 0
-        self.tokenizer.no_padding()
-
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        return [e.ids for e in self.tokenizer.encode_batch(list(texts))]
-
-    def pad(self, ids: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(row) for row in ids)
-        input_ids = torch.full((len(ids), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for i, row in enumerate(ids):
-            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = 1
-        return input_ids, mask
-
-    def map_sorted(
-        self, ids: Sequence[Sequence[int]], fn: Callable[[torch.Tensor, torch.Tensor], np.ndarray]
-    ) -> np.ndarray:
-        """`fn(input_ids, mask)` over length-sorted batches of EVAL_BATCH texts (little padding), rows in order."""
-        order = np.argsort([len(row) for row in ids], kind="stable")
-        out: np.ndarray | None = None
-        for start in range(0, len(order), EVAL_BATCH):
-            idx = order[start : start + EVAL_BATCH]
-            result = fn(*self.pad([ids[i] for i in idx]))
-            if out is None:
-                out = np.empty((len(ids), result.shape[1]), dtype=np.float32)
-            out[idx] = result
-        assert out is not None, "map_sorted() needs at least one text"
-        return out
-
-
-@dataclass(frozen=True)
-class Examples:
-    """Token ids with their teacher targets (float32 [n, teacher_dim])."""
-
-    ids: list[list[int]]
-    targets: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def take(self, rows: Sequence[int] | np.ndarray) -> Examples:
-        return Examples([self.ids[i] for i in rows], self.targets[np.asarray(rows, dtype=np.int64)])
-
-    def repeat_last(self, n: int, times: int) -> Examples:
-        """These examples with their last `n` rows `times` times over (real queries among pseudo-queries)."""
-        if n == 0 or times == 1:
-            return self
-        tail = self.take(np.arange(len(self) - n, len(self)))
-        return Examples.concat(self, *[tail] * (times - 1))
-
-    @staticmethod
-    def concat(*parts: Examples) -> Examples:
-        return Examples([row for p in parts for row in p.ids], np.concatenate([p.targets for p in parts]))
-
-
-def length_batches(lengths: Sequence[int], batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Shuffled batches of indices; each batch drawn from a length-sorted bucket."""
-    order = rng.permutation(len(lengths))
-    bucket = batch_size * BUCKET_BATCHES
-    batches: list[np.ndarray] = []
-    for start in range(0, len(order), bucket):
-        chunk = order[start : start + bucket]
-        chunk = chunk[np.argsort([lengths[i] for i in chunk], kind="stable")]
-        batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))
-    rng.shuffle(batches)
-    return batches
-
-
-@torch.inference_mode()
-def embed(
-    model: StudentModel,
-    tokens: Tokens,
-    ids: Sequence[Sequence[int]],
-    fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    device: torch.device,
-) -> np.ndarray:
-    """Run `fn` (model.pooled or model.forward) over all texts in eval mode; rows in input order."""
-    model.eval()
-    return tokens.map_sorted(ids, lambda ids_, mask: fn(ids_.to(device), mask.to(device)).float().cpu().numpy())
 
 
 @dataclass(frozen=True)
@@ -153,23 +62,6 @@ class TrainResult:
     resumed_from: int | None = None  # the checkpointed epoch a resumed run started after
 
 
-LAST, BEST = "last.pt", "best.pt"
-
-
-def _save(obj: object, path: Path) -> None:
-    """torch.save through a temporary file and a rename, so a kill never leaves a torn checkpoint."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def alignment_loss(pred: torch.Tensor, target: torch.Tensor, kind: str) -> torch.Tensor:
-    """Mean ‖pred − target‖₂ (LEAF) or mean 1 − cos; both vectors are unit length."""
-    if kind == "cosine":
-        return (1.0 - (pred * target).sum(dim=-1)).mean()
-    return (pred - target).norm(dim=-1).mean()
-
-
 def validate(
     model: StudentModel, tokens: Tokens, val_set: tuple[Examples, Examples], bank: torch.Tensor, steps: int,
     device: torch.device, int8: bool = False,
@@ -186,22 +78,6 @@ def validate(
         overlap_at_10=overlap_at_k(pred[:n], queries.targets, bank) if n else None,
         int8=int8,
     )
-
-
-def _epoch_examples(queries: Examples, passages: Examples, preset: Preset, rng: np.random.Generator) -> Examples:
-    picked = rng.choice(len(passages), size=preset.epoch_passages(len(passages)), replace=False)
-    return Examples.concat(queries, passages.take(np.sort(picked)))
-
-
-def _planned_steps(queries: Examples, passages: Examples, preset: Preset) -> int:
-    steps = preset.epochs * math.ceil((len(queries) + preset.epoch_passages(len(passages))) / preset.batch_size)
-    return min(steps, preset.max_steps) if preset.max_steps else steps
-
-
-def lr_factor(step: int, total: int, cycles: int, end_ratio: float) -> float:
-    """Linear decay from 1 to end_ratio, restarted `cycles` times over `total` steps (LEAF's schedule)."""
-    length = max(math.ceil(total / cycles), 1)
-    return 1.0 - (1.0 - end_ratio) * (min(step, total - 1) % length) / length
 
 
 def train(
@@ -225,18 +101,15 @@ def train(
     started = time.perf_counter()
     torch.manual_seed(seed)
     queries, passages = train_set
-    total = _planned_steps(queries, passages, preset)
+    total = planned_steps(queries, passages, preset)
     # fused: one kernel over all parameters; on the 2-core CPU the default AdamW step took 0.11 s of a
     # 0.56 s query step (MiniLM-L6, batch 32), fused 0.01 s, with the same update rule.
     optimizer = torch.optim.AdamW(model.parameters(), lr=preset.lr, weight_decay=preset.weight_decay, fused=True)
-    end_ratio = preset.lr_end / preset.lr
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: lr_factor(step, total, preset.lr_cycles, end_ratio)
-    )
+    scheduler = lr_schedule(optimizer, total, preset)
     scores = ScoreDistiller(documents, preset.score_temperature, preset.score_candidates, device)
     result = TrainResult()
-    if checkpoints is not None and (checkpoints / LAST).is_file():
-        state = torch.load(checkpoints / LAST, map_location=device, weights_only=False)
+    state = load_last(checkpoints, device) if checkpoints is not None else None
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
@@ -248,7 +121,7 @@ def train(
         log.info("before training: %s", result.history[0])
         if checkpoints is not None:
             checkpoints.mkdir(parents=True, exist_ok=True)
-            _save(model.state_dict(), checkpoints / BEST)
+            save(model.state_dict(), checkpoints / BEST)
     log.info("training: %d queries, %d passages (%d per epoch), %d epochs, %d steps, %s loss, score weight %g",
              len(queries), len(passages), preset.epoch_passages(len(passages)), preset.epochs, total, preset.loss,
              preset.score_weight)
@@ -257,7 +130,7 @@ def train(
         if result.steps >= total or _patience_spent(result, preset):
             break
         rng = np.random.default_rng([seed, epoch])
-        examples = _epoch_examples(queries, passages, preset, rng)
+        examples = epoch_examples(queries, passages, preset, rng)
         batches = length_batches([len(row) for row in examples.ids], preset.batch_size, rng)
         batches = batches[: total - result.steps]
         if preset.score_weight:
@@ -286,16 +159,16 @@ def train(
         if result.history[-1].score() > result.history[result.best_epoch].score():
             result.best_epoch = result.epochs
             if checkpoints is not None:
-                _save(model.state_dict(), checkpoints / BEST)
+                save(model.state_dict(), checkpoints / BEST)
             else:
                 best_state = {k: v.clone() for k, v in model.state_dict().items()}
         if checkpoints is not None:
-            _save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
                    "scheduler": scheduler.state_dict(), "result": result}, checkpoints / LAST)
     if result.best_epoch != result.epochs:
         log.info("keeping the weights of epoch %d (best validation overlap@10)", result.best_epoch)
         if checkpoints is not None:
-            best_state = torch.load(checkpoints / BEST, map_location=device, weights_only=True)
+            best_state = load_best(checkpoints, device)
         assert best_state is not None
         model.load_state_dict(best_state)
     result.seconds = time.perf_counter() - started

@@ -24,7 +24,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
 
 from models.distill.model import StudentModel
-from models.distill.train import Tokens, embed
+from models.distill.tokens import Tokens, embed
 from models.errors import ContractMismatch
 from models.manifest import STUDENT_MANIFEST, ParityReport, StudentManifest
 from models.staging import staged

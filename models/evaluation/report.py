@@ -11,8 +11,8 @@ import json
 import logging
 from pathlib import Path
 
-from models.eval_matrix import QUANTIZATIONS, Cell, format_matrix
-from models.ir_metrics import NDCG, RECALL
+from models.evaluation.matrix import QUANTIZATIONS, Cell, format_matrix
+from models.evaluation.metrics import NDCG, RECALL
 
 log = logging.getLogger(__name__)
 
