@@ -19,7 +19,8 @@ def _plain(text: str) -> str:
 
 
 @pytest.mark.parametrize(("args", "option", "choices"), [
-    (["index", "build", "--corpus", "c.jsonl", "--quantization", "int4"], "--quantization", ["float", "int8", "binary"]),
+    (["index", "build", "--corpus", "c.jsonl", "--quantization", "int4"], "--quantization",
+     ["float", "int8", "binary"]),
     (["index", "build", "--corpus", "c.jsonl", "--rotation", "svd"], "--rotation", ["none", "pca"]),
     (["index", "build", "--corpus", "c.jsonl", "--index", "lsh"], "--index", ["flat", "hnsw", "ivf"]),
     (["index", "build", "--corpus", "c.jsonl", "--precision", "fp64"], "--precision", ["fp32", "bf16", "fp16"]),

@@ -62,6 +62,7 @@ def test_invalid_utf8_names_line(tmp_path: Path) -> None:
         read_corpus(path)
 
 
+@pytest.mark.slow  # the build resolves the teacher model first
 def test_cli_exits_nonzero_naming_the_line(tmp_path: Path) -> None:
     path, out = write(tmp_path, GOOD, GOOD), tmp_path / "b"
     proc = subprocess.run(

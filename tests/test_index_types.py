@@ -138,6 +138,7 @@ def test_bundles_of_each_type_verify_load_and_find(
     assert bundle.manifest.summary()["index"] == kind
 
 
+@pytest.mark.slow  # the build resolves the teacher model first
 def test_broken_type_is_refused_at_load(tiny_corpus: Path, bundles_dir: Path) -> None:
     out = bundles_dir / "tiny-mislabelled"
     build(BuildRequest(corpus=tiny_corpus, out=out, dim=128, quantization="float", index="hnsw", force=True))

@@ -94,6 +94,7 @@ def test_force_replaces_atomically(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["bundle"]
 
 
+@pytest.mark.slow  # the build resolves the teacher model first
 def test_bad_options_fail_before_encoding(tiny_corpus: Path, tmp_path: Path) -> None:
     with pytest.raises(InputError, match="quantization"):
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "x", quantization="int4"))
