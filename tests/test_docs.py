@@ -316,3 +316,13 @@ def test_scripts_the_docs_run_exist() -> None:
                 missing += [f"{_rel(block.page)}: {w}" for w in words[1:] if w.endswith(".py") and
                             not (ROOT / w).exists()]
     assert not missing, missing
+
+
+SOURCE_PATH = re.compile(r"(?<![\w./-])(?:models|service|indexer|tandem|bench|tests|docker)/(?:[\w/]*\w\.py|(?:\w+/)+)")
+
+
+def test_source_paths_the_docs_name_exist() -> None:
+    """Every module or package path the pages name (`models/bundle.py`, `models/distill/`) is in the tree."""
+    missing = [f"{_rel(page)}: {path}" for page in COMMAND_PAGES for path in SOURCE_PATH.findall(page.read_text())
+               if not (ROOT / path).exists()]
+    assert not missing, missing
