@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from models.errors import InputError
 
@@ -60,14 +61,20 @@ def _field(obj: dict, *names: str) -> object:
     return None
 
 
-def parse_line(line: str, where: str, extra_metadata: bool = False) -> Document:
-    """One corpus line; `extra_metadata` keeps keys outside id, title and text as metadata."""
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSONL line as an object, or an InputError naming `where` (file:line) and what is wrong."""
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
     if not isinstance(obj, dict):
         raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def parse_line(line: str, where: str, extra_metadata: bool = False) -> Document:
+    """One corpus line; `extra_metadata` keeps keys outside id, title and text as metadata."""
+    obj = json_object(line, where)
     doc_id = _field(obj, "_id", "id")
     if doc_id is None or (isinstance(doc_id, str) and not doc_id.strip()):
         raise InputError(f"{where}: missing document id ('_id' or 'id')")

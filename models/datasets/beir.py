@@ -6,11 +6,10 @@ Every malformed line is an InputError naming the file and line.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.corpus import Document, read_corpus
+from models.corpus import Document, json_object, read_corpus
 from models.errors import InputError
 
 CORPUS_FILE = "corpus.jsonl"
@@ -54,12 +53,7 @@ def read_queries(path: Path) -> dict[str, str]:
     first_seen: dict[str, int] = {}
     for lineno, line in _lines(path):
         where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
-        if not isinstance(obj, dict):
-            raise InputError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+        obj = json_object(line, where)
         qid, text = obj.get("_id", obj.get("id")), obj.get("text")
         if not isinstance(qid, str | int) or isinstance(qid, bool) or not str(qid).strip():
             raise InputError(f"{where}: missing query id ('_id')")
