@@ -78,6 +78,8 @@ def _local_device() -> str:
 
 @dataclass(frozen=True)
 class BuildRequest:
+    """Every choice of `tandem index build`, checked by `check()` before any work starts."""
+
     corpus: Path
     out: Path | None = None
     dim: int = 768
@@ -222,6 +224,7 @@ def _check_shard_size(size: int) -> None:
 
 
 def build(req: BuildRequest) -> BundleManifest:
+    """Embed (or import) a corpus and publish its bundle atomically; a killed build resumes from its shards."""
     started = time.perf_counter()
     quantization = _quantization(req.quantization)
     rotation = _rotation(req.rotation)

@@ -25,6 +25,7 @@ def _root(root: Path) -> Path:
 
 
 def switch_current(root: Path, version: str) -> None:
+    """Point ROOT/CURRENT at an existing version (rollback or roll forward); services watching the root follow it."""
     root = _root(root)
     with root_lock(root):  # a concurrent build's prune must not delete the version CURRENT moves to
         if version not in list_versions(root):

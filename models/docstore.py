@@ -119,6 +119,7 @@ class DocStore:
             return int(self._con.execute("SELECT COUNT(*) FROM docs").fetchone()[0])
 
     def get(self, rows: Sequence[int]) -> list[Document]:
+        """The documents at these row numbers, in the order asked."""
         if not rows:
             return []
         marks = ",".join("?" * len(rows))

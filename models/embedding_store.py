@@ -65,6 +65,12 @@ def shards_of(count: int, size: int) -> list[Shard]:
 
 
 class EmbeddingStore:
+    """The teacher's vectors of a corpus, kept in checkpointed shards under TANDEM_HOME.
+
+    Keyed by (teacher fingerprint, max length, corpus key, precision), so builds, updates and distillation reuse
+    what was encoded once, and a killed build resumes from its last finished shard.
+    """
+
     def __init__(self, root: Path | None = None, shard_size: int = SHARD_SIZE) -> None:
         self.root = Path(root) if root is not None else embeddings_dir()
         self.shard_size = shard_size

@@ -117,6 +117,12 @@ class FusionSpec(BaseModel):
 
 
 class BundleManifest(BaseModel):
+    """manifest.json of an index bundle: the only contract between the indexer and the service.
+
+    It records the teacher's fingerprint, dims, quantization, rotation and index type, and every file with its
+    sha256, so a loader can refuse a bundle it cannot serve before opening anything heavy.
+    """
+
     model_config = ConfigDict(extra="forbid")
 
     format_version: int = BUNDLE_FORMAT
@@ -180,6 +186,8 @@ class ParityReport(BaseModel):
 
 
 class StudentManifest(BaseModel):
+    """student.json of an exported student: the teacher it was aligned to, its ONNX graphs and their parity."""
+
     model_config = ConfigDict(extra="forbid")
 
     format_version: int = STUDENT_FORMAT

@@ -25,6 +25,8 @@ DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
 
 
 class ModelCard(BaseModel):
+    """A provisioned model directory and its fingerprint (over its weights, pooling, dim and normalization)."""
+
     model_config = ConfigDict(frozen=True)
 
     name: str

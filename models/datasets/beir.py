@@ -22,6 +22,8 @@ Qrels = dict[str, dict[str, int]]
 
 @dataclass(frozen=True)
 class BeirDataset:
+    """One split of a BEIR directory, as `tandem eval` and `choose_fusion` read it."""
+
     directory: Path
     split: str
     corpus: list[Document]
@@ -98,6 +100,7 @@ def read_qrels(path: Path) -> tuple[Qrels, dict[str, int]]:
 
 
 def load_beir(directory: Path, split: str = "test") -> BeirDataset:
+    """The corpus, the split's judged queries and its qrels; a missing file or split is an InputError naming it."""
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory}: dataset directory not found")

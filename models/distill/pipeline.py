@@ -50,6 +50,8 @@ PARITY_PASSAGES = 32
 
 
 class DistillRequest(BaseModel):
+    """What `tandem distill` was asked: the corpus, its bundle (whose teacher the student aligns to), out, preset."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     corpus: Path
@@ -165,6 +167,11 @@ def _rounded(v: Validation) -> dict[str, object]:
 
 
 def run_distill(req: DistillRequest) -> StudentManifest:
+    """Train a student into the bundle's teacher space and export it to ONNX (fp32 and int8) with a parity report.
+
+    Resumable: the teacher's targets are cached and each epoch is checkpointed, so a killed run picks up where it
+    stopped. The student directory is published only when complete (models.staging).
+    """
     started = time.perf_counter()
     preset = resolve_preset(req.preset)
     check_target(Path(req.out), req.force)

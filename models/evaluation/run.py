@@ -53,6 +53,8 @@ STUDENT_QUERY_BATCH = 1
 
 
 class EvalRequest(BaseModel):
+    """What `tandem eval` was asked: a BEIR directory, the bundle built from its corpus, the student to score."""
+
     data: Path
     index: Path
     student: Path
