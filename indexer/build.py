@@ -258,7 +258,7 @@ def build(req: BuildRequest) -> BundleManifest:
                               quantization=quantization, rotation=rotation, index=index, center=centered,
                               spin=centered)
         info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
-                          count=corpus.count)
+                          count=corpus.count, metadata_extra=req.metadata_extra)
         manifest = write_manifest(staging, [*names, DOCSTORE_FILE, *lexical_names], teacher=card.teacher_ref(),
                                   dim=req.dim,
                                   quantization=quantization, count=corpus.count,

@@ -2,6 +2,8 @@
 
 `--changes FILE.jsonl`: each line is a document in the corpus formats (BEIR `_id/title/text`
 or `id/text`), added or replacing the document with that id, or `{"_id": ID, "delete": true}`.
+A line's keys outside id, title and text become metadata exactly when the base bundle was built
+with `--metadata-extra` (its manifest's `corpus.metadata_extra`), so an updated document keeps them.
 `--delete-ids FILE`: one id per line (blank lines and `#` comments skipped).
 An id may appear once across both files; every bad line is an InputError naming file:line.
 """
@@ -54,7 +56,8 @@ def _delete_id(obj: dict, where: str) -> str:
     return str(doc_id)
 
 
-def read_changes(changes: Path | None, delete_ids: Path | None) -> Changes:
+def read_changes(changes: Path | None, delete_ids: Path | None, extra_metadata: bool = False) -> Changes:
+    """Upserts and deletes; `extra_metadata` parses document lines as the base bundle's corpus was parsed."""
     seen: dict[str, str] = {}
 
     def claim(doc_id: str, where: str) -> None:
@@ -75,7 +78,7 @@ def read_changes(changes: Path | None, delete_ids: Path | None) -> Changes:
                 claim(doc_id, where)
                 deletes[doc_id] = where
                 continue
-            doc = parse_line(line, where)
+            doc = parse_line(line, where, extra_metadata)
             claim(doc.id, where)
             upserts.append(doc)
     if delete_ids is not None:

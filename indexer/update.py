@@ -27,7 +27,7 @@ from indexer.changes import Changes, read_changes
 from indexer.ingest import Passages
 from indexer.publish import Target, publish
 from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
-from models.bundle import Bundle
+from models.bundle import Bundle, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
@@ -197,8 +197,10 @@ def update(req: UpdateRequest) -> BundleManifest:
     if req.shard_size < 1:
         raise InputError(f"--shard-size must be at least 1, got {req.shard_size}")
     req.target.check()
-    changes = read_changes(req.changes, req.delete_ids)
     source_dir = base_dir(req)
+    # Change lines are parsed as the base corpus was: with --metadata-extra, a line's other keys stay metadata.
+    extra = read_bundle_manifest(source_dir).corpus.metadata_extra
+    changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra)
     bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
     run = TeacherRun(device=req.device, batch_size=req.batch_size)
@@ -237,7 +239,8 @@ def update(req: UpdateRequest) -> BundleManifest:
             described, lexical_names = write_lexical(staging, count)  # rebuilt: BM25 statistics are corpus-wide
             if base.fusion is not None:
                 described["fusion"] = base.fusion  # a default chosen for this corpus survives its updates
-            corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count)
+            corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
+                                metadata_extra=extra)  # the next update parses its lines the same way
             manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *lexical_names],
                                       teacher=card.teacher_ref(),
                                       dim=base.dim, quantization=base.quantization, count=count,

@@ -72,6 +72,9 @@ class CorpusInfo(BaseModel):
     path: str = Field(description="the corpus file; a relative path is inside the bundle (updates)")
     sha256: str
     count: int
+    metadata_extra: bool = Field(default=False, description="lines' keys outside id, title and text were kept as "
+                                 "metadata (`--metadata-extra`); `tandem index update` reads change lines the same "
+                                 "way, so an update never drops those keys. False in older bundles")
 
 
 class BaseInfo(BaseModel):

@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.bundle",
     "tests.fixtures.student",
     "tests.fixtures.server",
+    "tests.fixtures.metadata",
     "tests.fixtures.browser",
 ]
 

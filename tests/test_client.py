@@ -18,7 +18,9 @@ import pytest
 from service.app import create_app
 from service.settings import ServiceSettings
 from tandem.client import ApiError, AsyncClient, Client, RetryPolicy, SearchResult, TransportError
-from tests.fixtures.corpus import LONG_BATCH, PROBES
+from tandem.client._core import SearchOptions, search_body
+from tests.fixtures.corpus import DOCS, LONG_BATCH, PROBES
+from tests.fixtures.metadata import META
 from tests.fixtures.server import LiveServer, serve_app
 
 TEXTS = sorted(PROBES)
@@ -61,6 +63,90 @@ def test_errors_carry_the_servers_message_and_request_id(live_server: LiveServer
     assert (error.status, error.code, error.attempts) == (422, "invalid_request", 1)  # a 422 is never retried
     assert "top_k" in error.message and error.message in str(error)
     assert error.request_id and error.request_id in str(error)
+
+
+def test_options_left_none_are_not_sent() -> None:
+    """None is the server's default: the body carries only what the caller chose (an older server still works)."""
+    assert search_body("tides", SearchOptions()) == {"query": "tides"}
+    chosen = SearchOptions(top_k=3, mode="hybrid", filter={"field": "year", "gte": 2018}, offset=0, min_score=0.0,
+                           fields=("id", "metadata"), fusion="convex", alpha=0.25)
+    assert search_body(["a", "b"], chosen) == {
+        "queries": ["a", "b"], "top_k": 3, "mode": "hybrid", "filter": {"field": "year", "gte": 2018}, "offset": 0,
+        "min_score": 0.0, "fields": ["id", "metadata"], "fusion": "convex", "alpha": 0.25}
+
+
+def test_lexical_and_hybrid_modes(meta_server: LiveServer) -> None:
+    with Client(meta_server.url) as client:
+        lexical = client.search("Odoacer", mode="lexical", top_k=3)
+        assert [h.id for h in lexical.results] == ["rome"]  # the only document with the word
+        assert "lexical" in lexical.timing_ms.model_fields_set and lexical.timing_ms.lexical >= 0
+        dense = client.search("volcanic eruption lava", top_k=3)
+        for fusion in ("rrf", "convex"):
+            hybrid = client.search("volcanic eruption lava", mode="hybrid", fusion=fusion, top_k=3)
+            assert hybrid.results[0].id == "volcano"
+        # alpha 1: all the weight on the dense side, whose ranking leads
+        only_dense = client.search("volcanic eruption lava", mode="hybrid", fusion="convex", alpha=1.0, top_k=3)
+        assert [h.id for h in only_dense.results] == [h.id for h in dense.results]
+        batch = client.search_batch(["Odoacer", "Zanzibar"], mode="lexical", top_k=2)
+        assert [[h.id for h in hits] for hits in batch.results] == [["rome"], []]
+
+
+def test_a_filter_narrows_the_results(meta_server: LiveServer) -> None:
+    earth = {doc_id for doc_id, meta in META.items() if meta["topic"] == "earth"}
+    with Client(meta_server.url) as client:
+        everything = client.search("what is this about", top_k=len(DOCS))
+        assert len(everything.results) == len(DOCS)
+        narrowed = client.search("what is this about", top_k=len(DOCS), filter={"field": "topic", "eq": "earth"},
+                                 fields=["id", "metadata"])
+        assert {h.id for h in narrowed.results} == earth
+        for hit in narrowed.results:  # metadata is typed on the hit, the extra key kept by --metadata-extra too
+            assert hit.metadata == {**META[hit.id or ""], "source": "fixture"}
+        later = client.search_batch(["what is this about"], top_k=len(DOCS),
+                                    filter={"and": [{"field": "year", "gte": 2015}, {"field": "doi", "exists": True}]})
+        assert {h.id for h in later.results[0]} == {
+            doc_id for doc_id, meta in META.items() if meta["year"] >= 2015 and "doi" in meta}
+
+
+def test_offset_min_score_and_fields(meta_server: LiveServer) -> None:
+    with Client(meta_server.url) as client:
+        full = [h.id for h in client.search("energy from the sun", top_k=6).results]
+        pages = [[h.id for h in client.search("energy from the sun", top_k=3, offset=o).results] for o in (0, 3)]
+        assert pages[0] + pages[1] == full
+        high = client.search("bread dough yeast", top_k=len(DOCS), min_score=0.3).results
+        assert high and all((h.score or 0) >= 0.3 for h in high) and len(high) < len(DOCS)
+        slim = client.search("bread dough yeast", top_k=2, fields=["id", "score"]).results
+        assert [h.model_fields_set for h in slim] == [{"id", "score"}] * 2
+        assert slim[0].id == "bake" and slim[0].title is None and slim[0].text is None and slim[0].metadata is None
+
+
+def test_a_malformed_filter_is_an_api_error_with_the_servers_message(meta_server: LiveServer) -> None:
+    with Client(meta_server.url) as client, pytest.raises(ApiError) as info:
+        client.search("tides", filter={"field": "colour", "eq": "red"})
+    error = info.value
+    assert (error.status, error.code, error.attempts) == (422, "invalid_request", 1)
+    assert "filter.field" in error.message and "colour" in error.message and error.message in str(error)
+
+    async def run() -> ApiError:
+        async with AsyncClient(meta_server.url) as client:
+            with pytest.raises(ApiError) as async_info:
+                await client.search("tides", filter={"and": []})
+            return async_info.value
+
+    assert (async_error := asyncio.run(run())).status == 422 and "filter.and" in async_error.message
+
+
+def test_async_client_options(meta_server: LiveServer) -> None:
+    async def run() -> tuple[list[str | None], list[list[str | None]]]:
+        async with AsyncClient(meta_server.url) as client:
+            one = await client.search("Odoacer", mode="hybrid", fusion="rrf", top_k=1, fields=["id"])
+            many = await client.search_batch(["what is this about"], top_k=len(DOCS), offset=1, mode="dense",
+                                             filter={"field": "open", "eq": True})
+            return [h.id for h in one.results], [[h.id for h in hits] for hits in many.results]
+
+    one, many = asyncio.run(run())
+    assert one == ["rome"]
+    open_docs = {doc_id for doc_id, meta in META.items() if meta["open"] is True}
+    assert len(many[0]) == len(open_docs) - 1 and set(many[0]) < open_docs  # offset 1 skips the best
 
 
 def test_api_keys(tiny_bundle: Path, tiny_student: Path) -> None:

@@ -24,6 +24,8 @@ from models.bundle import Bundle, read_bundle_manifest
 from models.corpus import read_corpus
 from models.embedding_store import EmbeddingStore
 from models.errors import ContractMismatch, InputError
+from models.filters import FilterError, parse_filter
+from models.manifest import BUNDLE_MANIFEST
 from models.shard_log import SHARD_LOG, ShardLog
 from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
@@ -214,6 +216,49 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
     ids3 = Bundle(root / "v3").docs.ids()
     assert "git" not in ids3 and "bees" not in ids3 and ids3[-2:] == ["kites", "tea"]
     assert verify(root, all_versions=True)[-1].endswith("[CURRENT]")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [True, False], ids=["metadata-extra", "plain"])
+def test_update_parses_change_lines_as_the_base_was_built(tandem_home: Path, tmp_path: Path, extra: bool) -> None:
+    """With --metadata-extra, an updated or added document keeps its extra keys as metadata (and a later update
+    of the update still does); without it they are ignored, as the build ignored them, also for a bundle whose
+    manifest predates the recorded choice."""
+    lines = [{"_id": doc_id, "title": title, "text": text, "lang": "en"} for doc_id, title, text in DOCS[:4]]
+    corpus = _write(tmp_path / "corpus.jsonl", lines)
+    build(BuildRequest(corpus=corpus, out=tmp_path / "v1", metadata_extra=extra))
+    manifest_path = tmp_path / "v1" / BUNDLE_MANIFEST
+    assert read_bundle_manifest(tmp_path / "v1").corpus.metadata_extra is extra
+    if not extra:  # as written before the choice was recorded: it loads, and means "not kept"
+        old = json.loads(manifest_path.read_text())
+        del old["corpus"]["metadata_extra"]
+        manifest_path.write_text(json.dumps(old))
+    bake = DOCS[0]
+    changes = _write(tmp_path / "changes.jsonl", [
+        {"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "fr"},  # same text, new value of the key
+        {"_id": "kites", "title": "Kite flying", "text": "Wind lifts the kite.", "lang": "fr"}])
+    second = update(UpdateRequest(changes=changes, base=tmp_path / "v1", out=tmp_path / "v2"))
+    assert second.corpus.metadata_extra is extra  # carried, so the next update reads its lines the same way
+    assert second.base is not None and (second.base.replaced, second.base.encoded) == ((1, 1) if extra else (0, 1))
+    more = _write(tmp_path / "more.jsonl", [{"id": "tea", "text": "Green tea is steamed.", "lang": "de"}])
+    third = update(UpdateRequest(changes=more, base=tmp_path / "v2", out=tmp_path / "v3"))
+    assert third.corpus.metadata_extra is extra
+
+    bundle = Bundle(tmp_path / "v3")
+    try:
+        meta = {d.id: d.meta() for d in bundle.docs.range(0, third.count)}
+        if extra:
+            assert {i: m["lang"] for i, m in meta.items()} == {
+                "bake": "fr", "volcano": "en", "chess": "en", "python-json": "en", "kites": "fr", "tea": "de"}
+            new_values = parse_filter({"field": "lang", "in": ["fr", "de"]}, set(third.metadata_fields))
+            rows = bundle.docs.rows_where(new_values.sql, new_values.params)
+            assert sorted(d.id for d in bundle.docs.get([int(r) for r in rows])) == ["bake", "kites", "tea"]
+        else:
+            assert all(m == {} for m in meta.values()) and "lang" not in third.metadata_fields
+            with pytest.raises(FilterError, match="lang"):
+                parse_filter({"field": "lang", "eq": "fr"}, set(third.metadata_fields))
+    finally:
+        bundle.close()
 
 
 def test_update_rejects_bad_input_naming_file_and_line(tiny_bundle: Path, tmp_path: Path) -> None:

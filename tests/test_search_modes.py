@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from indexer.build import BuildRequest, build
 from indexer.update import UpdateRequest, update
 from models.bundle import Bundle
 from models.manifest import BUNDLE_MANIFEST
@@ -18,38 +16,8 @@ from models.retrieve import Mode, SearchOptions, retrieve
 from service.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
+from tests.fixtures.metadata import META
 from tests.fixtures.server import LiveServer, serve_app
-
-TOPICS = ["food", "earth", "games", "code", "life"]
-
-
-def _metadata(i: int) -> dict[str, object]:
-    meta: dict[str, object] = {"year": 2000 + i, "topic": TOPICS[i % len(TOPICS)],
-                               "published": f"2020-{1 + i % 12:02d}-15", "open": i % 2 == 0}
-    if i % 3 == 0:
-        meta["doi"] = f"10.1/{i}"
-    return meta
-
-
-META = {doc_id: _metadata(i) for i, (doc_id, _, _) in enumerate(DOCS)}
-
-
-@pytest.fixture(scope="module")
-def meta_corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny corpus with a metadata object per line, and one extra top-level key (kept only behind the flag)."""
-    path = tmp_path_factory.mktemp("meta-corpus") / "corpus.jsonl"
-    with path.open("w") as fh:
-        for doc_id, title, text in DOCS:
-            line = {"_id": doc_id, "title": title, "text": text, "metadata": META[doc_id], "source": "fixture"}
-            fh.write(json.dumps(line) + "\n")
-    return path
-
-
-@pytest.fixture(scope="module")
-def meta_bundle(tandem_home: Path, meta_corpus: Path, bundles_dir: Path) -> Path:
-    out = bundles_dir / "tiny-meta"
-    build(BuildRequest(corpus=meta_corpus, out=out, metadata_extra=True))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -71,12 +39,6 @@ def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
     manifest["files"]["docs.sqlite"] = sha256_file(out / "docs.sqlite")
     (out / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
     return out
-
-
-@pytest.fixture(scope="module")
-def meta_server(meta_bundle: Path, tiny_student: Path) -> Iterator[LiveServer]:
-    with serve_app(create_app(ServiceSettings(index=meta_bundle, student=tiny_student, port=0))) as server:
-        yield server
 
 
 def _search(server: LiveServer, **body: object) -> list[dict]:

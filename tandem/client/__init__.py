@@ -8,6 +8,9 @@ or torch, so an application can talk to tandem without the service's dependencie
     with Client("http://127.0.0.1:8000", api_key="...") as tandem:
         result = tandem.search("how do tides work", top_k=5)
         print(result.index.version, result.results[0].title, result.timing_ms.encode)
+        recent = tandem.search("tides", mode="hybrid", filter={"field": "year", "gte": 2018},
+                               fields=["id", "score", "metadata"])  # options left None: the server's default
+        print([(hit.id, hit.metadata) for hit in recent.results])
 
 Requests that meet a 429 or 503 are retried after the server's Retry-After, as long as the
 client's total time budget allows; every other failure raises `ApiError` with the server's
@@ -19,9 +22,12 @@ from tandem.client.errors import ApiError, ClientError, TransportError
 from tandem.client.models import (
     BatchSearchResult,
     Embeddings,
+    Fusion,
     Health,
     Hit,
+    HitField,
     IndexInfo,
+    Mode,
     Readiness,
     SearchResult,
     Timing,
@@ -36,9 +42,12 @@ __all__ = [
     "Client",
     "ClientError",
     "Embeddings",
+    "Fusion",
     "Health",
     "Hit",
+    "HitField",
     "IndexInfo",
+    "Mode",
     "Readiness",
     "RetryPolicy",
     "SearchResult",

@@ -6,7 +6,8 @@ import base64
 import logging
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any, TypeVar
 
@@ -14,7 +15,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from tandem.client.errors import ApiError, ClientError, TransportError
-from tandem.client.models import Embeddings
+from tandem.client.models import Embeddings, Fusion, HitField, Mode
 from tandem.client.retry import RETRY_STATUSES, Attempts, retry_after_s
 
 log = logging.getLogger("tandem.client")
@@ -42,13 +43,30 @@ def timeout_of(timeout: float | httpx.Timeout | None) -> httpx.Timeout:
     return timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
 
 
-def search_body(queries: str | Sequence[str], top_k: int | None) -> dict[str, Any]:
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """The request options of `search` and `search_batch` beyond the queries; None is the server's default,
+    and is not sent, so a client works with a server that predates an option it leaves alone."""
+
+    top_k: int | None = None
+    mode: Mode | None = None
+    filter: Mapping[str, Any] | None = None
+    offset: int | None = None
+    min_score: float | None = None
+    fields: Sequence[HitField] | None = None
+    fusion: Fusion | None = None
+    alpha: float | None = None
+
+
+def search_body(queries: str | Sequence[str], options: SearchOptions) -> dict[str, Any]:
+    """The JSON body of POST /search. Values are not checked here: the server's 422 says what is wrong."""
     if isinstance(queries, str):
         body: dict[str, Any] = {"query": queries}
     else:
         body = {"queries": list(queries)}
-    if top_k is not None:
-        body["top_k"] = top_k
+    for name, value in asdict(options).items():
+        if value is not None:
+            body[name] = list(value) if name == "fields" else dict(value) if name == "filter" else value
     return body
 
 

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from tandem.client import _core
-from tandem.client.models import BatchSearchResult, Embeddings, Health, Readiness, SearchResult
+from tandem.client.models import (
+    BatchSearchResult,
+    Embeddings,
+    Fusion,
+    Health,
+    HitField,
+    Mode,
+    Readiness,
+    SearchResult,
+)
 from tandem.client.retry import Attempts, RetryPolicy
 
 
@@ -25,13 +34,25 @@ class AsyncClient:
         self._http = httpx.AsyncClient(base_url=base_url, headers=_core.headers(api_key), timeout=self._timeout,
                                        transport=transport)
 
-    async def search(self, query: str, top_k: int | None = None) -> SearchResult:
-        return _core.parse(await self._call("POST", "/search", _core.search_body(query, top_k)), SearchResult)
+    async def search(self, query: str, top_k: int | None = None, *, mode: Mode | None = None,
+                     filter: Mapping[str, Any] | None = None, offset: int | None = None,
+                     min_score: float | None = None, fields: Sequence[HitField] | None = None,
+                     fusion: Fusion | None = None, alpha: float | None = None) -> SearchResult:
+        """`Client.search`, awaited; every option left None is the server's default."""
+        options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
+                                      fields=fields, fusion=fusion, alpha=alpha)
+        return _core.parse(await self._call("POST", "/search", _core.search_body(query, options)), SearchResult)
 
-    async def search_batch(self, queries: Sequence[str], top_k: int | None = None) -> BatchSearchResult:
+    async def search_batch(self, queries: Sequence[str], top_k: int | None = None, *, mode: Mode | None = None,
+                           filter: Mapping[str, Any] | None = None, offset: int | None = None,
+                           min_score: float | None = None, fields: Sequence[HitField] | None = None,
+                           fusion: Fusion | None = None, alpha: float | None = None) -> BatchSearchResult:
+        """`Client.search_batch`, awaited: one result list per query, in order."""
         if isinstance(queries, str):
             raise TypeError("search_batch takes a list of queries; use search() for one")
-        response = await self._call("POST", "/search", _core.search_body(queries, top_k))
+        options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
+                                      fields=fields, fusion=fusion, alpha=alpha)
+        response = await self._call("POST", "/search", _core.search_body(queries, options))
         return _core.parse(response, BatchSearchResult)
 
     async def embed(self, texts: Sequence[str], dimensions: int | None = None) -> Embeddings:

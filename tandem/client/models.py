@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+
+Mode = Literal["dense", "lexical", "hybrid"]
+Fusion = Literal["convex", "rrf"]
+HitField = Literal["id", "score", "title", "text", "metadata"]
 
 
 class _Answer(BaseModel):
@@ -12,10 +16,14 @@ class _Answer(BaseModel):
 
 
 class Hit(_Answer):
-    id: str
-    score: float  # cosine of the query and the document, in the index's space
-    title: str
-    text: str
+    """A document found. The server sends `id`, `score`, `title` and `text` unless the request's `fields`
+    asked for others, so each may be absent (None); `metadata` only when asked for."""
+
+    id: str | None = None
+    score: float | None = None  # dense: cosine in the index's space; lexical: BM25; hybrid: the fused score
+    title: str | None = None
+    text: str | None = None
+    metadata: dict[str, Any] | None = None
 
 
 class IndexInfo(_Answer):
@@ -31,11 +39,13 @@ class IndexInfo(_Answer):
 
 
 class Timing(_Answer):
-    """Server-side milliseconds: waiting in the queue, student encoding, index search."""
+    """Server-side milliseconds: waiting in the queue, student encoding, index search, and BM25 scoring
+    (lexical and hybrid modes; 0 from a server that predates them)."""
 
     queue: float
     encode: float
     search: float
+    lexical: float = 0.0
 
 
 class SearchResult(_Answer):

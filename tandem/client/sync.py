@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import httpx
 
 from tandem.client import _core
-from tandem.client.models import BatchSearchResult, Embeddings, Health, Readiness, SearchResult
+from tandem.client.models import (
+    BatchSearchResult,
+    Embeddings,
+    Fusion,
+    Health,
+    HitField,
+    Mode,
+    Readiness,
+    SearchResult,
+)
 from tandem.client.retry import Attempts, RetryPolicy
 
 
@@ -28,15 +37,33 @@ class Client:
         self._http = httpx.Client(base_url=base_url, headers=_core.headers(api_key), timeout=self._timeout,
                                   transport=transport)
 
-    def search(self, query: str, top_k: int | None = None) -> SearchResult:
-        """The `top_k` best documents for one query (the server's default count when None)."""
-        return _core.parse(self._call("POST", "/search", _core.search_body(query, top_k)), SearchResult)
+    def search(self, query: str, top_k: int | None = None, *, mode: Mode | None = None,
+               filter: Mapping[str, Any] | None = None, offset: int | None = None, min_score: float | None = None,
+               fields: Sequence[HitField] | None = None, fusion: Fusion | None = None,
+               alpha: float | None = None) -> SearchResult:
+        """The `top_k` best documents for one query. Every option left None is the server's default:
 
-    def search_batch(self, queries: Sequence[str], top_k: int | None = None) -> BatchSearchResult:
-        """One result list per query, in order, from one request."""
+        mode: dense (student vectors), lexical (BM25) or hybrid (both, fused by `fusion`, rrf or convex,
+        `alpha` the dense weight of convex); filter: a metadata filter such as
+        `{"and": [{"field": "year", "gte": 2018}, {"field": "lang", "in": ["en", "de"]}]}`; offset: hits
+        skipped (pagination); min_score: hits scoring below it dropped; fields: what each hit carries
+        (e.g. `["id", "score"]`, or `"metadata"` added). A value the server refuses raises ApiError (422)
+        with its message.
+        """
+        options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
+                                      fields=fields, fusion=fusion, alpha=alpha)
+        return _core.parse(self._call("POST", "/search", _core.search_body(query, options)), SearchResult)
+
+    def search_batch(self, queries: Sequence[str], top_k: int | None = None, *, mode: Mode | None = None,
+                     filter: Mapping[str, Any] | None = None, offset: int | None = None,
+                     min_score: float | None = None, fields: Sequence[HitField] | None = None,
+                     fusion: Fusion | None = None, alpha: float | None = None) -> BatchSearchResult:
+        """One result list per query, in order, from one request; the options of `search` apply to each."""
         if isinstance(queries, str):
             raise TypeError("search_batch takes a list of queries; use search() for one")
-        return _core.parse(self._call("POST", "/search", _core.search_body(queries, top_k)), BatchSearchResult)
+        options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
+                                      fields=fields, fusion=fusion, alpha=alpha)
+        return _core.parse(self._call("POST", "/search", _core.search_body(queries, options)), BatchSearchResult)
 
     def embed(self, texts: Sequence[str], dimensions: int | None = None) -> Embeddings:
         """Query vectors in the teacher's space (for a vector database holding the teacher's document vectors)."""
