@@ -34,8 +34,11 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def cpu_flags() -> str:
-    """The flags that decide the speed of our kernels, each marked yes or no, to print beside every figure."""
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16")
+
+
+def cpu_flag_map() -> dict[str, bool]:
+    """Whether the CPU has each of the flags that decide the speed of our kernels (FAISS, int8 ONNX)."""
     flags: set[str] = set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -44,7 +47,12 @@ def cpu_flags() -> str:
                 break
     except OSError:
         pass
-    return ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16"))
+    return {f: f in flags for f in KERNEL_FLAGS}
+
+
+def cpu_flags() -> str:
+    """The flags that decide the speed of our kernels, each marked yes or no, to print beside every figure."""
+    return ", ".join(f"{f} {'yes' if has else 'no'}" for f, has in cpu_flag_map().items())
 
 
 def load_average() -> tuple[float, str]:

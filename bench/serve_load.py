@@ -7,9 +7,15 @@ configuration is a bundle built by `tandem index build` from synthetic teacher-l
 is what matters here), served by a real `tandem serve` on 127.0.0.1 and driven by `tandem.loadtest`
 (open loop: no coordinated omission) with SciFact's test queries.
 
+0. Bare limit, per size × index type, before the server starts (bench/bare_limit.py): one process per
+   available core, each looping the student's encode plus the bundle's search with the server's settings,
+   no HTTP; their queries/s summed. The server's figures below are read against it on the same cores.
 1. Ladder, per size × index type: open-loop steps from `--start-rps`, doubling until a step fails
    (an error, under 95% of the rate answered, or p99 over `--p99-ms`), then bisected. The first
-   step's latency is the unloaded latency; the highest passing step is the sustained throughput.
+   step's latency is the unloaded latency; the highest passing step is the sustained throughput, and
+   sustained / bare limit is the share of the machine's limit that the server delivers.
+   Before the ladder (whose last steps overload the server), one step at half the bare limit
+   (`--half-duration`): its p50/p99 and errors.
 2. Acceptance, on `--accept` (default 100k binary, int8 rescoring): `--accept-rps` for
    `--accept-duration` s; then twice the sustained rate (overload): the share shed with 429/503 and
    how fast, the accepted requests' p99, the server's memory; then a recovery run at half the
@@ -37,7 +43,19 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from bare_limit import BareLimit, available_cores, describe
+from bare_limit import measure as measure_bare
+from benchdoc import (
+    REPO,
+    add_output_args,
+    cpu_flag_map,
+    cpu_flags,
+    cpu_model,
+    load_average,
+    markers,
+    publish,
+    start_logging,
+)
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from index_types import DEFAULT_REFERENCE, synthesize
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
@@ -47,7 +65,6 @@ from tandem.loadtest import Answer, format_report, run_loadtest
 log = logging.getLogger("bench.serve_load")
 
 
-
 @dataclass
 class Config:
     size: int
@@ -55,6 +72,8 @@ class Config:
     quantization: str
     steps: list[Step] = field(default_factory=list)
     rss_mb: float = 0.0
+    bare: BareLimit | None = None
+    half: Step | None = None  # open loop at half the bare limit
 
     @property
     def label(self) -> str:
@@ -64,6 +83,12 @@ class Config:
     def sustained(self) -> Step | None:
         passing = [s for s in self.steps if s.passed]
         return max(passing, key=lambda s: s.rps) if passing else None
+
+    @property
+    def ratio(self) -> float | None:
+        """Sustained rps over the bare limit's queries/s; None without either."""
+        top = self.sustained
+        return top.rps / self.bare.qps if top and self.bare and self.bare.qps > 0 else None
 
 
 # --- data and bundles ----------------------------------------------------------------------------------------
@@ -230,6 +255,44 @@ def acceptance_lines(accept: Acceptance, args: argparse.Namespace) -> list[str]:
     ]
 
 
+def machine_line() -> str:
+    """The CPU, its flags and the cores this run used: figures from different machines read side by side."""
+    return (f"{cpu_model()} ({cpu_flags()}), {available_cores()} of {os.cpu_count()} cores available "
+            "(server, load generator and bare-limit workers share them)")
+
+
+def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
+    """The table of the bare limit beside the server's sustained rate and the half-limit step."""
+    measured = [c for c in configs if c.bare is not None]
+    if not measured:
+        return []
+    lines = ["", "### The limit beside the server", "",
+             "| docs | index | bare limit q/s (workers) | bare per-query p50 / p99 ms | sustained rps "
+             f"(p99 ≤ {args.p99_ms:g} ms) | sustained / bare | half the limit: rps | p50 ms | p99 ms | errors |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for c in measured:
+        assert c.bare is not None
+        top, half = c.sustained, c.half
+        sustained = f"{top.rps:g}" if top else "—"
+        ratio = f"{c.ratio:.2f}" if c.ratio is not None else "—"
+        at_half = (f"{half.rps:.0f} | {half.ms('p50'):.1f} | {half.ms('p99'):.1f}"
+                   f"{'' if half.passed else ' ✗'} | {half.report.failures}") if half else "— | — | — | —"
+        lines.append(f"| {c.size:,} | {c.label} | {c.bare.qps:.1f} ({c.bare.workers}) | "
+                     f"{c.bare.query_p50_ms:.2f} / {c.bare.query_p99_ms:.2f} | {sustained} | {ratio} | {at_half} |")
+    bare = measured[0].bare
+    assert bare is not None
+    lines += ["", f"Bare limit: one spawned process per available core, each opening the bundle and the "
+              f"{bare.precision} student as `tandem serve` does and looping the student's `encode_counted` then "
+              f"`models.retrieve.retrieve` (dense, top_k {bare.top_k}, oversample {bare.oversample}, "
+              f"{bare.encode_threads} encode / {bare.search_threads} search threads) over the queries for "
+              f"{args.bare_duration:g} s after {args.bare_warmup:g} s of warm-up, no HTTP; queries/s summed over "
+              f"the workers, measured before the server started. The sustained rate is the highest passing "
+              f"ladder step, so the ratio is only as fine as the ladder (`--bisect`). Half the limit: open loop for "
+              f"{args.half_duration:g} s, before the ladder; ✗: an error, under 95% answered, or p99 over "
+              f"{args.half_p99_ms:g} ms."]
+    return lines
+
+
 def render(configs: list[Config], accept: Acceptance | None, accept_label: str, command: str, setup: str,
            load: str, args: argparse.Namespace) -> str:
     import faiss
@@ -240,7 +303,7 @@ def render(configs: list[Config], accept: Acceptance | None, accept_label: str, 
     lines = [
         begin, f"## End-to-end POST /search under open-loop load: {sizes} documents", "", f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible (server and load generator share them); "
+        f"- Machine: {machine_line()}; "
         f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, faiss {faiss.__version__}; "
         f"load average {load}",
         f"- Setup: {setup}", "",
@@ -255,12 +318,39 @@ def render(configs: list[Config], accept: Acceptance | None, accept_label: str, 
         lines.append(f"| {c.size:,} | {c.label} | {first.ms('p50'):.1f} | {first.ms('p99'):.1f} | {sustained} "
                      f"| {c.rss_mb:.0f} | {trail} |")
     lines += ["", "✗: the step failed (an error, under 95% of the rate answered, or p99 over the bound). "
-              "`binary` serves Hamming top 4·k rescored against memory-mapped int8 codes."]
+              "`binary` serves Hamming top 4·k rescored against memory-mapped int8 codes.", *limit_lines(configs, args)]
     if accept is not None:
         lines += ["", f"### Acceptance: {accept_label}", "", *acceptance_lines(accept, args), "", "```",
                   *(format_report(s.report) for s in (accept.steady, accept.overload, accept.recovery)), "```"]
     lines.append(end)
     return "\n".join(lines)
+
+
+def step_json(step: Step) -> dict[str, object]:
+    return {"rps": step.rps, "passed": step.passed, "why": step.why, "report": step.report.model_dump()}
+
+
+def results_json(configs: list[Config], accept: Acceptance | None, command: str, setup: str,
+                 args: argparse.Namespace) -> dict[str, object]:
+    """Every measured figure of the run, with the machine it ran on, for `--json`."""
+    return {
+        "date": datetime.now(UTC).isoformat(timespec="seconds"), "command": command, "setup": setup,
+        "cpu": {"model": cpu_model(), "flags": cpu_flag_map(), "cores_available": available_cores(),
+                "cores_visible": os.cpu_count()},
+        "p99_ms": args.p99_ms,
+        "configs": [{
+            "docs": c.size, "index": c.label, "server_rss_mb": c.rss_mb,
+            "bare_limit": c.bare.as_dict() if c.bare else None,
+            "sustained_rps": c.sustained.rps if c.sustained else None, "sustained_over_bare": c.ratio,
+            "half_limit": step_json(c.half) if c.half else None,
+            "ladder": [step_json(s) for s in c.steps],
+        } for c in configs],
+        "acceptance": None if accept is None else {
+            "steady": step_json(accept.steady), "overload": step_json(accept.overload),
+            "refused_p50_ms": accept.refused_p50_ms, "refused_p99_ms": accept.refused_p99_ms,
+            "recovery": step_json(accept.recovery), "rss_mb": accept.rss_mb, "alive": accept.alive,
+        },
+    }
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -277,6 +367,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--step-duration", type=float, default=15.0)
     parser.add_argument("--p99-ms", type=float, default=50.0, help="p99 bound of a passing ladder step.")
     parser.add_argument("--rest", type=float, default=2.0, help="Seconds between steps.")
+    parser.add_argument("--bare-duration", type=float, default=15.0,
+                        help="Seconds of the bare-limit loop (encode + search, no HTTP); 0 skips it and the "
+                        "half-limit step.")
+    parser.add_argument("--bare-warmup", type=float, default=3.0, help="Seconds each bare-limit worker warms up.")
+    parser.add_argument("--bare-workers", type=int, default=None,
+                        help="Bare-limit processes (default: the cores available to this run).")
+    parser.add_argument("--half-duration", type=float, default=15.0, help="Seconds of the step at half the limit.")
+    parser.add_argument("--half-p99-ms", type=float, default=25.0, help="p99 bound of the half-limit step.")
     parser.add_argument("--accept", default="100000:flat-binary", help="SIZE:INDEX-QUANTIZATION, or 'none'.")
     parser.add_argument("--accept-rps", type=float, default=200.0)
     parser.add_argument("--accept-duration", type=float, default=60.0)
@@ -288,6 +386,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "serve")
     add_output_args(parser)
     parser.add_argument("--section", default="serve-load", help="Marked section of --out to write.")
+    parser.add_argument("--json", type=Path, help="Also write every figure of the run here.")
     return parser.parse_args(argv)
 
 
@@ -306,9 +405,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             index, quantization = label.split("-", 1)
             bundle = bundle_for(args.work, inputs, index, quantization)
             config = Config(size, index, quantization)
+            if args.bare_duration > 0:  # before the server starts: nothing else on the cores
+                config.bare = measure_bare(bundle, args.student, queries, workers=args.bare_workers,
+                                           warmup_s=args.bare_warmup, duration_s=args.bare_duration, env=env)
+                log.info("bare limit %d %s: %s", size, label, describe(config.bare))
             server = Server(bundle, args.student, env, args.work / f"server-{size}-{label}.log")
             try:
                 run_step(server.url, 10, 2, queries, float("inf"))  # warm-up
+                if config.bare is not None:  # before the ladder, whose last steps overload the server
+                    config.half = run_step(server.url, config.bare.qps / 2, args.half_duration, queries,
+                                           args.half_p99_ms)
+                    time.sleep(args.rest)
                 config.steps = ladder(server.url, queries, args)
                 config.rss_mb = server.rss_mb("VmHWM")
                 top = config.sustained
@@ -328,6 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = render(configs, accept, f"{accept_size} documents, {accept_label}" if accept_size else "",
                      command, setup, f"{load_before} before, {load_average()[1]} after", args)
     publish(args.out, args.section, section, write=not args.no_write)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results_json(configs, accept, command, setup, args), indent=2) + "\n")
+        log.info("wrote %s", args.json)
     return 0
 
 
