@@ -36,7 +36,7 @@ from models.eval_matrix import Setup, evaluate_matrix
 from models.ir_metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
 from models.manifest import FusionSpec
 from models.registry import ModelCard, resolve
-from models.retrieve import Mode, SearchOptions, retrieve
+from models.retrieve import Mode, SearchOptions, retrieve, search_index
 from models.student import Precision, StudentEncoder
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
@@ -143,7 +143,7 @@ def run_eval(req: EvalRequest) -> dict:
         def student_run() -> Run:
             vectors["student_docs"] = encode_passages(student, passages)
             index = VectorIndex.build(vectors["student_docs"], dim, quantization)
-            scores, rows = index.search(vectors["asymmetric"], TOP_K)
+            scores, rows = search_index(index, vectors["asymmetric"], TOP_K)
             return run_from_rows(qids, scores, rows, doc_ids)
 
         seconds: dict[str, float] = {}
