@@ -61,8 +61,7 @@ class VectorIndex:
         self.index = index
         self.calibration = calibration
         self.rescore_codes = rescore_codes
-        self.observe: StageObserver | None = None  # told how long int8 rescoring took, when set (metrics;
-        # models.retrieve.search_index times it)
+        self.observe: StageObserver | None = None  # told how long int8 rescoring took (models.retrieve), when set
 
     @property
     def count(self) -> int:
