@@ -25,6 +25,7 @@ from models.evaluation.metrics import NDCG, TOP_K, run_from_rows, score_run
 from models.manifest import Quantization
 from models.quantize import binary_encode, int8_decode
 from models.registry import resolve
+from models.retrieve import search_index
 from models.rotation import fit_pca_rotation, rotate
 from models.student import StudentEncoder
 from models.vector_index import VectorIndex
@@ -71,7 +72,8 @@ def main() -> None:
                 def ndcg(scores: np.ndarray, rows: np.ndarray) -> float:
                     return score_run(data.qrels, run_from_rows(qids, scores, rows, doc_ids))[NDCG]
 
-                result[f"{who} float"] = ndcg(*VectorIndex.build(d_rot, dim, Quantization.FLOAT).search(q_rot, TOP_K))
+                exact = VectorIndex.build(d_rot, dim, Quantization.FLOAT)
+                result[f"{who} float"] = ndcg(*search_index(exact, q_rot, TOP_K))
                 for center in (False, True):
                     tag = "centered" if center else "plain"
                     index = VectorIndex.build(d_rot, dim, Quantization.BINARY, center=center)
@@ -80,7 +82,7 @@ def main() -> None:
                     dist, rows = index.index.search(codes, TOP_K)
                     result[f"{who} hamming {tag}"] = ndcg(-dist.astype(np.float32), rows)
                     for over in (4, 8, 16):
-                        result[f"{who} rescore x{over} {tag}"] = ndcg(*index.search(q_rot, TOP_K, over))
+                        result[f"{who} rescore x{over} {tag}"] = ndcg(*search_index(index, q_rot, TOP_K, over))
                 # centered, then a random orthogonal rotation of the kept dims: spreads PCA's uneven variance
                 # evenly over the sign bits (as PCA-RR / ITQ do); rescoring is unchanged
                 index = VectorIndex.build(d_rot, dim, Quantization.BINARY, center=True)

@@ -111,6 +111,7 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
 
     from models.index_spec import IndexSpec
     from models.manifest import Quantization
+    from models.retrieve import search_index
     from models.vector_index import RESCORE_FILE, VectorIndex
 
     queries = np.load(directory.parent / "queries.npy")
@@ -120,13 +121,13 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
     before = anon_rss_bytes()
     index = VectorIndex.load(directory, int(str(meta["dim"])), q, spec)
     ram = anon_rss_bytes() - before
-    _, rows = index.search(queries, K)
+    _, rows = search_index(index, queries, K)
     recall = float(np.mean([len(set(r) & set(t)) / K for r, t in zip(rows, truth, strict=True)]))
     faiss.omp_set_num_threads(1)
     times = []
     for query in queries[:latency_queries]:
         began = time.perf_counter()
-        index.search(query[None], K)
+        search_index(index, query[None], K)
         times.append((time.perf_counter() - began) * 1000)
     return {
         "recall": recall,
@@ -259,8 +260,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup = (f"{args.n:,} synthetic documents: SciFact all-mpnet-base-v2 vectors plus covariance-shaped noise "
              f"(relative norm 0.4–0.8), {args.queries} queries from {args.queries} held-out reference vectors. "
              f"Recall@{K} against exact float search at the same dim, all {args.queries} queries. Latency: "
-             f"`VectorIndex.search` for one query at a time, {args.latency_queries} queries, FAISS threads 1, "
-             f"oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
+             f"`models.retrieve.search_index` for one query at a time, {args.latency_queries} queries, "
+             f"FAISS threads 1, oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
     section = render(rows, command, setup, f"{load_before} before, {load_average()[1]} after")
     publish(args.out, SECTION, section, write=not args.no_write)
 

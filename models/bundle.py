@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from models.contract import TeacherRef, check_same_teacher
-from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
 from models.lexical import LEXICAL_DIR, LexicalIndex
 from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, Quantization, read_manifest
 from models.registry import sha256_file
+from models.retrieve import Hit, search_index
 from models.rotation import ROTATION_FILE, Rotation, rotate
 from models.vector_index import (
     CALIBRATION_FILE,
@@ -32,13 +31,6 @@ log = logging.getLogger(__name__)
 
 class NoLexicalIndex(ValueError):
     """Lexical or hybrid search asked of a bundle without a lexical index."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    row: int
-    score: float
-    doc: Document
 
 
 def read_bundle_manifest(directory: Path) -> BundleManifest:
@@ -178,7 +170,8 @@ class Bundle:
         return self.lexical
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
-        scores, rows = self.vectors.search(rotate(queries, self.rotation), k, oversample)
+        """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests); models.retrieve does the rest."""
+        scores, rows = search_index(self.vectors, rotate(queries, self.rotation), k, oversample)
         out: list[list[Hit]] = []
         for srow, rrow in zip(scores, rows, strict=True):
             valid = [(int(r), float(s)) for r, s in zip(rrow, srow, strict=True) if r >= 0]

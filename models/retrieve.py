@@ -1,9 +1,14 @@
-"""One search over a bundle in any mode: dense, lexical or hybrid, with filters, pagination and a score floor.
+"""The bundle's search: one search in any mode (dense, lexical or hybrid), with filters, pagination and a
+score floor, down to the FAISS calls. It is the last file of a query's path, route → engine → student → here
+(service.engine), and the search evaluation measures; models.vector_index builds, saves and loads the indexes.
 
 Filters restrict both sides before ranking, so a page fills whenever enough documents match:
 - dense: a FAISS ID selector on the first stage, or, when the filter is very selective (or an
   approximate index returned short), an exact pass over the matching rows' vectors;
 - lexical: BM25 scores of the matching rows only.
+
+Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
+float query against the int8 vectors (memory-mapped from disk).
 """
 
 from __future__ import annotations
@@ -11,23 +16,35 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import faiss
 import numpy as np
 
+from models.ann import sign_codes
 from models.contract import truncate
+from models.corpus import Document
 from models.filters import Filter
 from models.fusion import fuse
 from models.lexical import top_k
-from models.manifest import FusionMethod, FusionSpec
+from models.manifest import FusionMethod, FusionSpec, Quantization
+from models.quantize import int8_decode
 from models.rotation import rotate
+from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 if TYPE_CHECKING:
-    from models.bundle import Bundle, Hit
+    from models.bundle import Bundle
 
 BRUTE_FORCE_ROWS = 2048  # at most this many matching rows (or BRUTE_FORCE_SHARE of the corpus): exact pass
 BRUTE_FORCE_SHARE = 0.01
 BRUTE_FORCE_CHUNK = 65_536  # rows scored at a time in the exact pass
+
+
+@dataclass(frozen=True)
+class Hit:
+    row: int
+    score: float
+    doc: Document
 
 
 class Mode(StrEnum):
@@ -75,7 +92,7 @@ def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: np.
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     if allowed is not None and len(allowed) <= max(BRUTE_FORCE_ROWS, BRUTE_FORCE_SHARE * index.count):
         return exact_candidates(bundle, q, depth, allowed)
-    scores, rows = index.search(q, depth, oversample, allowed=allowed)
+    scores, rows = search_index(index, q, depth, oversample, allowed=allowed)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
     wanted = min(depth, index.count if allowed is None else len(allowed))
@@ -91,7 +108,7 @@ def exact_candidates(bundle: Bundle, rotated: np.ndarray, depth: int,
     best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     for start in range(0, len(allowed), BRUTE_FORCE_CHUNK):
         rows = allowed[start : start + BRUTE_FORCE_CHUNK]
-        scores = bundle.vectors.vectors_of(rows) @ q
+        scores = stored_vectors(bundle.vectors, rows) @ q
         best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, rows]), depth)
     return best_s, best_r
 
@@ -99,8 +116,6 @@ def exact_candidates(bundle: Bundle, rotated: np.ndarray, depth: int,
 def retrieve(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
              oversample: int) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical."""
-    from models.bundle import Hit
-
     allowed = bundle.docs.rows_where(opts.filter.sql, opts.filter.params) if opts.filter is not None else None
     need = opts.offset + opts.top_k
     spec = fusion_spec(bundle, opts)
@@ -129,3 +144,57 @@ def retrieve(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opt
         docs = bundle.docs.get([int(r) for r in rows])
         out.append([Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)])
     return Retrieved(out, lexical_s)
+
+
+def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE,
+                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k (scores, rows) of full-dimension unit queries in one index; rows are -1 past the corpus size.
+
+    `allowed` (ascending rows) restricts the search with a FAISS ID selector, before ranking."""
+    q = np.ascontiguousarray(truncate(np.atleast_2d(queries), index.dim))
+    k = max(1, min(k, index.count))
+    params = _selector(index, allowed)
+    if index.quantization is not Quantization.BINARY:
+        scores, rows = index.index.search(q, k, params=params)
+        return scores, rows
+    assert index.calibration is not None and index.rescore_codes is not None
+    depth = min(index.count, k * max(1, oversample))
+    codes = sign_codes(q, index.center, index.spin)
+    _, candidates = index.index.search(codes, depth, params=params)
+    began = time.perf_counter()
+    out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+    out_rows = np.full((len(q), k), -1, dtype=np.int64)
+    for i, cand in enumerate(candidates):
+        cand = cand[cand >= 0]
+        order = np.sort(cand)  # sorted reads are kinder to a memory-mapped file
+        vecs = int8_decode(np.asarray(index.rescore_codes[order]), index.calibration)
+        scores = vecs @ q[i]
+        top = np.argsort(-scores, kind="stable")[:k]
+        out_scores[i, : len(top)] = scores[top]
+        out_rows[i, : len(top)] = order[top]
+    if index.observe is not None:
+        index.observe("rescore", time.perf_counter() - began)
+    return out_scores, out_rows
+
+
+def _selector(index: VectorIndex, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
+    """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
+    if allowed is None:
+        return None
+    lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
+    sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+    typed: Any = index.index
+    if hasattr(typed, "hnsw"):
+        return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)
+    if hasattr(typed, "nprobe"):
+        return lib.SearchParametersIVF(sel=sel, nprobe=typed.nprobe)
+    return lib.SearchParameters(sel=sel)
+
+
+def stored_vectors(index: VectorIndex, rows: np.ndarray) -> np.ndarray:
+    """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore codes)."""
+    if index.quantization is Quantization.BINARY:
+        assert index.calibration is not None and index.rescore_codes is not None
+        return int8_decode(np.asarray(index.rescore_codes[rows]), index.calibration)
+    typed: Any = index.index
+    return np.asarray(typed.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)

@@ -1,9 +1,8 @@
-"""FAISS indexes for each quantization and index type, with one search path for service and evaluation.
+"""FAISS indexes for each quantization and index type: built, saved and loaded here, searched by models.retrieve.
 
 - float: IndexFlatIP over MRL-truncated unit vectors.
 - int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
-- binary: IndexBinaryFlat over sign bits; the top `k × oversample` by Hamming distance are
-  rescored with the float query against the int8 vectors (memory-mapped from disk).
+- binary: IndexBinaryFlat over sign bits, plus the int8 rescoring codes (memory-mapped when loaded).
 
 Those are the flat (exact) first stages; models.ann also builds HNSW and IVF ones (models.index_spec),
 with the same int8 calibration and the same binary rescoring.
@@ -12,10 +11,9 @@ with the same int8 calibration and the same binary rescoring.
 from __future__ import annotations
 
 import errno
-import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import faiss
 import numpy as np
@@ -25,14 +23,13 @@ from models.ann import (
     build_first_stage,
     empty_first_stage,
     first_stage_codes,
-    sign_codes,
     spin_matrix,
     train_step,
 )
 from models.contract import truncate
 from models.index_spec import IndexSpec
 from models.manifest import Quantization
-from models.quantize import Int8Calibration, int8_decode, int8_encode
+from models.quantize import Int8Calibration, int8_encode
 from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
@@ -64,7 +61,7 @@ class VectorIndex:
         self.index = index
         self.calibration = calibration
         self.rescore_codes = rescore_codes
-        self.observe: StageObserver | None = None  # told how long int8 rescoring took, when set (metrics)
+        self.observe: StageObserver | None = None  # told how long int8 rescoring took (models.retrieve), when set
 
     @property
     def count(self) -> int:
@@ -144,58 +141,6 @@ class VectorIndex:
             if spin.shape != (dim, dim):
                 raise ValueError(f"{directory}: {SPIN_FILE} has shape {spin.shape}, expected {(dim, dim)}")
         return cls(quantization, dim, index, cal, rescore, spec, center, spin)
-
-    def _params(self, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
-        """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
-        if allowed is None:
-            return None
-        lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
-        sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
-        typed: Any = self.index
-        if hasattr(typed, "hnsw"):
-            return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)
-        if hasattr(typed, "nprobe"):
-            return lib.SearchParametersIVF(sel=sel, nprobe=typed.nprobe)
-        return lib.SearchParameters(sel=sel)
-
-    def vectors_of(self, rows: np.ndarray) -> np.ndarray:
-        """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore codes)."""
-        if self.quantization is Quantization.BINARY:
-            assert self.calibration is not None and self.rescore_codes is not None
-            return int8_decode(np.asarray(self.rescore_codes[rows]), self.calibration)
-        index: Any = self.index
-        return np.asarray(index.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)
-
-    def search(
-        self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, rows) for full-dimension unit queries; rows are -1 past the corpus size.
-
-        `allowed` (ascending rows) restricts the search with a FAISS ID selector, before ranking."""
-        q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
-        k = max(1, min(k, self.count))
-        params = self._params(allowed)
-        if self.quantization is not Quantization.BINARY:
-            scores, rows = self.index.search(q, k, params=params)
-            return scores, rows
-        assert self.calibration is not None and self.rescore_codes is not None
-        depth = min(self.count, k * max(1, oversample))
-        codes = sign_codes(q, self.center, self.spin)
-        _, candidates = self.index.search(codes, depth, params=params)
-        began = time.perf_counter()
-        out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
-        out_rows = np.full((len(q), k), -1, dtype=np.int64)
-        for i, cand in enumerate(candidates):
-            cand = cand[cand >= 0]
-            order = np.sort(cand)  # sorted reads are kinder to a memory-mapped file
-            vecs = int8_decode(np.asarray(self.rescore_codes[order]), self.calibration)
-            scores = vecs @ q[i]
-            top = np.argsort(-scores, kind="stable")[:k]
-            out_scores[i, : len(top)] = scores[top]
-            out_rows[i, : len(top)] = order[top]
-        if self.observe is not None:
-            self.observe("rescore", time.perf_counter() - began)
-        return out_scores, out_rows
 
 
 class IndexWriter:

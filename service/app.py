@@ -9,13 +9,12 @@ from importlib import metadata
 
 from fastapi import FastAPI
 
-from service.engine import SearcherLoader
 from service.errors import install_error_handlers
+from service.loader import SearcherLoader
 from service.metrics import Metrics, queue_depth_of
-from service.metrics import router as metrics_router
 from service.middleware import install_middleware
 from service.reload import Reloader
-from service.routes import admin, embeddings, health, search
+from service.routes import admin, embeddings, health, metrics, search
 from service.routes.page import install_page
 from service.settings import ServiceSettings
 
@@ -25,7 +24,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loader = SearcherLoader(settings)
+        loader = SearcherLoader(settings, observe=app.state.metrics.observe_stage)  # tokenize and rescore timers
         app.state.loader = loader
         # Built before the initial load starts: it reads a bundle root's CURRENT pointer first.
         reloader = Reloader(settings, loader, metrics=app.state.metrics)
@@ -51,7 +50,7 @@ def create_app(settings: ServiceSettings) -> FastAPI:
     install_error_handlers(app)
     install_middleware(app, settings, app.state.metrics)
     app.include_router(health.router)
-    app.include_router(metrics_router)
+    app.include_router(metrics.router)
     app.include_router(search.router)
     app.include_router(admin.router)
     app.include_router(embeddings.router)

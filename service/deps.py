@@ -1,4 +1,7 @@
-"""Dependencies the routes declare, read from app.state where create_app and its lifespan put them."""
+"""Every dependency the routes declare, read from app.state where create_app and its lifespan put them.
+
+Auth is not here: API keys are a middleware and the admin token a guard, both in service.security.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.engine import SearcherLoader
+from service.loader import SearcherLoader
+from service.metrics import Metrics
+from service.reload import Reloader
 from service.settings import ServiceSettings
 
 
@@ -20,5 +25,17 @@ def get_loader(request: Request) -> SearcherLoader:
     return loader
 
 
+def get_metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+def get_reloader(request: Request) -> Reloader:
+    reloader: Reloader = request.app.state.reloader
+    return reloader
+
+
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 LoaderDep = Annotated[SearcherLoader, Depends(get_loader)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+ReloaderDep = Annotated[Reloader, Depends(get_reloader)]

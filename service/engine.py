@@ -1,61 +1,67 @@
-"""Query → student vector → bundle hits, with no HTTP in sight (the app wraps it).
+"""The engine: a loaded bundle and student behind micro-batching with admission control, and no HTTP in sight.
 
-`check_compatible` reads only the two manifests, so a student aligned to another teacher
-is refused before anything heavy loads. `SearcherLoader` loads in a background thread so
-the process answers liveness probes while a large bundle is still opening.
+A query's path is four files, route → engine → student → the bundle's search:
+service/routes/search.py `search` → here `Searcher.search`, admitted and queued by `MicroBatcher.submit` and run
+on a worker by `MicroBatcher._run`, which calls `Searcher.encode` → models/student.py
+`StudentEncoder.encode_counted`, then `Searcher.retrieve` → models/retrieve.py `retrieve` → `dense_candidates`
+→ `search_index` (FAISS). service.loader decides which searcher is in service.
+
+Concurrent requests can share one ONNX call and one search per distinct set of options (top_k,
+mode, filter, ...: models.retrieve.SearchOptions), up to `max_batch` queries (TANDEM_BATCH_MAX_QUERIES;
+1 by default, because the int8 student's dynamic quantization scales activations per call, so batchmates
+move a query's vector slightly). A worker waits at most `max_wait_s` for company, and only while other work
+is pending: a lone request never pays the wait. A batch request is one job, whatever its size;
+`Searcher.encode` runs its queries `max_batch` per ONNX call.
+
+Admission is bounded twice, and a request refused is refused at once (`Overloaded`, a 429),
+never left to wait without bound:
+- by count: at most `max_pending` queries may be queued or running;
+- by time: while every worker is busy, a job is refused when the queue ahead of it would take
+  longer than `max_queue_s`, judged from a moving average of the measured seconds per query.
+  A count alone cannot keep a latency budget: the same queue drains in 40 ms on one machine
+  and in 400 ms on another, or with a slower index.
+A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`), and a request
+that gives up at its deadline cancels its queued job and returns its queries' capacity at once, so
+abandoned work never crowds out live requests. `close` waits for the jobs running on the workers, so
+the bundle they search is never closed under them.
+
+A job without options (`embed`, for /v1/embeddings) is encoded like any other, in the same
+micro-batches and under the same admission, and skips the search: its outcome carries the
+student's vectors and their token counts instead of hits. A lexical job skips the encoding
+instead, but is admitted, batched and timed alike (its BM25 time is `lexical` in the timings).
+
+`MicroBatcher` takes its `encode` and `search` as plain functions (`Searcher` passes its own two methods),
+so the batching is tested without a model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from enum import StrEnum
-from functools import partial
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
 import numpy as np
 
-from models.bundle import Bundle, Hit, read_bundle_manifest
-from models.contract import check_same_teacher
+from models.bundle import Bundle
 from models.errors import ContractMismatch
-from models.manifest import BundleManifest, StudentManifest
-from models.retrieve import Mode, Retrieved, SearchOptions, retrieve
-from models.student import StudentEncoder, read_student_manifest
+from models.retrieve import Hit, Mode, Retrieved, SearchOptions, retrieve
+from models.student import StudentEncoder
+from models.timing import StageObserver
 from models.versions import resolve_bundle
-from service.batcher import MicroBatcher
-from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
 
-def check_compatible(settings: ServiceSettings) -> tuple[BundleManifest, StudentManifest]:
-    """Refuse a student/bundle pair from different teacher spaces, or with files missing; nothing heavy loads."""
-    index = resolve_bundle(settings.index)  # a bundle root serves the version its CURRENT pointer names
-    bundle = read_bundle_manifest(index)
-    student = read_student_manifest(settings.student)
-    try:
-        check_same_teacher(student.teacher, bundle.teacher)
-    except ContractMismatch as exc:
-        raise ContractMismatch(f"student {settings.student} does not match index {index}: {exc}") from exc
-    model = student.onnx_int8 if settings.student_precision == "int8" else student.onnx_fp32
-    _require_files(index, "index bundle", list(bundle.files))
-    _require_files(settings.student, "student", [model, student.tokenizer])
-    return bundle, student
-
-
-def _require_files(directory: Path, what: str, names: list[str]) -> None:
-    missing = [name for name in names if not (directory / name).is_file()]
-    if missing:
-        raise ContractMismatch(f"{directory}: {what} is incomplete, missing {', '.join(missing)}")
-
-
 class Searcher:
-    """A loaded bundle and student behind a micro-batcher; every search goes through `batcher`.
+    """A loaded bundle and student behind a micro-batcher: `search` and `embed` are what the routes call.
 
     `leases` and `retired` belong to SearcherLoader: a searcher swapped out by a hot reload
     is closed only once the requests that leased it have finished.
@@ -72,9 +78,9 @@ class Searcher:
         self.search_threads = settings.search_threads
         # batch_max_queries also caps each ONNX call of a batch request: with the default 1 a query's
         # vector never depends on the queries it came with (int8 scales activations per call).
+        self.encode_batch = settings.batch_max_queries
         self.batcher = MicroBatcher(
-            partial(self.student.encode_counted, batch_size=settings.batch_max_queries), self.search,
-            max_batch=settings.batch_max_queries,
+            self.encode, self.retrieve, max_batch=settings.batch_max_queries,
             max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending,
             max_queue_s=settings.max_queue_ms / 1e3, workers=settings.workers,
         )
@@ -109,7 +115,13 @@ class Searcher:
             )
         self.search_vectors(vec, 1)
         if self.bundle.lexical is not None:  # touches the memory-mapped BM25 arrays once
-            self.search(None, ["warmup"], SearchOptions(top_k=1, mode=Mode.LEXICAL))
+            self.retrieve(None, ["warmup"], SearchOptions(top_k=1, mode=Mode.LEXICAL))
+
+    def observe_stages(self, observe: StageObserver) -> None:
+        """Time tokenization (the student) and int8 rescoring (the index) from now on: service.loader wires the
+        metrics here once per loaded searcher. A shared student is wired again, to the same observer."""
+        self.student.observe = observe
+        self.bundle.vectors.observe = observe
 
     @property
     def version(self) -> str:
@@ -119,127 +131,254 @@ class Searcher:
     def index_summary(self) -> dict[str, object]:
         return {**self.bundle.manifest.summary(), "version": self.version}
 
+    @property
+    def pending(self) -> int:
+        """Queries queued or running (the tandem_queue_depth gauge)."""
+        return self.batcher.pending
+
+    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
+        """The hits of `queries`, once a worker has encoded and searched them in a micro-batch: Overloaded at once
+        when admission refuses, DeadlineExceeded after timeout_s. The event loop only awaits."""
+        return await self.batcher.search(queries, options, timeout_s)
+
+    async def embed(self, texts: Sequence[str], timeout_s: float) -> BatchOutcome:
+        """The student's vectors and token counts of `texts` (outcome.vectors, outcome.tokens), batched alike."""
+        return await self.batcher.embed(texts, timeout_s)
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers."""
+        return self.student.encode_counted(texts, batch_size=self.encode_batch)
+
+    def retrieve(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
+        """Any mode, filters and pages (models.retrieve) for the queries of one set of options; run on the workers."""
+        # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
+        faiss.omp_set_num_threads(self.search_threads)
+        return retrieve(self.bundle, vectors, queries, options, self.oversample)
+
     def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
         """Dense top-k of query vectors, unfiltered (warmup and tests)."""
         faiss.omp_set_num_threads(self.search_threads)
         return self.bundle.search(vectors, top_k, self.oversample)
-
-    def search(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
-        """Any mode, filters and pages (models.retrieve); the batcher calls it on its worker threads."""
-        # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
-        faiss.omp_set_num_threads(self.search_threads)
-        return retrieve(self.bundle, vectors, queries, options, self.oversample)
 
     def close(self) -> None:
         self.batcher.close()
         self.bundle.close()
 
 
-class LoadState(StrEnum):
-    LOADING = "loading"
-    READY = "ready"
-    FAILED = "failed"
+Encode = Callable[[Sequence[str]], tuple[np.ndarray, list[int]]]  # vectors and tokens per text
+# (vectors of the queries, or None for a lexical search; the queries; their options) → hits
+Search = Callable[[np.ndarray | None, list[str], SearchOptions], Retrieved]
 
 
-class NotReady(Exception):
-    """The searcher is still loading, or failed to load."""
-
-    def __init__(self, state: LoadState, error: str | None) -> None:
-        super().__init__(error or state.value)
-        self.state = state
-        self.error = error
+class Overloaded(Exception):
+    """More queries are pending than the service admits; the client should retry later."""
 
 
-class SearcherLoader:
-    """Loads a Searcher in a daemon thread and reports its state; closing while loading is safe."""
+class DeadlineExceeded(Exception):
+    """The request waited longer than its deadline; it was not (or no longer) worth running."""
 
-    def __init__(self, settings: ServiceSettings) -> None:
-        self._settings = settings
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    hits: list[list[Hit]]  # one list per query of the job, in order (empty for an encode-only job)
+    timing_ms: dict[str, float]  # queue, encode, search, lexical
+    batch_size: int  # queries in this job's micro-batch, its own included (encoded max_batch per call)
+    vectors: np.ndarray | None = None  # encode-only jobs: float32 [queries, dim], the teacher's space
+    tokens: list[int] | None = None  # encode-only jobs: tokens encoded per query
+
+
+@dataclass
+class _Job:
+    queries: list[str]
+    options: SearchOptions | None  # None: encode only
+    deadline: float  # time.monotonic()
+    future: Future[BatchOutcome] = field(default_factory=Future)
+    enqueued: float = field(default_factory=time.monotonic)
+    released: bool = False  # its queries no longer count as pending (under MicroBatcher._lock)
+
+
+_SMOOTHING = 0.1  # weight of the latest batch in the moving average of seconds per query
+
+
+class MicroBatcher:
+    """Worker threads drain a queue of jobs, coalescing up to `max_batch` queries per ONNX call."""
+
+    def __init__(
+        self, encode: Encode, search: Search, *, max_batch: int, max_wait_s: float, max_pending: int,
+        max_queue_s: float, workers: int,
+    ) -> None:
+        self._encode, self._search = encode, search
+        self.max_batch, self.max_wait_s, self.max_pending = max_batch, max_wait_s, max_pending
+        self.max_queue_s, self.workers = max_queue_s, workers
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
-        self._state = LoadState.LOADING
-        self._error: str | None = None
-        self._searcher: Searcher | None = None
+        self._pending = 0
+        self._seconds_per_query: float | None = None  # unknown until a batch has run
         self._closed = False
-        self._thread = threading.Thread(target=self._load, name="tandem-load", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _load(self) -> None:
-        started = time.perf_counter()
-        try:
-            searcher = Searcher.load(self._settings)
-        except Exception as exc:
-            log.error("loading %s with student %s failed: %s", printable(self._settings.index),
-                      printable(self._settings.student), printable(exc), exc_info=not isinstance(exc, ContractMismatch))
-            with self._lock:  # /readyz shows it: no host paths, no library internals
-                self._state, self._error = LoadState.FAILED, public_error(exc)
-            return
-        with self._lock:
-            if self._closed:
-                searcher.close()
-                return
-            self._searcher, self._state = searcher, LoadState.READY
-        log.info("ready in %.1f s", time.perf_counter() - started)
+        self._threads = [
+            threading.Thread(target=self._work, name=f"tandem-batch-{i}", daemon=True) for i in range(workers)
+        ]
+        for thread in self._threads:
+            thread.start()
 
     @property
-    def state(self) -> tuple[LoadState, str | None]:
+    def pending(self) -> int:
         with self._lock:
-            return self._state, self._error
+            return self._pending
 
-    def searcher(self) -> Searcher:
+    def _queue_wait_s(self) -> float:
+        """Estimated wait of a job admitted now (under the lock): zero while a worker is free, else the queries
+        ahead of it (one finishing on each busy worker, the rest queued) at the measured pace of all workers."""
+        ahead = self._pending - self.workers + 1
+        if ahead <= 0 or self._seconds_per_query is None:
+            return 0.0
+        return ahead * self._seconds_per_query / self.workers
+
+    def submit(self, queries: Sequence[str], options: SearchOptions | int | None,
+               timeout_s: float) -> Future[BatchOutcome]:
+        """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s.
+
+        `options` may be a bare top_k (a dense search), or None to encode only."""
+        return self._submit(queries, options, timeout_s).future
+
+    def _release(self, jobs: Sequence[_Job]) -> None:
         with self._lock:
-            if self._searcher is None:
-                raise NotReady(self._state, self._error)
-            return self._searcher
+            for job in jobs:
+                if not job.released:
+                    job.released = True
+                    self._pending -= len(job.queries)
 
-    @contextmanager
-    def lease(self) -> Iterator[Searcher]:
-        """The searcher in service, kept open until the block ends even if a hot reload swaps it out meanwhile."""
-        with self._lock:
-            searcher = self._searcher
-            if searcher is None:
-                raise NotReady(self._state, self._error)
-            searcher.leases += 1
-        try:
-            yield searcher
-        finally:
-            with self._lock:
-                searcher.leases -= 1
-                drained = searcher.retired and searcher.leases == 0
-            if drained:
-                _close_later(searcher)
-
-    def swap(self, searcher: Searcher) -> Searcher | None:
-        """Put `searcher` in service at once and return the one it replaces, still open: the caller keeps it
-        for rollback or retires it. Raises RuntimeError once the loader is closed (the caller closes `searcher`)."""
+    def _submit(self, queries: Sequence[str], options: SearchOptions | int | None, timeout_s: float) -> _Job:
+        if isinstance(options, int):
+            options = SearchOptions(top_k=options)
+        job = _Job(list(queries), options, time.monotonic() + timeout_s)
         with self._lock:
             if self._closed:
-                raise RuntimeError("the service is shutting down")
-            old, self._searcher = self._searcher, searcher
-            self._state, self._error = LoadState.READY, None
-        return old
+                raise RuntimeError("the batcher is closed")
+            if self._pending + len(job.queries) > self.max_pending:
+                raise Overloaded(f"{self._pending} queries pending, at most {self.max_pending} are admitted")
+            if (wait := self._queue_wait_s()) > self.max_queue_s:
+                raise Overloaded(f"the queue would take about {wait * 1e3:.0f} ms, more than the "
+                                 f"{self.max_queue_s * 1e3:.0f} ms admitted")
+            self._pending += len(job.queries)
+        self._queue.put(job)
+        return job
 
-    def retire(self, searcher: Searcher) -> None:
-        """Close `searcher` as soon as no request holds a lease on it, on a thread of its own (closing drains the
-        batcher, which must never block the event loop or the reload thread)."""
-        with self._lock:
-            searcher.retired = True
-            drained = searcher.leases == 0
-        if drained:
-            _close_later(searcher)
+    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
+        """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
+        return await self._await(self._submit(queries, options, timeout_s), timeout_s)
+
+    async def embed(self, queries: Sequence[str], timeout_s: float) -> BatchOutcome:
+        """Encode only (outcome.vectors, outcome.tokens), admitted and batched like a search."""
+        return await self._await(self._submit(queries, None, timeout_s), timeout_s)
+
+    async def _await(self, job: _Job, timeout_s: float) -> BatchOutcome:
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), timeout_s)
+        except TimeoutError:
+            if job.future.cancel():  # still queued: a worker will skip it, and its capacity is free now
+                self._release([job])
+            raise DeadlineExceeded(f"no answer within {timeout_s * 1e3:.0f} ms") from None
 
     def close(self) -> None:
+        """Refuse new jobs, let the workers finish what is queued (expired jobs are dropped unrun), and return
+        only once every worker has stopped: the caller may then close what the jobs use."""
         with self._lock:
             self._closed = True
-            searcher, self._searcher = self._searcher, None
-        if searcher is not None:
-            searcher.close()
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            if thread is not threading.current_thread():
+                thread.join()
 
+    def _gather(self, first: _Job) -> list[_Job]:
+        """`first` plus whatever joins within max_wait_s, while other work is pending and the batch has room."""
+        jobs, size = [first], len(first.queries)
+        until = time.monotonic() + self.max_wait_s
+        while size < self.max_batch:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                remaining = until - time.monotonic()
+                if remaining <= 0 or self.pending <= size:  # nobody else is coming: do not wait
+                    break
+                try:
+                    job = self._queue.get(timeout=remaining)
+                except queue.Empty:
+                    break
+            if job is None:
+                self._queue.put(None)  # a shutdown sentinel: leave it for this worker's next get
+                break
+            jobs.append(job)
+            size += len(job.queries)
+        return jobs
 
-def _close_later(searcher: Searcher) -> None:
-    def close() -> None:
-        searcher.close()
-        log.info("closed bundle version %s", searcher.version)
+    def _work(self) -> None:
+        while (first := self._queue.get()) is not None:
+            jobs = self._gather(first)
+            try:
+                self._run(jobs)
+            finally:
+                self._release(jobs)
 
-    threading.Thread(target=close, name="tandem-retire", daemon=True).start()
+    def _run(self, jobs: list[_Job]) -> None:
+        started = time.monotonic()
+        live = []
+        for job in jobs:
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            if job.deadline <= started:
+                job.future.set_exception(DeadlineExceeded("the request expired while queued"))
+            else:
+                live.append(job)
+        if not live:
+            return
+        try:
+            encoded_jobs = [i for i, job in enumerate(live) if job.options is None or job.options.needs_vectors]
+            texts = [q for i in encoded_jobs for q in live[i].queries]
+            vectors, tokens = self._encode(texts) if texts else (None, [])
+            encoded = time.monotonic()
+            spans: dict[int, tuple[int, int]] = {}  # each encoded job's rows in `vectors`
+            row = 0
+            for i in encoded_jobs:
+                spans[i] = (row, row + len(live[i].queries))
+                row = spans[i][1]
+            hits: list[list[list[Hit]]] = [[] for _ in live]
+            lexical_s: dict[int, float] = {}
+            groups: dict[SearchOptions, list[int]] = {}
+            for i, job in enumerate(live):
+                if job.options is not None:
+                    groups.setdefault(job.options, []).append(i)
+            for options, members in groups.items():
+                group_vectors = None
+                if options.needs_vectors and vectors is not None:
+                    group_vectors = vectors[np.concatenate([np.arange(*spans[i]) for i in members])]
+                found = self._search(group_vectors, [q for i in members for q in live[i].queries], options)
+                answers = iter(found.hits)
+                for i in members:
+                    hits[i] = [next(answers) for _ in live[i].queries]
+                    lexical_s[i] = found.lexical_s
+            done = time.monotonic()
+        except Exception as exc:  # the requests get a 500; the worker lives on
+            log.exception("batch of %d jobs failed", len(live))
+            for job in live:
+                job.future.set_exception(exc)
+            return
+        size = sum(len(job.queries) for job in live)
+        pace = (done - started) / size
+        with self._lock:
+            previous = self._seconds_per_query
+            self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
+        for i, (job, job_hits) in enumerate(zip(live, hits, strict=True)):
+            searched = 0.0 if job.options is None else (done - encoded) * 1e3
+            lexical = lexical_s.get(i, 0.0) * 1e3
+            timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
+                      "search": max(0.0, searched - lexical), "lexical": lexical}
+            if job.options is None:
+                assert vectors is not None
+                first, last = spans[i]
+                outcome = BatchOutcome(hits=[], timing_ms=timing, batch_size=size,
+                                       vectors=vectors[first:last].copy(), tokens=tokens[first:last])
+            else:
+                outcome = BatchOutcome(hits=job_hits, timing_ms=timing, batch_size=size)
+            job.future.set_result(outcome)

@@ -17,9 +17,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.batcher import DeadlineExceeded, Overloaded
-from service.engine import LoadState, NotReady
-from service.schemas import ErrorBody, FieldError
+from service.engine import DeadlineExceeded, Overloaded
+from service.loader import LoadState, NotReady
+from service.schemas.common import ErrorBody, FieldError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import logging
 import uvicorn
 
 from service.app import create_app
-from service.engine import check_compatible
+from service.loader import check_compatible
 from service.logs import configure_logging
 from service.server import server_config
 from service.settings import ServiceSettings

@@ -4,11 +4,11 @@
 
 - `metrics.observe_reload(outcome)`: count a hot reload by outcome ("success", "failed", "rolled_back", ...).
 - `metrics.set_index(version, count, load_seconds)`: the bundle now in service.
-- `metrics.observe_stage(stage, seconds)`: one stage's latency (see STAGES).
-- `metrics.watch(searcher)`: hook a (re)loaded searcher's tokenize and rescore timers.
+- `metrics.observe_stage(stage, seconds)`: one stage's latency (see STAGES); service.loader wires it into
+  each searcher it loads, as the student's tokenize and the index's rescore timer.
 
-`GET /metrics` renders the registry in the Prometheus text format. Requests are counted by
-service.middleware, the queue depth is read from the batcher at scrape time.
+`GET /metrics` (service.routes.metrics) renders the registry in the Prometheus text format. Requests are
+counted by service.middleware, the queue depth is read from the searcher in service at scrape time.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from fastapi import FastAPI
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from service.engine import LoadState, NotReady, Searcher, SearcherLoader
+from service.loader import LoadState, NotReady, SearcherLoader
 
 # tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); total: the whole HTTP request.
 STAGES = ("queue", "tokenize", "encode", "search", "lexical", "rescore", "total")
@@ -86,13 +85,6 @@ class Metrics:
         self.index_documents.set(count)
         self.index_load_seconds.set(load_seconds)
 
-    def watch(self, searcher: Searcher) -> None:
-        """Hook the tokenize and rescore timers of a searcher (idempotent: a reloaded searcher gets hooked too)."""
-        if searcher.student.observe is None:
-            searcher.student.observe = self.observe_stage
-        if searcher.bundle.vectors.observe is None:
-            searcher.bundle.vectors.observe = self.observe_stage
-
     async def track_initial_load(self, loader: SearcherLoader, poll_s: float = 0.05) -> None:
         """Set the index gauges once the loader (started just before) is ready; hot reloads call set_index.
 
@@ -114,7 +106,6 @@ class Metrics:
             return
         bundle = searcher.bundle
         self.set_index(bundle.directory.name, bundle.manifest.count, time.perf_counter() - self._load_started)
-        self.watch(searcher)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -128,27 +119,8 @@ def queue_depth_of(app: FastAPI) -> Callable[[], float]:
         if loader is None:
             return 0.0
         try:
-            return float(loader.searcher().batcher.pending)
+            return float(loader.searcher().pending)
         except NotReady:
             return 0.0
 
     return depth
-
-
-def get_metrics(request: Request) -> Metrics:
-    metrics: Metrics = request.app.state.metrics
-    return metrics
-
-
-MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-
-router = APIRouter(tags=["observability"])
-
-
-@router.get("/metrics", include_in_schema=False)
-def metrics_endpoint(request: Request, metrics: MetricsDep) -> Response:
-    """Prometheus text format; open like the probes (restrict it at the network if needed)."""
-    loader: SearcherLoader | None = getattr(request.app.state, "loader", None)
-    if loader is not None:
-        metrics.sync_initial_load(loader)
-    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -13,7 +13,6 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.openai_schemas import refine_schema as refine_embeddings
 from service.security import is_open
 from service.settings import ServiceSettings
 
@@ -63,7 +62,7 @@ def refine(schema: dict[str, Any], settings: ServiceSettings, keys_required: boo
             {"required": ["query"], "properties": {"query": {"type": "string"}}},
             {"required": ["queries"], "properties": {"queries": {"type": "array"}}},
         ]
-    refine_embeddings(schema, settings.max_query_chars, settings.max_batch_queries, NOT_BLANK)
+    _refine_embeddings(schema, settings.max_query_chars, settings.max_batch_queries, NOT_BLANK)
     if keys_required:
         schema.setdefault("components", {}).setdefault("securitySchemes", {})[SCHEME] = {
             "type": "http", "scheme": "bearer", "description": "One of the keys in TANDEM_API_KEYS(_FILE).",
@@ -78,3 +77,16 @@ def refine(schema: dict[str, Any], settings: ServiceSettings, keys_required: boo
                 operation["security"] = [{SCHEME: []}]
                 for status, response in _AUTH_ERRORS.items():
                     responses.setdefault(status, response)
+
+
+def _refine_embeddings(schema: dict[str, Any], max_chars: int, max_items: int, not_blank: str) -> None:
+    """The same limits for POST /v1/embeddings, whose `input` is one text or a list of them."""
+    request = schema.get("components", {}).get("schemas", {}).get("EmbeddingsRequest")
+    if request is None:
+        return
+    for branch in request["properties"]["input"].get("anyOf", []):
+        if branch.get("type") == "string":
+            branch.update(maxLength=max_chars, pattern=not_blank)
+        elif branch.get("type") == "array":
+            branch["maxItems"] = max_items
+            branch["items"].update(maxLength=max_chars, pattern=not_blank)

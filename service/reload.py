@@ -20,20 +20,18 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, Field
-
 from models.bundle import verify_bundle
 from models.errors import ContractMismatch
 from models.manifest import utc_now
 from models.student import StudentEncoder
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
-from service.engine import LoadState, NotReady, Searcher, SearcherLoader
+from service.engine import Searcher
+from service.loader import LoadState, NotReady, SearcherLoader
 from service.redact import printable, public_error
+from service.schemas.admin import AdminStatus, ReloadOutcome, Trigger, VersionInfo
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
-
-Trigger = Literal["admin", "watch"]
 
 
 class ReloadMetrics(Protocol):
@@ -41,7 +39,6 @@ class ReloadMetrics(Protocol):
 
     def observe_reload(self, outcome: str) -> None: ...
     def set_index(self, version: str, count: int, load_seconds: float) -> None: ...
-    def watch(self, searcher: Searcher) -> None: ...
 
 
 class BadReloadRequest(ValueError):
@@ -52,42 +49,12 @@ class ForbiddenReload(ValueError):
     """The path lies outside the directories this service may load bundles from: a 403."""
 
 
-class VersionInfo(BaseModel):
-    version: str = Field(description="Bundle directory name, as /search reports it in `index.version`.")
-    build_time: str
-    count: int
-    path: str
-    loaded_at: str
-
-    @classmethod
-    def of(cls, searcher: Searcher) -> VersionInfo:
-        manifest = searcher.bundle.manifest
-        loaded = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(searcher.loaded_at))
-        return cls(version=searcher.version, build_time=manifest.build_time, count=manifest.count,
-                   path=str(searcher.bundle.directory), loaded_at=loaded)
-
-
-class ReloadOutcome(BaseModel):
-    action: Literal["reload", "rollback"]
-    trigger: Trigger
-    outcome: Literal["ok", "rejected"]
-    path: str | None = Field(default=None, description="The bundle that was tried (reloads).")
-    current: VersionInfo | None = Field(default=None, description="The version in service afterwards.")
-    previous: VersionInfo | None = Field(default=None, description="The version it replaced (ok outcomes).")
-    error: str | None = Field(default=None, description="Why the candidate was refused; the old version kept serving.")
-    started_at: str
-    seconds: float
-
-
-class AdminStatus(BaseModel):
-    state: Literal["loading", "ready", "failed"]
-    current: VersionInfo | None
-    history: list[VersionInfo] = Field(description="Previous versions kept loaded for rollback, newest first.")
-    keep_versions: int
-    root: str | None = Field(description="The bundle root whose CURRENT pointer is followed, if any.")
-    watch_interval_s: float | None = Field(description="Pointer polling interval; null when not watching.")
-    reloads_pending: int = Field(description="Reloads or rollbacks queued or running.")
-    last_reload: ReloadOutcome | None
+def version_info(searcher: Searcher) -> VersionInfo:
+    """What /admin/* says of a loaded version."""
+    manifest = searcher.bundle.manifest
+    loaded = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(searcher.loaded_at))
+    return VersionInfo(version=searcher.version, build_time=manifest.build_time, count=manifest.count,
+                       path=str(searcher.bundle.directory), loaded_at=loaded)
 
 
 class Reloader:
@@ -148,7 +115,7 @@ class Reloader:
         state, _ = self._loader.state
         current = self._current()
         with self._lock:
-            history = [VersionInfo.of(s) for s in self._history]
+            history = [version_info(s) for s in self._history]
             last, pending = self._last, self._pending
         return AdminStatus(
             state=state.value, current=current, history=history, keep_versions=self._settings.keep_versions,
@@ -200,7 +167,7 @@ class Reloader:
             log.info("reload (%s): validating %s", trigger, printable(tried))
             verify_bundle(tried)  # sha256 of every file: a corrupted or half-copied bundle stops here
             student = self._student()
-            candidate = Searcher.load(self._settings, tried, student)  # teacher check, FAISS load, warm-up
+            candidate = self._loader.load(tried, student)  # teacher check, FAISS load, warm-up, stage timers
         except Exception as exc:
             log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger,
                       printable(tried), printable(exc), exc_info=not isinstance(exc, ContractMismatch | ValueError))
@@ -217,8 +184,8 @@ class Reloader:
                  candidate.version, candidate.bundle.manifest.build_time, candidate.bundle.manifest.count, seconds)
         self._report("success", candidate, seconds)
         return ReloadOutcome(
-            action="reload", trigger=trigger, outcome="ok", path=str(tried), current=VersionInfo.of(candidate),
-            previous=VersionInfo.of(previous) if previous is not None else None, started_at=started_at,
+            action="reload", trigger=trigger, outcome="ok", path=str(tried), current=version_info(candidate),
+            previous=version_info(previous) if previous is not None else None, started_at=started_at,
             seconds=round(seconds, 3),
         )
 
@@ -240,7 +207,7 @@ class Reloader:
         self._report("rolled_back", target, 0.0)
         return ReloadOutcome(
             action="rollback", trigger="admin", outcome="ok", path=str(target.bundle.directory),
-            current=VersionInfo.of(target), previous=VersionInfo.of(replaced) if replaced is not None else None,
+            current=version_info(target), previous=version_info(replaced) if replaced is not None else None,
             started_at=started_at, seconds=round(time.perf_counter() - started, 3),
         )
 
@@ -251,7 +218,7 @@ class Reloader:
 
     def _current(self) -> VersionInfo | None:
         try:
-            return VersionInfo.of(self._loader.searcher())
+            return version_info(self._loader.searcher())
         except NotReady:
             return None
 
@@ -279,7 +246,6 @@ class Reloader:
             return
         self._metrics.observe_reload(outcome)
         self._metrics.set_index(searcher.version, searcher.bundle.manifest.count, load_seconds)
-        self._metrics.watch(searcher)
 
     def _on_pointer_change(self) -> str | None:
         """Reload CURRENT and wait for the outcome ("ok" or "rejected"), so changes never pile up; None (try

@@ -1,4 +1,6 @@
-"""Optional API keys: `Authorization: Bearer <key>` on every route but the probes, /metrics and the docs.
+"""All of the service's auth: optional API keys on the API, and the admin token on /admin/*.
+
+API keys: `Authorization: Bearer <key>` on every route but the probes, /metrics and the docs.
 
 Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (one per line,
 `#` comments); neither set means the API is open. A variable that is set but holds no key (`""`,
@@ -6,7 +8,8 @@ Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (on
 
 Auth is a middleware rather than a route dependency so that it runs before the body is read and
 so that a route added later is protected unless it is exempted here on purpose. /admin/* is
-exempt: it has its own token (TANDEM_ADMIN_TOKEN).
+exempt: it has its own token (TANDEM_ADMIN_TOKEN), checked by `require_admin`, a dependency of the admin
+router. Without that token the admin routes answer 403 (admin disabled): never open by default.
 
 A presented key is compared with every configured key via `hmac.compare_digest` over
 sha256 digests: equal lengths, no early exit, so timing reveals neither which key nor how
@@ -22,9 +25,11 @@ import re
 import time
 from pathlib import Path
 
+from fastapi import HTTPException, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
+from service.deps import SettingsDep
 from service.errors import error_response
 from service.redact import printable
 
@@ -144,3 +149,19 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         await response(scope, receive, send)
+
+
+def require_admin(request: Request, settings: SettingsDep) -> None:
+    """401 without a bearer token, 403 with a wrong one or when admin is disabled."""
+    if settings.admin_token is None:
+        raise HTTPException(403, "admin routes are disabled: start the service with --admin-token or "
+                                 "TANDEM_ADMIN_TOKEN to enable them")
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise HTTPException(401, "admin token required: send 'Authorization: Bearer <token>'",
+                            headers={"WWW-Authenticate": "Bearer"})
+    # Digests have equal lengths, so the comparison's timing says nothing about the token's length either.
+    expected = hashlib.sha256(settings.admin_token.get_secret_value().encode()).digest()
+    if not hmac.compare_digest(hashlib.sha256(given.strip().encode()).digest(), expected):
+        raise HTTPException(403, "invalid admin token")

@@ -1,19 +1,148 @@
-"""Micro-batching over the real tiny bundle and ONNX student: same answers, coalesced, bounded."""
+"""Micro-batching (service.engine): first over plain functions, loading no model (coalescing, grouping by
+options, admission, deadlines, encode-only and lexical jobs, failures); then over the real tiny bundle and ONNX
+student: same answers, coalesced, bounded."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from service.batcher import DeadlineExceeded, Overloaded
-from service.engine import Searcher
+from models.corpus import Document
+from models.retrieve import Hit, Mode, Retrieved, SearchOptions
+from service.engine import DeadlineExceeded, MicroBatcher, Overloaded, Searcher
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 
-pytestmark = pytest.mark.slow
+DIM = 4
+
+
+class Recorder:
+    """Plain encode and search functions that record their calls: a query's vector is its length, its hits are
+    top_k copies of itself; `gate` (when cleared) holds the worker inside encode."""
+
+    def __init__(self) -> None:
+        self.encoded: list[list[str]] = []
+        self.searched: list[tuple[list[str], SearchOptions, bool]] = []
+        self.gate, self.busy = threading.Event(), threading.Event()
+        self.gate.set()
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        self.busy.set()
+        self.gate.wait()
+        self.encoded.append(list(texts))
+        return np.array([[len(t)] * DIM for t in texts], dtype=np.float32), [len(t) for t in texts]
+
+    def search(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
+        if "boom" in queries:
+            raise RuntimeError("search failed")
+        self.searched.append((queries, options, vectors is not None))
+        if vectors is not None:
+            assert [int(v[0]) for v in vectors] == [len(q) for q in queries]  # each query got its own row
+        return Retrieved([[Hit(row=r, score=1.0, doc=Document(id=q, title="", text=q)) for r in range(options.top_k)]
+                          for q in queries], lexical_s=0.001 if options.mode is not Mode.DENSE else 0.0)
+
+
+@contextmanager
+def batcher(recorder: Recorder, **limits: float) -> Iterator[MicroBatcher]:
+    settings: dict[str, float] = {"max_batch": 32, "max_wait_s": 0.2, "max_pending": 64, "max_queue_s": 60.0,
+                                  "workers": 1, **limits}
+    made = MicroBatcher(recorder.encode, recorder.search, max_batch=int(settings["max_batch"]),
+                        max_wait_s=settings["max_wait_s"], max_pending=int(settings["max_pending"]),
+                        max_queue_s=settings["max_queue_s"], workers=int(settings["workers"]))
+    try:
+        yield made
+    finally:
+        recorder.gate.set()
+        made.close()
+
+
+def test_queued_jobs_share_an_encode_and_keep_their_own_answers() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        recorder.gate.clear()
+        first = queue.submit(["held"], 1, timeout_s=30)  # holds the only worker, so the rest queue up together
+        assert recorder.busy.wait(30)
+        rest = [queue.submit([q], 1, timeout_s=30) for q in ("a", "bb", "ccc")]
+        recorder.gate.set()
+        outcomes = [f.result(timeout=30) for f in rest]
+        assert first.result(timeout=30).hits == [[Hit(0, 1.0, Document("held", "", "held"))]]
+    assert recorder.encoded == [["held"], ["a", "bb", "ccc"]]
+    assert [[h.doc.id for h in o.hits[0]] for o in outcomes] == [["a"], ["bb"], ["ccc"]]
+    assert {o.batch_size for o in outcomes} == {3}
+    assert queue.pending == 0
+
+
+def test_jobs_with_different_options_share_an_encode_but_not_a_search() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        recorder.gate.clear()
+        queue.submit(["held"], 1, timeout_s=30)
+        assert recorder.busy.wait(30)
+        futures = [queue.submit(["x", "yy"], k, timeout_s=30) for k in (1, 4, 1)]
+        recorder.gate.set()
+        outcomes = [f.result(timeout=30) for f in futures]
+    assert recorder.encoded[1] == ["x", "yy"] * 3
+    assert [(q, o.top_k) for q, o, _ in recorder.searched[1:]] == [(["x", "yy", "x", "yy"], 1), (["x", "yy"], 4)]
+    assert [[len(hits) for hits in o.hits] for o in outcomes] == [[1, 1], [4, 4], [1, 1]]
+
+
+def test_an_encode_only_job_gets_vectors_and_tokens_and_no_search() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        outcome = queue.submit(["abc", "de"], None, timeout_s=30).result(timeout=30)
+    assert outcome.hits == [] and outcome.tokens == [3, 2]
+    assert outcome.vectors is not None and outcome.vectors[:, 0].tolist() == [3.0, 2.0]
+    assert recorder.searched == []
+
+
+def test_a_lexical_job_skips_the_encoder_and_reports_its_bm25_time() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        outcome = queue.submit(["tides"], SearchOptions(top_k=2, mode=Mode.LEXICAL), timeout_s=30).result(timeout=30)
+    assert recorder.encoded == [] and recorder.searched[0][2] is False
+    assert outcome.timing_ms["lexical"] == pytest.approx(1.0)
+    assert set(outcome.timing_ms) == {"queue", "encode", "search", "lexical"}
+
+
+def test_admission_refuses_past_max_pending_and_frees_capacity() -> None:
+    recorder = Recorder()
+    with batcher(recorder, max_pending=4, max_batch=4) as queue:
+        with pytest.raises(Overloaded, match="at most 4"):
+            queue.submit(["a"] * 5, 1, timeout_s=30)
+        assert queue.pending == 0
+        assert queue.submit(["a"] * 4, 1, timeout_s=30).result(timeout=30).batch_size == 4
+    assert queue.pending == 0
+
+
+def test_an_expired_job_is_dropped_unrun() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        with pytest.raises(DeadlineExceeded):
+            queue.submit(["late"], 1, timeout_s=0).result(timeout=30)
+        assert queue.pending == 0
+    assert recorder.encoded == []
+
+
+def test_a_failed_batch_fails_its_jobs_and_the_worker_lives_on() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        with pytest.raises(RuntimeError, match="search failed"):
+            queue.submit(["boom"], 1, timeout_s=30).result(timeout=30)
+        assert queue.submit(["after"], 1, timeout_s=30).result(timeout=30).hits[0][0].doc.id == "after"
+
+
+def test_a_closed_batcher_refuses_new_jobs() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        pass
+    with pytest.raises(RuntimeError, match="closed"):
+        queue.submit(["a"], 1, timeout_s=30)
+
 
 COALESCE: dict[str, object] = {"workers": 1, "batch_wait_ms": 200.0, "batch_max_queries": 32}
 
@@ -39,6 +168,7 @@ def _ids(hits: list) -> list[str]:
     return [hit.doc.id for hit in hits]
 
 
+@pytest.mark.slow
 def test_coalesced_jobs_get_the_answers_they_would_get_alone(searcher: Searcher) -> None:
     queries = sorted(PROBES)
     alone = {q: _ids(searcher.search_vectors(searcher.student.encode([q]), 3)[0]) for q in queries}
@@ -49,12 +179,14 @@ def test_coalesced_jobs_get_the_answers_they_would_get_alone(searcher: Searcher)
     assert searcher.batcher.pending == 0
 
 
+@pytest.mark.slow
 def test_int8_batches_keep_each_querys_best_hit(tiny_bundle: Path, tiny_student: Path) -> None:
     with _searcher(tiny_bundle, tiny_student, **COALESCE) as searcher:
         futures = [searcher.batcher.submit([q], 1, timeout_s=30) for q in sorted(PROBES)]
         assert [_ids(f.result(timeout=30).hits[0]) for f in futures] == [[PROBES[q]] for q in sorted(PROBES)]
 
 
+@pytest.mark.slow
 def test_jobs_with_different_top_k_share_a_batch_but_not_a_cutoff(searcher: Searcher) -> None:
     futures = [searcher.batcher.submit(sorted(PROBES)[:2], k, timeout_s=30) for k in (1, 4, 2)]
     outcomes = [f.result(timeout=30) for f in futures]
@@ -62,6 +194,7 @@ def test_jobs_with_different_top_k_share_a_batch_but_not_a_cutoff(searcher: Sear
     assert outcomes[1].hits[0][:1] == outcomes[0].hits[0]
 
 
+@pytest.mark.slow
 def test_admission_is_bounded(tiny_bundle: Path, tiny_student: Path) -> None:
     with _searcher(tiny_bundle, tiny_student, max_pending=4, max_batch_queries=4) as searcher:
         with pytest.raises(Overloaded, match="at most 4"):
@@ -70,6 +203,7 @@ def test_admission_is_bounded(tiny_bundle: Path, tiny_student: Path) -> None:
         assert searcher.batcher.submit(["a"] * 4, 1, timeout_s=30).result(timeout=30).batch_size == 4
 
 
+@pytest.mark.slow
 def test_a_job_past_its_deadline_is_not_run(searcher: Searcher) -> None:
     with pytest.raises(DeadlineExceeded):
         searcher.batcher.submit(["tides"], 1, timeout_s=0).result(timeout=30)

@@ -9,6 +9,7 @@ import numpy as np
 from models.ann import sign_codes, spin_matrix
 from models.manifest import Quantization
 from models.quantize import binary_encode
+from models.retrieve import search_index
 from models.vector_index import CENTER_FILE, SPIN_FILE, VectorIndex
 
 
@@ -51,7 +52,7 @@ def test_center_is_saved_and_applied_to_queries_after_loading(tmp_path: Path) ->
     assert RESCORE_FILE in names
     loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, centered=True, spun=True)
     assert loaded.center is not None and loaded.spin is not None
-    for a, b in zip(built.search(queries, 10), loaded.search(queries, 10), strict=True):
+    for a, b in zip(search_index(built, queries, 10), search_index(loaded, queries, 10), strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -19,6 +19,7 @@ from models.embedding_store import EmbeddingStore
 from models.errors import InputError
 from models.index_spec import resolve_spec
 from models.manifest import BundleManifest, Quantization
+from models.retrieve import search_index
 from models.rotation import ROTATION_FILE, fit_pca_rotation, rotate
 from models.vector_index import CALIBRATION_FILE, RESCORE_FILE, VectorIndex
 
@@ -90,8 +91,8 @@ def test_streamed_bundle_equals_the_in_memory_build(
         assert np.abs(codes).max() <= (0 if exact else 1)
     queries = reference[:20] + 0.05
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    want_rows = memory.search(queries, 10)[1]
-    got_rows = bundle.vectors.search(queries, 10)[1]
+    want_rows = search_index(memory, queries, 10)[1]
+    got_rows = search_index(bundle.vectors, queries, 10)[1]
     if index == "flat" and not binary:
         assert np.array_equal(got_rows, want_rows)
     else:  # approximate indexes, and sign bits of a mean summed in another order, may differ in a neighbour

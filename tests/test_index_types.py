@@ -17,6 +17,7 @@ from models.bundle import Bundle, read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch, InputError
 from models.index_spec import IndexSpec, IndexType, default_nlist, resolve_spec
 from models.manifest import BundleManifest, Quantization
+from models.retrieve import search_index
 from models.vector_index import VectorIndex
 from tests.fixtures.corpus import DOCS
 
@@ -49,11 +50,11 @@ def test_recall_against_exact_search(
 ) -> None:
     docs, queries = clustered
     q = Quantization(quantization)
-    _, truth = VectorIndex.build(docs, 768, Quantization.FLOAT).search(queries, 10)
+    _, truth = search_index(VectorIndex.build(docs, 768, Quantization.FLOAT), queries, 10)
     spec = resolve_spec(kind, q, len(docs))
     VectorIndex.build(docs, 768, q, spec).save(tmp_path)
     loaded = VectorIndex.load(tmp_path, 768, q, spec)
-    _, rows = loaded.search(queries, 10)
+    _, rows = search_index(loaded, queries, 10)
     assert _recall(rows, truth) >= FLOOR[quantization]
     assert loaded.count == len(docs)
     if q is Quantization.BINARY:  # the rescoring stage stays on disk, paged in on demand

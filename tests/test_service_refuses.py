@@ -12,7 +12,7 @@ import pytest
 
 from models.errors import ContractMismatch
 from models.manifest import STUDENT_MANIFEST
-from service.engine import check_compatible
+from service.loader import check_compatible
 from service.settings import ServiceSettings
 
 CLI_TIMEOUT_S = 120

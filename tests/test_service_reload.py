@@ -22,7 +22,7 @@ from models.manifest import BUNDLE_MANIFEST
 from models.registry import sha256_file
 from models.versions import set_current
 from service.app import create_app
-from service.engine import SearcherLoader, check_compatible
+from service.loader import SearcherLoader, check_compatible
 from service.reload import Reloader
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES

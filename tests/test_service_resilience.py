@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from service.app import create_app
-from service.batcher import DeadlineExceeded, MicroBatcher
-from service.engine import Searcher
+from service.engine import DeadlineExceeded, MicroBatcher, Searcher
 from service.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.server import serve_app
@@ -110,7 +109,7 @@ def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, 
         gate.wait()
         return searcher.student.encode_counted(list(queries))
 
-    return MicroBatcher(encode, searcher.search, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
+    return MicroBatcher(encode, searcher.retrieve, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
                         workers=1, **limits)
 
 

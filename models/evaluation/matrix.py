@@ -26,6 +26,7 @@ from models.contract import truncate
 from models.datasets.beir import Qrels
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
 from models.manifest import Quantization
+from models.retrieve import search_index
 from models.rotation import Rotation, fit_pca_rotation, rotate
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
@@ -84,7 +85,7 @@ def search_cell(docs: np.ndarray, queries: np.ndarray, dim: int, quantization: s
         distances, rows = index.index.search(codes, min(TOP_K, index.count))
         return -distances.astype(np.float32), rows
     kind = Quantization.BINARY if quantization == "binary+rescore" else Quantization(quantization)
-    return VectorIndex.build(docs, dim, kind, center=True, spin=True).search(queries, TOP_K, DEFAULT_OVERSAMPLE)
+    return search_index(VectorIndex.build(docs, dim, kind, center=True, spin=True), queries, TOP_K, DEFAULT_OVERSAMPLE)
 
 
 def evaluate_matrix(setups: Sequence[Setup], qids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels) -> list[Cell]:

@@ -36,7 +36,7 @@ from models.evaluation.matrix import Setup, evaluate_matrix
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
 from models.manifest import FusionSpec, StudentPrecision
 from models.registry import ModelCard, resolve
-from models.retrieve import Mode, SearchOptions, retrieve
+from models.retrieve import Mode, SearchOptions, retrieve, search_index
 from models.student import StudentEncoder
 from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
@@ -142,7 +142,7 @@ def run_eval(req: EvalRequest) -> dict:
         def student_run() -> Run:
             vectors["student_docs"] = encode_passages(student, passages)
             index = VectorIndex.build(vectors["student_docs"], dim, quantization)
-            scores, rows = index.search(vectors["asymmetric"], TOP_K)
+            scores, rows = search_index(index, vectors["asymmetric"], TOP_K)
             return run_from_rows(qids, scores, rows, doc_ids)
 
         seconds: dict[str, float] = {}

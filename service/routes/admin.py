@@ -1,4 +1,4 @@
-"""Admin routes: hot reload, rollback and reload status, behind a bearer token.
+"""Admin routes: hot reload, rollback and reload status, behind the admin token (service.security.require_admin).
 
 Without TANDEM_ADMIN_TOKEN the routes answer 403 (admin disabled): never open by default.
 POST /admin/reload waits for the outcome (up to TANDEM_RELOAD_WAIT_S), because an operator or a
@@ -9,64 +9,26 @@ up in GET /admin/status. Validation runs on the reload thread, so the event loop
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Request
+from fastapi import APIRouter, Body, Depends
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 
-from service.deps import LoaderDep, SettingsDep
-from service.engine import LoadState, NotReady
+from service.deps import LoaderDep, ReloaderDep, SettingsDep
 from service.errors import error_response
-from service.reload import AdminStatus, BadReloadRequest, ForbiddenReload, Reloader, ReloadOutcome
-from service.schemas import ErrorBody
-
-
-def require_admin(request: Request, settings: SettingsDep) -> None:
-    """401 without a bearer token, 403 with a wrong one or when admin is disabled."""
-    if settings.admin_token is None:
-        raise HTTPException(403, "admin routes are disabled: start the service with --admin-token or "
-                                 "TANDEM_ADMIN_TOKEN to enable them")
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        raise HTTPException(401, "admin token required: send 'Authorization: Bearer <token>'",
-                            headers={"WWW-Authenticate": "Bearer"})
-    # Digests have equal lengths, so the comparison's timing says nothing about the token's length either.
-    expected = hashlib.sha256(settings.admin_token.get_secret_value().encode()).digest()
-    if not hmac.compare_digest(hashlib.sha256(given.strip().encode()).digest(), expected):
-        raise HTTPException(403, "invalid admin token")
-
-
-def get_reloader(request: Request) -> Reloader:
-    reloader: Reloader = request.app.state.reloader
-    return reloader
-
-
-ReloaderDep = Annotated[Reloader, Depends(get_reloader)]
+from service.loader import LoadState, NotReady
+from service.reload import BadReloadRequest, ForbiddenReload
+from service.schemas.admin import AdminStatus, ReloadOutcome, ReloadPending, ReloadRequest
+from service.schemas.common import ErrorBody
+from service.security import require_admin
 
 router = APIRouter(
     prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],
     responses={401: {"model": ErrorBody, "description": "No bearer token."},
                403: {"model": ErrorBody, "description": "Wrong token, or admin disabled (no TANDEM_ADMIN_TOKEN)."}},
 )
-
-
-class ReloadRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"path": "/bundles/v20261123T0700"}]})
-
-    path: str | None = Field(None, min_length=1, max_length=4096,
-                             description="Bundle directory (or bundle root) on the server; omitted, the version "
-                             "the root's CURRENT pointer names.")
-
-
-class ReloadPending(BaseModel):
-    outcome: str = "pending"
-    message: str
 
 
 async def _outcome(future: Future[ReloadOutcome], wait_s: float) -> ReloadOutcome | JSONResponse:

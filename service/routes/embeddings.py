@@ -16,10 +16,9 @@ from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 
 from models.contract import truncate
-from service.deps import LoaderDep, SettingsDep
-from service.metrics import MetricsDep
-from service.openai_schemas import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
-from service.schemas import ErrorBody
+from service.deps import LoaderDep, MetricsDep, SettingsDep
+from service.schemas.common import ErrorBody
+from service.schemas.embeddings import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
 from service.settings import ServiceSettings
 
 router = APIRouter(tags=["embeddings"])
@@ -67,12 +66,11 @@ async def embeddings(
     """OpenAI-compatible embeddings of queries, in the teacher's space (cosine with its document vectors)."""
     texts = _texts(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:
-        metrics.watch(searcher)
         dim = searcher.student.dim
         if request.dimensions is not None and request.dimensions > dim:
             raise RequestValidationError([problem("dimensions", "less_than_equal",
                                                   f"dimensions must be at most {dim}, the teacher's dim")])
-        outcome = await searcher.batcher.embed(texts, settings.request_timeout_ms / 1e3)
+        outcome = await searcher.embed(texts, settings.request_timeout_ms / 1e3)
         name = searcher.student.directory.name
     metrics.observe_timing_ms({k: outcome.timing_ms[k] for k in ("queue", "encode")})
     metrics.batch_queries.observe(outcome.batch_size)

@@ -6,8 +6,8 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from service.deps import LoaderDep
-from service.engine import LoadState
-from service.schemas import Liveness, Readiness
+from service.loader import LoadState
+from service.schemas.common import Liveness, Readiness
 
 router = APIRouter(tags=["health"])
 

@@ -1,4 +1,10 @@
-"""POST /search: encode the queries with the student, search the bundle, return documents."""
+"""POST /search: encode the queries with the student, search the bundle, return documents.
+
+The first of a query's four files, route → engine → student → the bundle's search: `search` checks the
+request and awaits `Searcher.search` (service/engine.py), whose worker encodes with
+`StudentEncoder.encode_counted` (models/student.py) and searches with `retrieve` (models/retrieve.py),
+which calls FAISS.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +16,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from models.bundle import Hit
 from models.filters import FilterError, parse_filter
 from models.manifest import FusionMethod
-from models.retrieve import Mode, SearchOptions
-from service.deps import LoaderDep, SettingsDep
+from models.retrieve import Hit, Mode, SearchOptions
+from service.deps import LoaderDep, MetricsDep, SettingsDep
 from service.engine import Searcher
-from service.metrics import MetricsDep
-from service.schemas import (
+from service.schemas.common import ErrorBody
+from service.schemas.search import (
     BatchSearchResponse,
-    ErrorBody,
     IndexSummary,
     SearchHit,
     SearchRequest,
@@ -123,10 +127,9 @@ def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary:
 async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
-        metrics.watch(searcher)  # tokenize and rescore timers; idempotent, and covers a hot-reloaded searcher
-        # Encoding and FAISS run on the batcher's worker threads; the event loop only awaits.
+        # Encoding and FAISS run on the engine's worker threads; the event loop only awaits.
         options = _options(request, top_k, searcher)
-        outcome = await searcher.batcher.search(queries, options, settings.request_timeout_ms / 1e3)
+        outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3)
         summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
     metrics.batch_queries.observe(outcome.batch_size)

@@ -1,4 +1,4 @@
-"""Request and response shapes of POST /v1/embeddings, as the OpenAI embeddings API defines them.
+"""POST /v1/embeddings: request and response shapes as the OpenAI embeddings API defines them.
 
 Clients written for OpenAI (its SDK, or anything built on it) send these fields, so the names and
 the response layout follow that API; the limits are tandem's own, the same as /search's.
@@ -6,11 +6,11 @@ the response layout follow that API; the limits are tandem's own, the same as /s
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from service.schemas import Count, QueryText
+from service.schemas.common import Count, QueryText
 
 Texts = Annotated[list[QueryText], Field(min_length=1)]
 
@@ -61,16 +61,3 @@ class EmbeddingsResponse(BaseModel):
     model: str = Field(description="The served student: the request's `model` when given, else the student's "
                        "directory name.")
     usage: Usage
-
-
-def refine_schema(schema: dict[str, Any], max_chars: int, max_items: int, not_blank: str) -> None:
-    """State the settings-dependent limits in the OpenAPI document, as service.openapi does for /search."""
-    request = schema.get("components", {}).get("schemas", {}).get("EmbeddingsRequest")
-    if request is None:
-        return
-    for branch in request["properties"]["input"].get("anyOf", []):
-        if branch.get("type") == "string":
-            branch.update(maxLength=max_chars, pattern=not_blank)
-        elif branch.get("type") == "array":
-            branch["maxItems"] = max_items
-            branch["items"].update(maxLength=max_chars, pattern=not_blank)

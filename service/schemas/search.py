@@ -1,31 +1,15 @@
-"""Request and response shapes of the HTTP API (the OpenAPI document is generated from these)."""
+"""POST /search: the request, its hits, and the answer with the index that answered and the stage timings."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StrictInt, StrictStr
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field
 
+from service.schemas.common import Count, QueryText
 from service.settings import MAX_BATCH_QUERIES
 
-
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise PydanticCustomError("blank_query", "query must not be empty or whitespace-only")
-    return value
-
-
-QueryText = Annotated[StrictStr, AfterValidator(_not_blank)]
 MAX_OFFSET = 10_000
-
-
-def _whole_number(value: object) -> object:
-    # JSON does not tell 10 from 10.0 (JSON Schema calls both integers); 2.5, "10" and true stay 422s.
-    return int(value) if isinstance(value, float) and value.is_integer() else value
-
-
-Count = Annotated[StrictInt, BeforeValidator(_whole_number)]
 
 
 class SearchRequest(BaseModel):
@@ -112,25 +96,3 @@ class BatchSearchResponse(BaseModel):
     results: list[list[SearchHit]] = Field(description="One list per query of the request, in order.")
     index: IndexSummary
     timing_ms: Timing
-
-
-class Liveness(BaseModel):
-    status: Literal["ok"] = "ok"
-
-
-class Readiness(BaseModel):
-    status: Literal["loading", "ready", "failed"]
-    error: str | None = None
-
-
-class FieldError(BaseModel):
-    field: str
-    message: str
-
-
-class ErrorBody(BaseModel):
-    """Every non-2xx answer has this shape; `details` lists per-field problems of a 422."""
-
-    error: str = Field(description="Machine-readable code, e.g. invalid_request, not_ready, internal.")
-    message: str
-    details: list[FieldError] | None = None
