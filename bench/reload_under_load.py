@@ -11,7 +11,15 @@ It checks: no failed request, the corrupted bundle refused, and every answer's `
 is the version in service while the request was in flight (old or new only inside a reload's
 window). Results go into a marked section of docs/BENCHMARKS.md.
 
-    python bench/reload_under_load.py [--student DIR] [--rps 40] [--duration 30]
+With `--replicas N` (N > 1) it runs N `tandem serve` processes on one bundle root behind Debian's nginx
+(`apt-get install nginx`; a generated config, no root needed) and drives the load through nginx, as
+docker-compose.yml does. Moving CURRENT reaches every replica (each watches it); POST /admin/reload is
+sent to every replica directly, one after the other. Every replica must refuse the corrupted bundle,
+each answer's version must be the one in service on the replica that answered it (nginx names it), and
+once the last replica has switched, no answer may come from an older version. That run has its own
+section (`reload-under-load-replicas`), so the single-replica one stays.
+
+    python bench/reload_under_load.py [--student DIR] [--rps 40] [--duration 30] [--replicas N]
 """
 
 from __future__ import annotations
@@ -37,13 +45,23 @@ from pathlib import Path
 import httpx
 import numpy as np
 from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
-from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from servers import (
+    UPSTREAM_HEADER,
+    free_port,
+    nginx_binary,
+    nginx_version,
+    start_nginx,
+    start_process,
+    stop,
+    tandem_serve_cmd,
+    wait_ready,
+)
 
 log = logging.getLogger("bench.reload")
 
 
 SECTION = "reload-under-load"
-BEGIN, END = markers(SECTION)
+REPLICAS_SECTION = "reload-under-load-replicas"
 WATCH_TIMEOUT_S = 60.0
 
 
@@ -53,16 +71,41 @@ class Answer:
     done: float
     status: int
     version: str | None
+    replica: str | None = None  # "127.0.0.1:PORT" of the replica that answered, where nginx said
+
+
+@dataclass
+class Switch:
+    """One replica's part of a reload: asked (or CURRENT moved) at `start`, outcome confirmed at `end`."""
+
+    start: float
+    end: float
+    outcome: dict[str, object]
 
 
 @dataclass
 class Event:
+    """A reload across every replica: from the first trigger to the last replica's confirmed outcome."""
+
     name: str
     expected: str  # "switch" or "refused"
     target: str
     start: float = 0.0
     end: float = 0.0
-    outcome: dict[str, object] = field(default_factory=dict)
+    outcome: dict[str, object] = field(default_factory=dict)  # the common outcome ("mixed" if they differ)
+    replicas: dict[str, Switch] = field(default_factory=dict)  # "127.0.0.1:PORT" → that replica's part
+
+    def window(self, replica: str | None) -> tuple[float, float]:
+        """The reload's window on `replica`, or across all of them where the replica is unknown."""
+        part = self.replicas.get(replica) if replica is not None else None
+        return (part.start, part.end) if part is not None else (self.start, self.end)
+
+    def settle(self) -> None:
+        """Set the overall window and outcome from the replicas' parts."""
+        parts = list(self.replicas.values())
+        self.start, self.end = min(p.start for p in parts), max(p.end for p in parts)
+        outcomes = {str(p.outcome.get("outcome")) for p in parts}
+        self.outcome = {**parts[0].outcome, "outcome": outcomes.pop() if len(outcomes) == 1 else "mixed"}
 
 
 # --- preparation -------------------------------------------------------------------------------------------
@@ -131,57 +174,76 @@ def admin_status(client: httpx.Client, token: str) -> dict[str, object]:
     return status
 
 
-def reload_by_request(client: httpx.Client, token: str, root: Path, event: Event) -> None:
-    event.start = time.perf_counter()
-    response = client.post("/admin/reload", json={"path": str(root / event.target)},
-                           headers={"Authorization": f"Bearer {token}"})
-    event.end = time.perf_counter()
-    body = response.json()
-    outcome = body.get("outcome", "rejected" if response.status_code == 409 else f"HTTP {response.status_code}")
-    event.outcome = {"trigger": "POST /admin/reload", **body, "outcome": outcome}
+def reload_by_request(clients: dict[str, httpx.Client], token: str, root: Path, event: Event) -> None:
+    """POST /admin/reload to every replica directly, one after the other: a reload request reaches only the
+    process it is sent to (through a balancer, one replica), so a deploy script must address each."""
+    for name, client in clients.items():
+        start = time.perf_counter()
+        response = client.post("/admin/reload", json={"path": str(root / event.target)},
+                               headers={"Authorization": f"Bearer {token}"})
+        body = response.json()
+        outcome = body.get("outcome", "rejected" if response.status_code == 409 else f"HTTP {response.status_code}")
+        event.replicas[name] = Switch(start, time.perf_counter(),
+                                      {"trigger": "POST /admin/reload", **body, "outcome": outcome})
+    event.settle()
 
 
-def reload_by_pointer(client: httpx.Client, token: str, root: Path, event: Event) -> None:
-    """Repoint CURRENT, then poll the status until the watcher has recorded an outcome for that version."""
+def reload_by_pointer(clients: dict[str, httpx.Client], token: str, root: Path, event: Event) -> None:
+    """Repoint CURRENT, then poll every replica's status until each watcher has recorded an outcome for that
+    version; each replica's confirmation time is its own."""
     from models.versions import set_current
 
-    event.start = time.perf_counter()
+    start = time.perf_counter()
     set_current(root, event.target)
     deadline = time.monotonic() + WATCH_TIMEOUT_S
-    while time.monotonic() < deadline:
-        last = admin_status(client, token).get("last_reload")
-        if isinstance(last, dict) and last.get("path") == str(root / event.target):
-            event.end = time.perf_counter()
-            event.outcome = {"trigger": "CURRENT pointer (watcher)", **last}
-            return
+    while time.monotonic() < deadline and len(event.replicas) < len(clients):
+        for name, client in clients.items():
+            if name in event.replicas:
+                continue
+            last = admin_status(client, token).get("last_reload")
+            if isinstance(last, dict) and last.get("path") == str(root / event.target):
+                event.replicas[name] = Switch(start, time.perf_counter(),
+                                              {"trigger": "CURRENT pointer (watcher)", **last})
         time.sleep(0.05)
-    raise TimeoutError(f"the watcher did not act on {event.target} within {WATCH_TIMEOUT_S:g} s")
+    if len(event.replicas) < len(clients):
+        late = sorted(set(clients) - set(event.replicas))
+        raise TimeoutError(f"the watcher of {', '.join(late)} did not act on {event.target} "
+                           f"within {WATCH_TIMEOUT_S:g} s")
+    event.settle()
 
 
-def run_reloads(url: str, token: str, root: Path, events: list[Event], at: list[float]) -> None:
-    with httpx.Client(base_url=url, timeout=120.0, trust_env=False) as client:
+def run_reloads(urls: dict[str, str], token: str, root: Path, events: list[Event], at: list[float]) -> None:
+    clients = {name: httpx.Client(base_url=url, timeout=120.0, trust_env=False) for name, url in urls.items()}
+    try:
         for event, when in zip(events, at, strict=True):
             time.sleep(max(0.0, when - time.perf_counter()))
             if event.name.startswith("POST"):
-                reload_by_request(client, token, root, event)
+                reload_by_request(clients, token, root, event)
             else:
-                reload_by_pointer(client, token, root, event)
-            log.info("%s: %s in %.2f s", event.name, event.outcome.get("outcome", event.outcome.get("error")),
-                     event.end - event.start)
+                reload_by_pointer(clients, token, root, event)
+            log.info("%s: %s in %.2f s%s", event.name,
+                     event.outcome.get("outcome", event.outcome.get("error")), event.end - event.start,
+                     "" if len(clients) == 1 else " (replicas confirmed after " + ", ".join(
+                         f"{name} {p.end - event.start:.2f} s" for name, p in event.replicas.items()) + ")")
+    finally:
+        for client in clients.values():
+            client.close()
 
 
 # --- checks --------------------------------------------------------------------------------------------------
 
 def in_service(answer: Answer, first: str, switches: list[Event]) -> set[str]:
     """Versions that may have answered: those in service at any instant of [due, done]; inside a reload's
-    window (request sent → swap confirmed) both the old and the new one."""
+    window (request sent → swap confirmed) both the old and the new one. The window is that of the replica
+    that answered where it is known, else from the first replica's trigger to the last one's confirmation."""
     allowed, current, since = set(), first, float("-inf")
     for event in switches:
-        if answer.due < event.start and answer.done >= since:  # the steady stretch before this reload
+        start, end = event.window(answer.replica)
+        if answer.due < start and answer.done >= since:  # the steady stretch before this reload
             allowed.add(current)
-        if answer.due <= event.end and answer.done >= event.start:  # the reload's window
+        if answer.due <= end and answer.done >= start:  # the reload's window
             allowed |= {current, event.target}
-        current, since = event.target, event.end
+        current, since = event.target, end
     if answer.done >= since:
         allowed.add(current)
     return allowed
@@ -196,17 +258,31 @@ class Verdict:
     switches_ok: bool
     versions_seen: list[str]  # in order of first appearance
     expected: list[str]
+    stale_after_switch: int = 0  # answers sent after the last replica switched, from an older version
+    after_switch: int = 0  # answers sent after the last replica switched (what the line above counts among)
 
     @property
     def passed(self) -> bool:
         return (self.failed == 0 and self.misplaced == 0 and self.corrupted_refused and self.corrupted_served == 0
-                and self.switches_ok and self.versions_seen == self.expected)
+                and self.switches_ok and self.versions_seen == self.expected and self.stale_after_switch == 0)
+
+
+def stale_after_switch(answers: list[Answer], first: str, switches: list[Event]) -> tuple[int, int]:
+    """Answers scheduled after every replica had confirmed a switch that still came from a version before it,
+    and how many answers were scheduled after the first switch was complete everywhere."""
+    stale, older = 0, {first}
+    for event in switches:
+        stale += sum(1 for a in answers if a.status == 200 and a.due > event.end and a.version in older)
+        older.add(event.target)
+    checked = sum(1 for a in answers if a.status == 200 and switches and a.due > switches[0].end)
+    return stale, checked
 
 
 def check(answers: list[Answer], first: str, events: list[Event], client_failures: int) -> Verdict:
     switches = [e for e in events if e.expected == "switch"]
     refused = [e for e in events if e.expected == "refused"]
     by_time = sorted(answers, key=lambda a: a.done)
+    stale, checked = stale_after_switch(answers, first, switches)
     return Verdict(
         failed=max(sum(1 for a in answers if a.status != 200), client_failures),
         misplaced=sum(1 for a in answers if a.status == 200 and a.version not in in_service(a, first, switches)),
@@ -215,6 +291,8 @@ def check(answers: list[Answer], first: str, events: list[Event], client_failure
         switches_ok=all(e.outcome.get("outcome") == "ok" for e in switches),
         versions_seen=list(dict.fromkeys(a.version for a in by_time if a.version is not None)),
         expected=[first, *[e.target for e in switches]],
+        stale_after_switch=stale,
+        after_switch=checked,
     )
 
 
@@ -236,8 +314,20 @@ def latency_split(answers: list[Answer], events: list[Event]) -> dict[str, dict[
 
 # --- report ------------------------------------------------------------------------------------------------
 
+def replica_rows(events: list[Event], t0: float) -> list[str]:
+    """Per replica and reload: when it was asked (or CURRENT moved) and when its outcome was confirmed."""
+    rows = ["| # | replica | asked at s | validated in s | confirmed after s | outcome |",
+            "|---|---|---:|---:|---:|---|"]
+    for i, e in enumerate(events, 1):
+        for name, part in e.replicas.items():
+            rows.append(f"| {i} | {name} | {part.start - t0:.1f} | {part.outcome.get('seconds', float('nan'))} | "
+                        f"{part.end - e.start:.2f} | {part.outcome.get('outcome')} |")
+    return rows
+
+
 def render(command: str, setup: str, load_before: str, report_text: str, events: list[Event], verdict: Verdict,
-           split: dict[str, dict[str, float]], t0: float, busy: bool) -> str:
+           split: dict[str, dict[str, float]], t0: float, busy: bool, replicas: int = 1,
+           answered_by: Counter[str | None] | None = None, note: str = "") -> str:
     rows = ["| # | reload | trigger | at s | validated in s | confirmed after s | outcome |",
             "|---|---|---|---:|---:|---:|---|"]
     for i, e in enumerate(events, 1):
@@ -257,6 +347,9 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
         f"- versions seen, in order of first answer: {' → '.join(f'`{v}`' for v in verdict.versions_seen)} "
         f"(expected {' → '.join(f'`{v}`' for v in verdict.expected)})",
         f"- answers from a version that was not in service while they were in flight: **{verdict.misplaced}**",
+        f"- answers sent after the last replica had switched that came from an older version: "
+        f"**{verdict.stale_after_switch}** (of {verdict.after_switch} answers sent after the first switch was "
+        "complete)",
         f"- verdict: **{'PASS' if verdict.passed else 'FAIL'}**",
         "",
         "An answer is misplaced when its `index.version` was in service at no instant between its scheduled "
@@ -264,18 +357,33 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
         "or `/admin/status`) the old and the new version both count. \"Confirmed after\" includes the watcher's "
         "polling delay (up to 2 s) and the benchmark's own 50 ms status polling.",
     ]
+    if replicas > 1:
+        served = ", ".join(f"{name} {n}" for name, n in sorted((answered_by or Counter()).items(), key=str))
+        checks += [
+            "",
+            f"{replicas} replicas behind nginx: each answer names its replica (`X-Tandem-Upstream`), and the "
+            "window used for it is that replica's own. The CURRENT moves reach every replica through its "
+            "watcher; `POST /admin/reload` was sent to each replica directly, one after the other (through "
+            "the balancer it would reach one of them). Answers per replica: " + served + ".",
+            "",
+            *replica_rows(events, t0),
+        ]
     cores = os.cpu_count() or 1
+    if note:
+        checks += ["", f"> {note}"]
     if busy:
         checks += ["", f"> The machine was busy before the run (1-min load above its {cores} cores: other jobs), "
                    "so latencies are inflated; the pass/fail checks do not depend on them."]
+    begin, end = markers(SECTION if replicas == 1 else REPLICAS_SECTION)
+    title = "## Hot reload under load" + ("" if replicas == 1 else f", {replicas} replicas behind nginx")
     return "\n".join([
-        BEGIN, "## Hot reload under load", "",
+        begin, title, "",
         f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; python {platform.python_version()}; "
         f"load average {load_before} before the run",
         f"- Setup: {setup}", "",
-        *rows, "", *checks, "", *lat, "", "```", report_text, "```", END,
+        *rows, "", *checks, "", *lat, "", "```", report_text, "```", end,
     ])
 
 
@@ -288,6 +396,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--docs", type=int, default=300, help="Documents of the default corpus.")
     parser.add_argument("--rps", type=float, default=40.0)
     parser.add_argument("--duration", type=float, default=30.0, help="Seconds of load; reloads at 1/4, 1/2, 3/4.")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="`tandem serve` processes on one bundle root; above 1, behind nginx.")
+    parser.add_argument("--note", default="", help="A line about the run's circumstances for the section "
+                        "(e.g. other jobs on the machine).")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "reload")
     add_output_args(parser)
     return parser.parse_args(argv)
@@ -311,35 +423,59 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_current(root, v1)
     student = prepare_student(args.work, corpus, root / v1, args.student)
 
-    token, port = secrets.token_urlsafe(24), free_port()
-    url = f"http://127.0.0.1:{port}"
+    if args.replicas < 1:
+        raise SystemExit("--replicas must be at least 1")
+    if args.replicas > 1:
+        nginx_binary()  # fail before building anything if nginx is missing
+    token, ports = secrets.token_urlsafe(24), [free_port() for _ in range(args.replicas)]
+    replica_urls = {f"127.0.0.1:{p}": f"http://127.0.0.1:{p}" for p in ports}
     load_before = load_average()[1]
     busy = os.getloadavg()[0] > (os.cpu_count() or 1)
-    server = start_server(root, student, port, token, args.work / "server.log")
+    processes: list[subprocess.Popen[bytes]] = []
     answers: list[Answer] = []
     events = [Event("POST /admin/reload", "switch", v2), Event("CURRENT pointer", "refused", bad),
               Event("CURRENT pointer", "switch", v3)]
     try:
-        with httpx.Client(base_url=url, timeout=10.0, trust_env=False) as client:
-            wait_ready(client, server)
+        servers = [start_server(root, student, p, token, args.work / ("server.log" if args.replicas == 1
+                                                                       else f"server-{i}.log"))
+                   for i, p in enumerate(ports)]
+        processes += servers
+        for server, replica in zip(servers, replica_urls.values(), strict=True):
+            with httpx.Client(base_url=replica, timeout=10.0, trust_env=False) as client:
+                wait_ready(client, server)
+        if args.replicas == 1:
+            url = next(iter(replica_urls.values()))
+        else:
+            lb_port = free_port()
+            processes.append(start_nginx(args.work / "nginx", lb_port, ports))
+            url = f"http://127.0.0.1:{lb_port}"
+            with httpx.Client(base_url=url, timeout=10.0, trust_env=False) as client:
+                wait_ready(client, processes[-1])
+            log.info("nginx on %s in front of %s", url, ", ".join(replica_urls))
 
         def record(due: float, done: float, response: LoadAnswer) -> None:
             version = response.json().get("index", {}).get("version") if response.ok else None
-            answers.append(Answer(due, done, response.status, version))
+            upstream = response.headers.get(UPSTREAM_HEADER)  # "a, b" after a retry: the last one answered
+            answers.append(Answer(due, done, response.status, version,
+                                  upstream.split(",")[-1].strip() if upstream else None))
 
         t0 = time.perf_counter()
         at = [t0 + args.duration * f for f in (0.25, 0.5, 0.75)]
-        reloads = threading.Thread(target=run_reloads, args=(url, token, root, events, at), name="reloads")
+        reloads = threading.Thread(target=run_reloads, args=(replica_urls, token, root, events, at),
+                                   name="reloads")
         reloads.start()
         report = run_loadtest(url, args.rps, args.duration, DEFAULT_QUERIES, {"errors": 0.0}, top_k=10,
                               on_response=record)
         reloads.join(timeout=WATCH_TIMEOUT_S * 3)
     finally:
-        stop(server)
+        for process in reversed(processes):
+            stop(process)
 
     verdict = check(answers, v1, events, report.failures)
     report_text = format_report(report)
-    events_out = [{"name": e.name, "target": e.target, "seconds": round(e.end - e.start, 3), "outcome": e.outcome}
+    events_out = [{"name": e.name, "target": e.target, "seconds": round(e.end - e.start, 3), "outcome": e.outcome,
+                   "replicas": {name: {"confirmed_after_s": round(p.end - e.start, 3), "outcome": p.outcome}
+                                for name, p in e.replicas.items()}}
                   for e in events]
     log.info("load:\n%s", report_text)
     log.info("reloads and checks:\n%s", json.dumps({"verdict": asdict(verdict), "events": events_out}, indent=2,
@@ -349,12 +485,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     docs = Counter(a.version for a in answers)
     setup = (f"{args.docs if args.corpus is None else 'given'}-document corpus ({corpus.name}), 768-d bundles "
              f"`{v1}` (float), `{v2}` (int8), `{v3}` (float), `{bad}` (v1 with 16 bytes of index.faiss flipped); "
-             f"`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
-             f"open-loop load {args.rps:g} rps for {args.duration:g} s, answers per version "
+             + ("`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
+                if args.replicas == 1 else
+                f"{args.replicas} `tandem serve` processes on 127.0.0.1, each with default settings (2 workers, "
+                f"CURRENT polled every 2 s), behind Debian's nginx ({nginx_version()}, round robin, "
+                f"`proxy_next_upstream error timeout`, the config in bench/servers.py); ")
+             + f"open-loop load {args.rps:g} rps for {args.duration:g} s through "
+             + ("the server" if args.replicas == 1 else "nginx") + ", answers per version "
              + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
     section = render(command.strip(), setup, load_before, report_text, events, verdict,
-                     latency_split(answers, events), t0, busy)
-    publish(args.out, SECTION, section, write=not args.no_write)
+                     latency_split(answers, events), t0, busy, args.replicas, Counter(a.replica for a in answers),
+                     args.note)
+    publish(args.out, SECTION if args.replicas == 1 else REPLICAS_SECTION, section, write=not args.no_write)
     return 0 if verdict.passed else 1
 
 

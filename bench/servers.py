@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -117,3 +118,78 @@ def judge(report: LoadReport, p99_bound_ms: float, min_fraction: float = 0.95) -
     if p99 > p99_bound_ms:
         why.append(f"p99 {p99:.0f} ms > {p99_bound_ms:g} ms")
     return Step(report, not why, "; ".join(why) or "ok")
+
+
+# --- nginx in front of several servers --------------------------------------------------------------------
+
+UPSTREAM_HEADER = "X-Tandem-Upstream"
+
+
+def nginx_binary() -> str:
+    """Debian's nginx (`apt-get install nginx`): on PATH, or /usr/sbin (not on a non-root user's PATH)."""
+    found = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").is_file() else None)
+    if found is None:
+        raise SystemExit("nginx is not installed: run `apt-get install -y nginx` (as root) and try again")
+    return found
+
+
+def nginx_config(work: Path, port: int, upstream_ports: Sequence[int]) -> str:
+    """A self-contained nginx.conf balancing over `upstream_ports`, with every path inside `work`, so it
+    needs no root and leaves the system's nginx alone. The proxy settings are those of docker/nginx.conf:
+    only connection errors and timeouts move a request to the next replica (a 429 or 503 is passed on, so
+    load shedding still reaches the client); each answer names its replica in X-Tandem-Upstream."""
+    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=1 fail_timeout=2s;" for p in upstream_ports)
+    temp = "\n".join(f"    {name}_temp_path {work / 'tmp' / name};"
+                     for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    return f"""daemon off;
+worker_processes 1;
+pid {work / 'nginx.pid'};
+error_log {work / 'error.log'} warn;
+events {{
+    worker_connections 1024;
+}}
+http {{
+    access_log {work / 'access.log'};
+{temp}
+    upstream tandem {{
+{servers}
+        keepalive 32;
+        keepalive_timeout 4s;  # below uvicorn's 5 s, so nginx never reuses a connection the server is closing
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://tandem;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_connect_timeout 2s;
+            proxy_read_timeout 30s;
+            proxy_next_upstream error timeout;
+            proxy_next_upstream_tries 2;
+            add_header {UPSTREAM_HEADER} $upstream_addr always;
+        }}
+    }}
+}}
+"""
+
+
+def start_nginx(work: Path, port: int, upstream_ports: Sequence[int]) -> subprocess.Popen[bytes]:
+    """nginx in the foreground on 127.0.0.1:`port` in front of `upstream_ports`; config and logs in `work`."""
+    binary = nginx_binary()
+    for name in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (work / "tmp" / name).mkdir(parents=True, exist_ok=True)
+    conf = work / "nginx.conf"
+    conf.write_text(nginx_config(work, port, upstream_ports))
+    test = subprocess.run([binary, "-t", "-p", str(work), "-c", str(conf), "-e", str(work / "error.log")],
+                          capture_output=True, text=True)
+    if test.returncode != 0:
+        raise RuntimeError(f"nginx rejected {conf}: {test.stderr.strip()}")
+    return start_process([binary, "-p", str(work), "-c", str(conf), "-e", str(work / "error.log")],
+                         work / "nginx.out")
+
+
+def nginx_version() -> str:
+    """`nginx/1.22.1`, as `nginx -v` prints it (on stderr)."""
+    result = subprocess.run([nginx_binary(), "-v"], capture_output=True, text=True)
+    return (result.stderr or result.stdout).strip().removeprefix("nginx version: ")
