@@ -44,7 +44,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
 from servers import (
     UPSTREAM_HEADER,
     free_port,
@@ -347,7 +347,7 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
         f"- versions seen, in order of first answer: {' → '.join(f'`{v}`' for v in verdict.versions_seen)} "
         f"(expected {' → '.join(f'`{v}`' for v in verdict.expected)})",
         f"- answers from a version that was not in service while they were in flight: **{verdict.misplaced}**",
-        f"- answers sent after the last replica had switched that came from an older version: "
+        f"- answers sent after a switch was confirmed on every replica that came from an older version: "
         f"**{verdict.stale_after_switch}** (of {verdict.after_switch} answers sent after the first switch was "
         "complete)",
         f"- verdict: **{'PASS' if verdict.passed else 'FAIL'}**",
@@ -380,8 +380,8 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
         begin, title, "",
         f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; python {platform.python_version()}; "
-        f"load average {load_before} before the run",
+        f"- Machine: {cpu_model()} ({cpu_flags()}), {os.cpu_count()} cores visible; "
+        f"python {platform.python_version()}; load average {load_before} before the run",
         f"- Setup: {setup}", "",
         *rows, "", *checks, "", *lat, "", "```", report_text, "```", end,
     ])
