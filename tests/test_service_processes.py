@@ -34,6 +34,7 @@ __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 pytestmark = pytest.mark.slow
 
 PROCESSES = 2
+SCRAPES = 3 * PROCESSES  # scrapes on fresh connections: several land on each process
 ROUNDS = 10  # concurrent rounds of every probe, at most, until both processes have answered
 
 
@@ -126,7 +127,7 @@ def _metric(client: httpx.Client, name: str, **labels: str) -> float:
 def _scrape_each(url: str, name: str, **labels: str) -> list[float]:
     """One scrape per fresh connection (several land on each process)."""
     values = []
-    for _ in range(3 * PROCESSES):
+    for _ in range(SCRAPES):
         with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
             values.append(_metric(client, name, **labels))
     return values
@@ -140,7 +141,7 @@ def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_studen
         ok = {"route": "/search", "method": "POST", "status": "200"}
         # A request is counted just after its answer is sent: wait for the last ones, then every scrape agrees.
         wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
-        every = [made] * (3 * PROCESSES)
+        every = [made] * SCRAPES
         assert _scrape_each(server.url, "tandem_http_requests_total", **ok) == every
         assert _scrape_each(server.url, "tandem_stage_duration_seconds_count", stage="total") == every
         assert _metric(server.client, "tandem_index_info", version=tiny_bundle.name) == PROCESSES
@@ -183,3 +184,33 @@ def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: P
     assert "fingerprint" in result.stderr
     assert "Traceback" not in result.stderr
     assert "server processes" not in result.stderr and "Started parent process" not in result.stderr
+
+
+def test_a_replaced_worker_catches_up_and_totals_keep_adding_up(root: Path, tiny_student: Path,
+                                                                tmp_path: Path) -> None:
+    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0") as server:
+        response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
+        assert response.status_code == 200, response.text
+        made, pids = _search_everywhere(server.url, version="v2")
+        assert len(pids) == PROCESSES
+        ok = {"route": "/search", "method": "POST", "status": "200"}
+        # Counted just after each answer is sent: wait for that before killing the worker that sent it.
+        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
+        victim = int(sorted(pids)[0])
+        os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one loads CURRENT (v1), then follows
+        # From here on, a fresh connection each time: the shared client's may have been the victim's.
+
+        def caught_up() -> bool:
+            with httpx.Client(base_url=server.url, timeout=30.0, trust_env=False) as client:
+                states = _processes(client)
+            return (len(states) == PROCESSES and victim not in {s["pid"] for s in states}
+                    and {s["version"] for s in states} == {"v2"})
+
+        wait_for(caught_up, "a replacement worker serving the admin's v2")
+        more, pids = _search_everywhere(server.url, version="v2")
+        assert len(pids) == PROCESSES and str(victim) not in pids
+        wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [made + more] * SCRAPES,
+                 "the dead worker's requests still counted, by every worker")
+        # The dead worker's live gauge is gone: the two live ones serve v2.
+        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+        assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
