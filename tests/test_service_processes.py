@@ -8,6 +8,7 @@ student is refused before any worker starts.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from models.versions import set_current
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import READY_TIMEOUT_S, post_together
+from tests.test_service_limits import _closed_by_server, _trickler
 from tests.test_service_refuses import altered_student
 from tests.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
 
@@ -214,3 +216,27 @@ def test_a_replaced_worker_catches_up_and_totals_keep_adding_up(root: Path, tiny
         # The dead worker's live gauge is gone: the two live ones serve v2.
         assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
         assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
+
+
+def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with serving(tiny_bundle, tiny_student, log, TANDEM_MAX_QUERY_CHARS="64", TANDEM_HEADER_TIMEOUT_S="1",
+                 TANDEM_BODY_TIMEOUT_S="1") as server:
+        too_long: dict[str, object] = {"query": "ocean tides " * 10}
+        pids: set[str] = set()
+        for _ in range(ROUNDS):
+            for response in post_together(server.url, [too_long] * 10):
+                assert response.status_code == 422, response.text
+                pids.add(response.headers["X-Tandem-Process"])
+            if len(pids) == PROCESSES:
+                break
+        assert len(pids) == PROCESSES
+        socks = [_trickler(server.url, body=i % 2 == 1) for i in range(4 * PROCESSES)]
+        try:
+            assert all(_closed_by_server(sock) for sock in socks)  # the guarded protocol, in whichever worker
+        finally:
+            for sock in socks:
+                sock.close()
+    found = re.search(r"runtime directory (\S+)\)", log.read_text())
+    assert found is not None, log.read_text()
+    assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
