@@ -27,7 +27,9 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loader = SearcherLoader(settings, observe=app.state.metrics.observe_stage)  # tokenize and rescore timers
+        # tokenize and rescore timers; a worker started late loads what its group's last admin change serves
+        loader = SearcherLoader(settings, observe=app.state.metrics.observe_stage,
+                                initial=group.catch_up() if group is not None else None)
         app.state.loader = loader
         # Built before the initial load starts: it reads a bundle root's CURRENT pointer first.
         reloader = Reloader(settings, loader, metrics=app.state.metrics, group=group)

@@ -9,7 +9,8 @@ each writes its own status file, `procs/PID.json` (version served, last change a
 
 Changes made by a CURRENT-pointer watcher are logged too but not followed (each process's own
 watcher follows the root); they are there so that a worker started later (uvicorn replaces one
-that died) does not re-apply an older admin change over a newer pointer.
+that died) does not re-apply an older admin change over a newer pointer. Such a worker loads the
+last admin change's bundle first (`catch_up`), so it joins on the version the others serve.
 
 Layout: RUNTIME/change.json, RUNTIME/change.lock, RUNTIME/procs/PID.json, RUNTIME/metrics/ (prometheus-client's
 multiprocess files, PROMETHEUS_MULTIPROC_DIR). The parent creates it fresh before forking and removes it on exit.
@@ -91,6 +92,15 @@ class ProcessGroup:
         except (OSError, ValidationError) as exc:  # never half-written (os.replace), so this is someone else's
             log.warning("cannot read the group's change log: %s", exc)
             return None
+
+    def catch_up(self) -> Path | None:
+        """The bundle a worker starting now should load first: the last admin change's (None: settings.index, also
+        when the last change was a watcher's, which a new worker follows by loading CURRENT)."""
+        latest = self.latest()
+        if latest is None or latest.trigger == "watch" or not Path(latest.path).is_dir():
+            return None  # a rollback target may have been pruned from disk: load the default, then follow
+        log.info("starting on change %d's bundle %s", latest.sequence, latest.path)
+        return Path(latest.path)
 
     def applied_to(self, sequence: int, version: str | None, path: str | None) -> None:
         """Record that this process has applied change `sequence` (or a later one) and serves `version`."""

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -150,8 +151,36 @@ def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_studen
         assert _metric(server.client, "tandem_queue_depth") == 0
 
 
+@contextmanager
+def under_load(url: str, clients: int = 2) -> Iterator[list[httpx.Response | Exception]]:
+    """Searches from `clients` threads (a fresh connection every few requests) until the block ends; every
+    answer, or the error a request met, is collected."""
+    answers: list[httpx.Response | Exception] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+                for query in sorted(PROBES):
+                    try:
+                        answers.append(client.post("/search", json={"query": query, "top_k": 1}))
+                    except httpx.HTTPError as exc:
+                        answers.append(exc)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+
 def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_student: Path, tmp_path: Path) -> None:
-    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2") as server:
+    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2") as server, \
+            under_load(server.url) as answers:
         _, pids = _search_everywhere(server.url, version="v1")
 
         set_current(root, "v2")  # every process's own watcher follows the root
@@ -175,6 +204,10 @@ def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_st
         assert len(pids) == PROCESSES
         assert _metric(server.client, "tandem_index_info", version="v2") == PROCESSES
         assert _metric(server.client, "tandem_index_info", version="v1") == 0
+    # Not one request failed across three changes in two processes, under load.
+    assert answers, "the load ran"
+    assert [a for a in answers if not isinstance(a, httpx.Response) or a.status_code != 200] == []
+    assert {a.json()["index"]["version"] for a in answers if isinstance(a, httpx.Response)} == {"v1", "v2"}
 
 
 def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: Path, tiny_student: Path,
@@ -199,7 +232,7 @@ def test_a_replaced_worker_catches_up_and_totals_keep_adding_up(root: Path, tiny
         # Counted just after each answer is sent: wait for that before killing the worker that sent it.
         wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
         victim = int(sorted(pids)[0])
-        os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one loads CURRENT (v1), then follows
+        os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
         # From here on, a fresh connection each time: the shared client's may have been the victim's.
 
         def caught_up() -> bool:
