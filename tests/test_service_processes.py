@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from models.versions import set_current
-from tests.fixtures.corpus import PROBES
+from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import READY_TIMEOUT_S, post_together
 from tests.test_service_limits import _closed_by_server, _trickler
 from tests.test_service_refuses import altered_student
@@ -273,3 +273,27 @@ def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_stude
     found = re.search(r"runtime directory (\S+)\)", log.read_text())
     assert found is not None, log.read_text()
     assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
+
+
+def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, tiny_student: Path,
+                                                             tmp_path: Path) -> None:
+    """Each worker admits one LONG_BATCH at a time (max_pending is per process): a burst is shed with 429 and
+    Retry-After, and the refusals, wherever they happened, add up in /metrics."""
+    window = str(len(LONG_BATCH))
+    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", TANDEM_MAX_PENDING=window,
+                 TANDEM_MAX_BATCH_QUERIES=window, TANDEM_REQUEST_TIMEOUT_MS="60000",
+                 TANDEM_MAX_QUEUE_MS="60000") as server:
+        responses = post_together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
+        codes = [r.status_code for r in responses]
+        assert set(codes) == {200, 429}, codes
+        refused = [r for r in responses if r.status_code == 429]
+        for response in refused:
+            assert response.headers["retry-after"] == "1"
+            assert response.json()["error"] == "overloaded"
+        for response in responses:
+            if response.status_code == 200:
+                assert len(response.json()["results"]) == len(LONG_BATCH)
+        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", route="/search") == len(responses),
+                 "every request counted")
+        assert _metric(server.client, "tandem_overloaded_total") == len(refused)
+        assert _metric(server.client, "tandem_http_requests_total", route="/search", status="429") == len(refused)
