@@ -73,8 +73,8 @@ def _processes(client: httpx.Client) -> list[dict[str, Any]]:
 
 @contextmanager
 def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Served]:
-    """`tandem serve --processes 2` in a session of its own; ready once both workers report a version. The whole
-    process group is killed at the end, whatever happened."""
+    """`tandem serve --processes 2` in a session of its own; ready once both workers report a version. Stopped with
+    SIGINT at the end (it must exit 0), and whatever is left of its process group killed, whatever happened."""
     port = _free_port()
     with log.open("w") as out:
         proc = subprocess.Popen(_serve_cmd(index, student, port), env=_env(**env), stdout=out, stderr=out,
@@ -96,7 +96,11 @@ def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Serve
         proc.send_signal(signal.SIGINT)  # the supervisor stops its workers and removes the runtime directory
         assert proc.wait(timeout=60) == 0, log.read_text()
     finally:
-        with suppress(ProcessLookupError):  # whatever is left of the group (a failed test, a stray worker)
+        if proc.poll() is None:  # a failed test: stop it cleanly if it will (it removes its runtime directory)
+            proc.send_signal(signal.SIGINT)
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+        with suppress(ProcessLookupError):  # whatever is left of the group (a hung supervisor, a stray worker)
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
