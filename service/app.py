@@ -59,7 +59,6 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
     )
     app.state.settings = settings
     app.state.metrics = Metrics(queue_depth=queue_depth_of(app))
-    app.state.group = group
     install_error_handlers(app)
     install_middleware(app, settings, app.state.metrics)
     app.include_router(health.router)

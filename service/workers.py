@@ -42,6 +42,11 @@ from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
+# How long a worker may take to answer the supervisor's ping before it is taken for hung and replaced (uvicorn:
+# 5 s). A new worker answers only once it has imported onnxruntime, FAISS and the tokenizers, which on a cold
+# or busy machine can take longer than 5 s: too short a limit would replace it over and over.
+WORKER_HEALTHCHECK_S = 30
+
 
 def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
     """The app of one worker process (called in the worker: its logging is configured here, as in the parent)."""
@@ -57,14 +62,21 @@ class _Supervisor(Multiprocess):
         self._runtime = runtime
 
     def keep_subprocess_alive(self) -> None:
+        """A dead or hung worker is replaced (uvicorn's own)."""
         before = {p.pid for p in self.processes}
         super().keep_subprocess_alive()
+        self._bury(before - {p.pid for p in self.processes})
+
+    def handle_signals(self) -> None:
+        """SIGHUP replaces every worker, SIGTTOU retires one (uvicorn's own)."""
+        before = {p.pid for p in self.processes}
+        super().handle_signals()
         self._bury(before - {p.pid for p in self.processes})
 
     def _bury(self, pids: set[int | None]) -> None:
         for pid in pids:
             if pid is not None:
-                log.warning("worker process %d exited", pid)
+                log.info("worker process %d is gone: its live gauges and status dropped", pid)
                 mark_process_dead(pid, str(self._runtime / METRICS))
                 remove_process(self._runtime, pid)
 
@@ -76,7 +88,8 @@ def run_workers(settings: ServiceSettings) -> None:
         (runtime / METRICS).mkdir()
         os.environ[MULTIPROC_DIR] = str(runtime / METRICS)
         app = functools.partial(create_worker_app, settings, runtime)
-        config = server_config(app, settings, factory=True, workers=settings.processes)
+        config = server_config(app, settings, factory=True, workers=settings.processes,
+                               timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
         sock = config.bind_socket()
         log.info("starting %d server processes on %s:%d (runtime directory %s)", settings.processes,
                  *sock.getsockname()[:2], runtime)

@@ -46,6 +46,7 @@ class Served:
     url: str
     client: httpx.Client
     log: Path
+    pid: int  # the supervisor's
 
 
 def _free_port() -> int:
@@ -92,7 +93,7 @@ def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Serve
                 except httpx.TransportError:
                     pass
                 time.sleep(0.1)
-            yield Served(url=f"http://127.0.0.1:{port}", client=client, log=log)
+            yield Served(url=f"http://127.0.0.1:{port}", client=client, log=log, pid=proc.pid)
         proc.send_signal(signal.SIGINT)  # the supervisor stops its workers and removes the runtime directory
         assert proc.wait(timeout=60) == 0, log.read_text()
     finally:
@@ -103,6 +104,18 @@ def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Serve
         with suppress(ProcessLookupError):  # whatever is left of the group (a hung supervisor, a stray worker)
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+def _fresh_processes(url: str) -> list[dict[str, Any]]:
+    with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+        return _processes(client)
+
+
+def _replaced(url: str, gone: set[int], version: str = "v2") -> bool:
+    """Every worker reports `version`, and none of the `gone` pids is among them."""
+    states = _fresh_processes(url)
+    return (len(states) == PROCESSES and not gone & {s["pid"] for s in states}
+            and {s["version"] for s in states} == {version})
 
 
 def _search_everywhere(url: str, version: str | None = None) -> tuple[int, set[str]]:
@@ -225,7 +238,7 @@ def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: P
     assert "server processes" not in result.stderr and "Started parent process" not in result.stderr
 
 
-def test_a_replaced_worker_catches_up_and_totals_keep_adding_up(root: Path, tiny_student: Path,
+def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, tiny_student: Path,
                                                                 tmp_path: Path) -> None:
     with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0") as server:
         response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
@@ -239,13 +252,7 @@ def test_a_replaced_worker_catches_up_and_totals_keep_adding_up(root: Path, tiny
         os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
         # From here on, a fresh connection each time: the shared client's may have been the victim's.
 
-        def caught_up() -> bool:
-            with httpx.Client(base_url=server.url, timeout=30.0, trust_env=False) as client:
-                states = _processes(client)
-            return (len(states) == PROCESSES and victim not in {s["pid"] for s in states}
-                    and {s["version"] for s in states} == {"v2"})
-
-        wait_for(caught_up, "a replacement worker serving the admin's v2")
+        wait_for(lambda: _replaced(server.url, {victim}), "a replacement worker serving the admin's v2")
         more, pids = _search_everywhere(server.url, version="v2")
         assert len(pids) == PROCESSES and str(victim) not in pids
         wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [made + more] * SCRAPES,
@@ -253,6 +260,13 @@ def test_a_replaced_worker_catches_up_and_totals_keep_adding_up(root: Path, tiny
         # The dead worker's live gauge is gone: the two live ones serve v2.
         assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
         assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
+
+        # SIGHUP: uvicorn's supervisor replaces every worker, one by one; the new ones start on v2 as well.
+        old = {s["pid"] for s in _fresh_processes(server.url)}
+        os.kill(server.pid, signal.SIGHUP)
+        wait_for(lambda: _replaced(server.url, old), "every worker replaced, serving v2")
+        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+        _search_everywhere(server.url, version="v2")
 
 
 def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
