@@ -50,7 +50,7 @@ class Change(BaseModel):
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one writer per name
     tmp.write_text(text)
     os.replace(tmp, path)
 
