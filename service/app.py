@@ -10,32 +10,44 @@ from importlib import metadata
 from fastapi import FastAPI
 
 from service.errors import install_error_handlers
+from service.follow import ChangeFollower
 from service.loader import SearcherLoader
 from service.metrics import Metrics, queue_depth_of
 from service.middleware import install_middleware
+from service.processes import ProcessGroup
 from service.reload import Reloader
 from service.routes import admin, embeddings, health, metrics, search
 from service.routes.page import install_page
 from service.settings import ServiceSettings
 
 
-def create_app(settings: ServiceSettings) -> FastAPI:
-    """A fresh app per call (no module-level singletons), so tests and servers can run several."""
+def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> FastAPI:
+    """A fresh app per call (no module-level singletons), so tests and servers can run several; `group` when
+    this is one of the processes of `--processes N` (service.workers), sharing reloads with the others."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        loader = SearcherLoader(settings, observe=app.state.metrics.observe_stage)  # tokenize and rescore timers
+        # tokenize and rescore timers; a worker started late loads what its group's last admin change serves
+        loader = SearcherLoader(settings, observe=app.state.metrics.observe_stage,
+                                initial=group.catch_up() if group is not None else None)
         app.state.loader = loader
         # Built before the initial load starts: it reads a bundle root's CURRENT pointer first.
-        reloader = Reloader(settings, loader, metrics=app.state.metrics)
+        reloader = Reloader(settings, loader, metrics=app.state.metrics, group=group)
         app.state.reloader = reloader
+        follower = ChangeFollower(group, reloader, loader) if group is not None else None
         loader.start()  # /healthz answers at once; /readyz turns 200 when loading is done
         reloader.start()  # the CURRENT-pointer watcher, when serving a bundle root
+        if follower is not None:
+            follower.start()  # the changes other processes of the group make
         index_gauges = asyncio.create_task(app.state.metrics.track_initial_load(loader))
         try:
             yield
         finally:
             index_gauges.cancel()
+            if follower is not None:
+                follower.stop()
+            if group is not None:
+                group.leave()
             reloader.close()
             loader.close()
 

@@ -70,9 +70,11 @@ class NotReady(Exception):
 class SearcherLoader:
     """Loads a Searcher in a daemon thread and reports its state; closing while loading is safe."""
 
-    def __init__(self, settings: ServiceSettings, observe: StageObserver | None = None) -> None:
-        """`observe` (the metrics' stage timer) is wired into every searcher this loader loads."""
-        self._settings, self._observe = settings, observe
+    def __init__(self, settings: ServiceSettings, observe: StageObserver | None = None,
+                 initial: Path | None = None) -> None:
+        """`observe` (the metrics' stage timer) is wired into every searcher this loader loads; `initial` is the
+        bundle to load first instead of settings.index (a worker catching up with its group's last admin change)."""
+        self._settings, self._observe, self._initial = settings, observe, initial
         self._lock = threading.Lock()
         self._state = LoadState.LOADING
         self._error: str | None = None
@@ -94,7 +96,7 @@ class SearcherLoader:
     def _load(self) -> None:
         started = time.perf_counter()
         try:
-            searcher = self.load()
+            searcher = self.load(self._initial)
         except Exception as exc:
             log.error("loading %s with student %s failed: %s", printable(self._settings.index),
                       printable(self._settings.student), printable(exc), exc_info=not isinstance(exc, ContractMismatch))

@@ -43,7 +43,8 @@ class RequestIdFilter(logging.Filter):
 
 
 class JsonFormatter(logging.Formatter):
-    """time, level, logger, message, request_id, any `extra={...}` fields, and exc_info as `exception`."""
+    """time, level, logger, message, request_id, pid (which of `--processes N` logged it), any `extra={...}`
+    fields, and exc_info as `exception`."""
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -52,6 +53,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
             "request_id": getattr(record, "request_id", None),
+            "pid": record.process,
         }
         for key, value in vars(record).items():
             if key not in _RESERVED and not key.startswith("_"):

@@ -9,21 +9,32 @@
 
 `GET /metrics` (service.routes.metrics) renders the registry in the Prometheus text format. Requests are
 counted by service.middleware, the queue depth is read from the searcher in service at scrape time.
+
+With `--processes N` the parent sets PROMETHEUS_MULTIPROC_DIR (a fresh private directory) before it
+starts the workers, so prometheus-client writes every value to memory-mapped files there and a scrape,
+which lands on one process, renders them all through a MultiProcessCollector: counters and histograms
+are summed over the processes (those that exited included, so totals never drop), gauges per their
+`multiprocess_mode`: the queue depth is the live processes' sum, `tandem_index_info{version}` the number of
+live processes serving that version (1 with one process), the documents and load time the live maximum.
+A callback gauge cannot cross processes, so there each process writes its queue depth after every request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from service.loader import LoadState, NotReady, SearcherLoader
 
 # tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); total: the whole HTTP request.
 STAGES = ("queue", "tokenize", "encode", "search", "lexical", "rescore", "total")
+MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client reads it when first imported
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -31,6 +42,7 @@ class Metrics:
     """The service's metrics; cheap to update from any thread (prometheus-client locks internally)."""
 
     def __init__(self, queue_depth: Callable[[], float] | None = None) -> None:
+        self.multiprocess_dir = os.environ.get(MULTIPROC_DIR) or None
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.stage_seconds = Histogram(
@@ -48,14 +60,18 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 32, 64), registry=r,
         )
         self.overloaded = Counter("tandem_overloaded", "Requests refused with 429 (admission control).", registry=r)
-        self.queue_depth = Gauge("tandem_queue_depth", "Queries queued or running in the micro-batcher.", registry=r)
-        if queue_depth is not None:
+        self.queue_depth = Gauge("tandem_queue_depth", "Queries queued or running in the micro-batcher.", registry=r,
+                                 multiprocess_mode="livesum")
+        self._queue_depth = queue_depth
+        if queue_depth is not None and self.multiprocess_dir is None:
             self.queue_depth.set_function(queue_depth)
-        self.index_info = Gauge("tandem_index_info", "The bundle version in service (value 1).", ["version"],
-                                registry=r)
-        self.index_documents = Gauge("tandem_index_documents", "Documents in the bundle in service.", registry=r)
+        self.index_info = Gauge("tandem_index_info", "The bundle version in service (value 1; with several "
+                                "processes, how many serve it).", ["version"], registry=r, multiprocess_mode="livesum")
+        self.index_documents = Gauge("tandem_index_documents", "Documents in the bundle in service.", registry=r,
+                                     multiprocess_mode="livemax")
         self.index_load_seconds = Gauge("tandem_index_load_seconds", "How long the bundle in service took to load.",
-                                        registry=r)
+                                        registry=r, multiprocess_mode="livemax")
+        self._version: str | None = None
         self.reloads = Counter("tandem_reloads", "Hot reloads by outcome.", ["outcome"], registry=r)
         self._load_started: float | None = None  # set by track_initial_load
         self._index_set = False
@@ -74,13 +90,23 @@ class Metrics:
         self.requests.labels(route, method, str(status)).inc()
         if status == 429:
             self.overloaded.inc()
+        self.sync_queue_depth()
+
+    def sync_queue_depth(self) -> None:
+        """With several processes, write this one's queue depth to its file (after each request, and at a scrape)."""
+        if self.multiprocess_dir is not None and self._queue_depth is not None:
+            self.queue_depth.set(self._queue_depth())
 
     def observe_reload(self, outcome: str) -> None:
         self.reloads.labels(outcome).inc()
 
     def set_index(self, version: str, count: int, load_seconds: float) -> None:
         self._index_set = True
-        self.index_info.clear()  # only the version in service is reported
+        if self.multiprocess_dir is None:
+            self.index_info.clear()  # only the version in service is reported
+        elif self._version is not None and self._version != version:
+            self.index_info.labels(self._version).set(0)  # files cannot drop a label: this process left it
+        self._version = version
         self.index_info.labels(version).set(1)
         self.index_documents.set(count)
         self.index_load_seconds.set(load_seconds)
@@ -108,7 +134,12 @@ class Metrics:
         self.set_index(bundle.directory.name, bundle.manifest.count, time.perf_counter() - self._load_started)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        self.sync_queue_depth()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged, path=self.multiprocess_dir)
+        return generate_latest(merged)
 
 
 def queue_depth_of(app: FastAPI) -> Callable[[], float]:

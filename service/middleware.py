@@ -7,6 +7,7 @@ buffered) and the request id contextvar is set in the same task that runs the ro
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from fastapi import FastAPI
@@ -27,6 +28,7 @@ log = logging.getLogger(__name__)
 access_log = logging.getLogger("tandem.access")
 
 REQUEST_ID_HEADER = "X-Request-ID"
+PROCESS_HEADER = "X-Tandem-Process"  # with --processes N: the pid that answered, as its log lines name it
 QUIET_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})  # probes and scrapes log at DEBUG
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})  # others count as "other"
 _MAX_LOGGED_PATH = 256
@@ -43,10 +45,11 @@ class RequestContextMiddleware:
     """Outermost of ours: tags the request with an id, times it, counts it, logs it, and turns an
     exception that escaped everything else into the generic JSON 500 (with the id, without a trace)."""
 
-    def __init__(self, app: ASGIApp, fastapi_app: FastAPI, metrics: Metrics) -> None:
+    def __init__(self, app: ASGIApp, fastapi_app: FastAPI, metrics: Metrics, name_process: bool = False) -> None:
         self.app = app
         self.fastapi_app = fastapi_app
         self.metrics = metrics
+        self.process = str(os.getpid()) if name_process else None
         self._paths: frozenset[str] | None = None
 
     def _route(self, scope: Scope) -> str:
@@ -72,7 +75,10 @@ class RequestContextMiddleware:
             nonlocal status, responded
             if message["type"] == "http.response.start":
                 responded, status = True, message["status"]
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                headers = MutableHeaders(scope=message)
+                headers[REQUEST_ID_HEADER] = request_id
+                if self.process is not None:
+                    headers[PROCESS_HEADER] = self.process
             await send(message)
 
         try:
@@ -171,6 +177,6 @@ def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics
         app.add_middleware(
             CORSMiddleware, allow_origins=origins, allow_methods=["GET", "POST"],
             allow_headers=["Authorization", "Content-Type", REQUEST_ID_HEADER],
-            expose_headers=[REQUEST_ID_HEADER, "Retry-After"], max_age=600,
+            expose_headers=[REQUEST_ID_HEADER, PROCESS_HEADER, "Retry-After"], max_age=600,
         )
-    app.add_middleware(RequestContextMiddleware, fastapi_app=app, metrics=metrics)
+    app.add_middleware(RequestContextMiddleware, fastapi_app=app, metrics=metrics, name_process=settings.processes > 1)

@@ -6,6 +6,11 @@ sha256 of every file), the student/teacher check, a FAISS load and a warm-up que
 swapped in; any failure leaves the version in service untouched and is recorded as the last outcome.
 Swapped-out versions stay loaded (up to TANDEM_KEEP_VERSIONS), so a rollback is instant and survives
 the indexer pruning their files; older ones are closed once the requests holding them have finished.
+
+With `--processes N` each process has its own Reloader, and one in a ProcessGroup (service.processes)
+logs every change it makes (an admin reload or rollback, or its watcher's reload) to the group's shared
+log; `follow` applies a change another process logged, on the same reload thread, so a change and the
+logging of it are never interleaved with another. With one process there is no group and nothing changes.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from models.bundle import verify_bundle
 from models.errors import ContractMismatch
@@ -27,11 +32,13 @@ from models.student import StudentEncoder
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
 from service.engine import Searcher
 from service.loader import LoadState, NotReady, SearcherLoader
+from service.processes import Change, ProcessGroup
 from service.redact import printable, public_error
 from service.schemas.admin import AdminStatus, ReloadOutcome, Trigger, VersionInfo
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ReloadMetrics(Protocol):
@@ -60,8 +67,9 @@ def version_info(searcher: Searcher) -> VersionInfo:
 class Reloader:
     """Owns the reload thread, the history of previous versions and the pointer watcher."""
 
-    def __init__(self, settings: ServiceSettings, loader: SearcherLoader, metrics: ReloadMetrics | None = None) -> None:
-        self._settings, self._loader, self._metrics = settings, loader, metrics
+    def __init__(self, settings: ServiceSettings, loader: SearcherLoader, metrics: ReloadMetrics | None = None,
+                 group: ProcessGroup | None = None) -> None:
+        self._settings, self._loader, self._metrics, self.group = settings, loader, metrics, group
         self.root = Path(settings.index) if is_bundle_root(settings.index) else None
         self.allowed = allowed_dirs(settings)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tandem-reload")
@@ -109,7 +117,11 @@ class Reloader:
         return resolved
 
     def rollback(self) -> Future[ReloadOutcome]:
-        return self._submit(self._rollback)
+        return self._submit(lambda: self._rollback("admin"))
+
+    def follow(self, change: Change) -> Future[ReloadOutcome | None]:
+        """Apply a change another process of the group logged (None: nothing to do, e.g. already serving it)."""
+        return self._submit(lambda: self._follow(change))
 
     def status(self) -> AdminStatus:
         state, _ = self._loader.state
@@ -122,6 +134,7 @@ class Reloader:
             root=str(self.root) if self.root is not None else None,
             watch_interval_s=self._settings.watch_interval_s if self._watcher is not None else None,
             reloads_pending=pending, last_reload=last,
+            processes=self.group.processes() if self.group is not None else None,
         )
 
     def close(self) -> None:
@@ -136,7 +149,7 @@ class Reloader:
 
     # --- the reload thread ----------------------------------------------------------------------------
 
-    def _submit(self, job: Callable[[], ReloadOutcome]) -> Future[ReloadOutcome]:
+    def _submit(self, job: Callable[[], T]) -> Future[T]:
         with self._lock:
             self._pending += 1
         try:
@@ -148,11 +161,13 @@ class Reloader:
         future.add_done_callback(self._done)
         return future
 
-    def _done(self, future: Future[ReloadOutcome]) -> None:
+    def _done(self, future: Future[T]) -> None:
         with self._lock:
             self._pending -= 1
             if not future.cancelled() and future.exception() is None:
-                self._last = future.result()
+                result = future.result()
+                if isinstance(result, ReloadOutcome):
+                    self._last = result
 
     def _reload(self, path: Path | None, trigger: Trigger) -> ReloadOutcome:
         started, started_at = time.perf_counter(), utc_now()
@@ -180,36 +195,69 @@ class Reloader:
             candidate.close()
             return self._refused("reload", trigger, tried, str(exc), started, started_at)
         self._keep(previous)
+        sequence = self._publish("reload", trigger, candidate)
         log.info("reload (%s): now serving %s (%s, %d docs) after %.2f s of validation", trigger,
                  candidate.version, candidate.bundle.manifest.build_time, candidate.bundle.manifest.count, seconds)
         self._report("success", candidate, seconds)
         return ReloadOutcome(
             action="reload", trigger=trigger, outcome="ok", path=str(tried), current=version_info(candidate),
             previous=version_info(previous) if previous is not None else None, started_at=started_at,
-            seconds=round(seconds, 3),
+            seconds=round(seconds, 3), sequence=sequence,
         )
 
-    def _rollback(self) -> ReloadOutcome:
+    def _rollback(self, trigger: Trigger) -> ReloadOutcome:
         started, started_at = time.perf_counter(), utc_now()
         with self._lock:
             target = self._history.popleft() if self._history else None
         if target is None:
             error = f"no previous version is kept to roll back to (TANDEM_KEEP_VERSIONS={self._settings.keep_versions})"
-            return self._refused("rollback", "admin", None, error, started, started_at)
+            return self._refused("rollback", trigger, None, error, started, started_at)
         try:
             replaced = self._loader.swap(target)
         except RuntimeError as exc:
-            return self._refused("rollback", "admin", None, str(exc), started, started_at)
+            return self._refused("rollback", trigger, None, str(exc), started, started_at)
         if replaced is not None:
             self._loader.retire(replaced)  # the version rolled back from is dropped, not kept
         log.warning("rollback: now serving %s again (was %s)", target.version,
                     replaced.version if replaced is not None else None)
         self._report("rolled_back", target, 0.0)
+        sequence = self._publish("rollback", trigger, target)
         return ReloadOutcome(
-            action="rollback", trigger="admin", outcome="ok", path=str(target.bundle.directory),
+            action="rollback", trigger=trigger, outcome="ok", path=str(target.bundle.directory),
             current=version_info(target), previous=version_info(replaced) if replaced is not None else None,
-            started_at=started_at, seconds=round(time.perf_counter() - started, 3),
+            started_at=started_at, seconds=round(time.perf_counter() - started, 3), sequence=sequence,
         )
+
+    def _publish(self, action: Literal["reload", "rollback"], trigger: Trigger, searcher: Searcher) -> int | None:
+        """Log a change made here for the group's other processes (a followed one is logged already)."""
+        if self.group is None or trigger == "follow":
+            return None
+        return self.group.publish(action, trigger, searcher.bundle.directory, searcher.version)
+
+    def _follow(self, change: Change) -> ReloadOutcome | None:
+        """On the reload thread: a change already superseded here is skipped; a rollback to the version this
+        process keeps first is instant; anything else reloads the bundle the change names (validated as ever)."""
+        group = self.group
+        assert group is not None, "follow() is for processes of a group"
+        if change.sequence <= group.applied:
+            return None
+        outcome: ReloadOutcome | None = None
+        current = self._current()
+        if change.trigger == "watch":
+            pass  # each process's own watcher follows the root; a late starter loaded CURRENT already
+        elif current is not None and _same_dir(current.path, change.path):
+            pass
+        elif change.action == "rollback" and self._first_kept(change.path):
+            outcome = self._rollback("follow")
+        else:
+            outcome = self._reload(Path(change.path), "follow")
+        current = self._current()
+        group.applied_to(change.sequence, current.version if current else None, current.path if current else None)
+        return outcome
+
+    def _first_kept(self, path: str) -> bool:
+        with self._lock:
+            return bool(self._history) and _same_dir(str(self._history[0].bundle.directory), path)
 
     def _student(self) -> StudentEncoder | None:
         """The student in service, shared by the candidate; None after a failed start (the candidate loads one)."""
@@ -264,6 +312,10 @@ def allowed_dirs(settings: ServiceSettings) -> list[Path]:
         return [Path(os.path.realpath(d)) for d in settings.bundle_dirs.split(os.pathsep) if d.strip()]
     index = Path(os.path.realpath(settings.index))
     return [index if is_bundle_root(index) else index.parent]
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def _is_dir(path: Path) -> bool:

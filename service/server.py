@@ -21,57 +21,70 @@ from service.settings import ServiceSettings
 log = logging.getLogger(__name__)
 
 
-def _guarded_protocol(header_timeout_s: float, body_timeout_s: float) -> type[HttpToolsProtocol]:
-    class _GuardedProtocol(HttpToolsProtocol):
-        """httptools' protocol plus a deadline on reading a request's headers, then one on its body."""
+class GuardedConfig(uvicorn.Config):
+    """uvicorn's Config plus the two read deadlines: a module-level class, so the config (and the protocol
+    class it names) pickles into the worker processes of `--processes N` unchanged."""
 
-        _deadline: asyncio.TimerHandle | None = None
+    def __init__(self, app: Any, *, header_timeout_s: float, body_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.header_timeout_s, self.body_timeout_s = header_timeout_s, body_timeout_s
 
-        def _arm(self, seconds: float, what: str) -> None:
-            self._disarm()
-            self._deadline = self.loop.call_later(seconds, self._expire, what)
 
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
+class GuardedProtocol(HttpToolsProtocol):
+    """httptools' protocol plus a deadline on reading a request's headers, then one on its body (from GuardedConfig)."""
 
-        def _expire(self, what: str) -> None:
+    _deadline: asyncio.TimerHandle | None = None
+
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(seconds, self._expire, what)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
             self._deadline = None
-            if not self.transport.is_closing():
-                log.info("closing a connection that did not send its request %s in time", what)
-                self.transport.close()
 
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm(header_timeout_s, "headers")
+    def _expire(self, what: str) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            log.info("closing a connection that did not send its request %s in time", what)
+            self.transport.close()
 
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
+    def _timeouts(self) -> tuple[float, float]:
+        config = self.config
+        assert isinstance(config, GuardedConfig), "GuardedProtocol needs a GuardedConfig (service.server)"
+        return config.header_timeout_s, config.body_timeout_s
 
-        def on_message_begin(self) -> None:
-            super().on_message_begin()
-            self._arm(header_timeout_s, "headers")
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self._timeouts()[0], "headers")
 
-        def on_headers_complete(self) -> None:
-            super().on_headers_complete()
-            self._arm(body_timeout_s, "body")
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
 
-        def on_message_complete(self) -> None:
-            self._disarm()
-            super().on_message_complete()
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm(self._timeouts()[0], "headers")
 
-    return _GuardedProtocol
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        self._arm(self._timeouts()[1], "body")
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
 
 
-def server_config(app: Any, settings: ServiceSettings, **overrides: Any) -> uvicorn.Config:
-    """uvicorn's Config for `app` with the settings' timeouts and connection limit (tests use it too)."""
+def server_config(app: Any, settings: ServiceSettings, **overrides: Any) -> GuardedConfig:
+    """uvicorn's Config for `app` with the settings' timeouts and connection limit (tests use it too); with
+    `--processes N` the same config (limit_concurrency included) is pickled into every worker process."""
     values: dict[str, Any] = {
         "host": settings.host, "port": settings.port, "log_level": settings.log_level, "log_config": None,
         "access_log": False, "timeout_keep_alive": settings.keep_alive_s,
         "limit_concurrency": settings.max_connections,
-        "http": _guarded_protocol(settings.header_timeout_s, settings.body_timeout_s),
+        "http": GuardedProtocol,
         **overrides,
     }
-    return uvicorn.Config(app, **values)
+    return GuardedConfig(app, header_timeout_s=settings.header_timeout_s, body_timeout_s=settings.body_timeout_s,
+                         **values)

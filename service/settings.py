@@ -14,7 +14,8 @@ from models.manifest import StudentPrecision
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 ENV_PREFIX = "TANDEM_"
 MAX_BATCH_QUERIES = 1024  # the schema's hard bound on `queries`; TANDEM_MAX_BATCH_QUERIES is at most this
-MAX_KEEP_VERSIONS = 8  # each kept version holds its whole index in memory
+MAX_KEEP_VERSIONS = 8
+MAX_PROCESSES = 64  # each kept version holds its whole index in memory
 
 
 class ServiceSettings(BaseSettings):
@@ -29,7 +30,11 @@ class ServiceSettings(BaseSettings):
     student_precision: StudentPrecision = "int8"
     encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per worker.")
     search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker (1 avoids oversubscription).")
-    workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core).")
+    workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core), "
+                         "per process.")
+    processes: int = Field(1, ge=1, le=MAX_PROCESSES, description="Server processes sharing the port, each loading "
+                           "the bundle and student (1: one process, no supervisor). Threads are per process: "
+                           "set TANDEM_WORKERS to about cores / processes.")
     batch_max_queries: int = Field(
         1, ge=1, description="Most queries encoded together in one ONNX call, from concurrent requests or one "
         "batch request (1: each alone). The int8 student scales activations per call, so batchmates move a "

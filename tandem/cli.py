@@ -360,13 +360,18 @@ def serve(
     log_format: Annotated[
         str | None, typer.Option(envvar="TANDEM_LOG_FORMAT", help="json (default, one object per line) or text.")
     ] = None,
+    processes: Annotated[
+        int | None, typer.Option(envvar="TANDEM_PROCESSES", show_default=False, help="Server processes sharing the "
+                                 "port, each loading the bundle and student (default 1). Threads are per process: "
+                                 "set TANDEM_WORKERS to about cores / processes.")
+    ] = None,
 ) -> None:
     """Serve POST /search over the bundle with the student encoding queries."""
     from service.main import run_server
     from service.settings import ServiceSettings
 
     extra = {k: v for k, v in {"api_keys_file": api_keys_file, "log_format": log_format,
-                               "admin_token": admin_token}.items() if v is not None}
+                               "admin_token": admin_token, "processes": processes}.items() if v is not None}
     run_server(ServiceSettings(index=index, student=student, host=host, port=port, **extra))
 
 

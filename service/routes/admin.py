@@ -4,11 +4,17 @@ Without TANDEM_ADMIN_TOKEN the routes answer 403 (admin disabled): never open by
 POST /admin/reload waits for the outcome (up to TANDEM_RELOAD_WAIT_S), because an operator or a
 deploy script wants "did it take?" in one call; past the wait it answers 202 and the outcome shows
 up in GET /admin/status. Validation runs on the reload thread, so the event loop only awaits.
+
+With `--processes N` the process that takes the call validates and swaps first, then logs the change for
+the others (service.processes); the call answers once every process has applied it, listing each one's
+version in `processes` (409 if one refused it, 202 if one has not got there within the same wait).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
@@ -19,7 +25,8 @@ from fastapi.responses import JSONResponse
 from service.deps import LoaderDep, ReloaderDep, SettingsDep
 from service.errors import error_response
 from service.loader import LoadState, NotReady
-from service.reload import BadReloadRequest, ForbiddenReload
+from service.processes import ProcessGroup
+from service.reload import BadReloadRequest, ForbiddenReload, Reloader
 from service.schemas.admin import AdminStatus, ReloadOutcome, ReloadPending, ReloadRequest
 from service.schemas.common import ErrorBody
 from service.security import require_admin
@@ -31,7 +38,11 @@ router = APIRouter(
 )
 
 
-async def _outcome(future: Future[ReloadOutcome], wait_s: float) -> ReloadOutcome | JSONResponse:
+_GROUP_POLL_S = 0.05
+
+
+async def _outcome(future: Future[ReloadOutcome], wait_s: float, reloader: Reloader) -> ReloadOutcome | JSONResponse:
+    deadline = time.monotonic() + wait_s
     try:
         # shield: a timeout here must not cancel a reload that is queued or running.
         result = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait_s)
@@ -41,7 +52,34 @@ async def _outcome(future: Future[ReloadOutcome], wait_s: float) -> ReloadOutcom
     if result.outcome == "rejected":
         serving = f" (still serving {result.current.version})" if result.current is not None else ""
         return error_response(409, f"{result.action}_rejected", f"{result.error}{serving}")
+    if reloader.group is not None and result.sequence is not None:
+        return await _reach_all(reloader.group, result, deadline)
     return result
+
+
+async def _reach_all(group: ProcessGroup, result: ReloadOutcome, deadline: float) -> ReloadOutcome | JSONResponse:
+    """Wait until every process has applied change `result.sequence` (or a later one); then all serve its version
+    unless one refused it."""
+    sequence = result.sequence
+    assert sequence is not None and result.current is not None
+    while True:
+        processes = group.processes()
+        behind = [p.pid for p in processes if p.applied < sequence]
+        if not behind or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(_GROUP_POLL_S)
+    if behind:
+        pending = ReloadPending(message=f"{result.action} done here; processes {behind} have not applied it yet; "
+                                "GET /admin/status shows every process's version")
+        return JSONResponse(pending.model_dump(), status_code=202)
+    wanted = os.path.realpath(result.current.path)
+    refused = [p for p in processes
+               if p.applied == sequence and (p.path is None or os.path.realpath(p.path) != wanted)]
+    if refused:
+        serving = ", ".join(f"{p.pid}: {p.version}" for p in refused)
+        return error_response(409, f"{result.action}_incomplete", f"{result.action} to {result.current.version} "
+                              f"done here, refused by other processes (still serving {serving}); their logs say why")
+    return result.model_copy(update={"processes": processes})
 
 
 def _ready(loader: LoaderDep) -> None:
@@ -78,14 +116,14 @@ async def reload(
         return error_response(403, "forbidden", str(exc))
     except RuntimeError:  # the reload thread is shut down
         return error_response(503, "shutting_down", "the service is shutting down")
-    return await _outcome(future, settings.reload_wait_s)
+    return await _outcome(future, settings.reload_wait_s, reloader)
 
 
 @router.post("/rollback", response_model=ReloadOutcome, responses=_OUTCOMES)
 async def rollback(reloader: ReloaderDep, loader: LoaderDep, settings: SettingsDep) -> ReloadOutcome | JSONResponse:
     """Swap the previous version (kept loaded) back in; the version rolled back from is dropped."""
     _ready(loader)
-    return await _outcome(reloader.rollback(), settings.reload_wait_s)
+    return await _outcome(reloader.rollback(), settings.reload_wait_s, reloader)
 
 
 @router.get("/status", response_model=AdminStatus)

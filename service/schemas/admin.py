@@ -6,7 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Trigger = Literal["admin", "watch"]
+# follow: applied because another process of `--processes N` was told to (see service.processes).
+Trigger = Literal["admin", "watch", "follow"]
 
 
 class ReloadRequest(BaseModel):
@@ -30,6 +31,16 @@ class VersionInfo(BaseModel):
     loaded_at: str
 
 
+class ProcessState(BaseModel):
+    """One server process of `tandem serve --processes N`, as it last reported itself."""
+
+    pid: int
+    version: str | None = Field(description="The bundle version it serves (null while loading).")
+    path: str | None
+    applied: int = Field(description="The last change of the shared log it has applied.")
+    updated_at: str
+
+
 class ReloadOutcome(BaseModel):
     action: Literal["reload", "rollback"]
     trigger: Trigger
@@ -40,6 +51,12 @@ class ReloadOutcome(BaseModel):
     error: str | None = Field(default=None, description="Why the candidate was refused; the old version kept serving.")
     started_at: str
     seconds: float
+    sequence: int | None = Field(default=None, description="With several processes: this change's number in "
+                                 "the group's shared log, which every process follows; null with one process.")
+    processes: list[ProcessState] | None = Field(
+        default=None, description="With several processes: each one's version once the change reached them all "
+        "(or TANDEM_RELOAD_WAIT_S passed); null with one process.",
+    )
 
 
 class AdminStatus(BaseModel):
@@ -51,3 +68,7 @@ class AdminStatus(BaseModel):
     watch_interval_s: float | None = Field(description="Pointer polling interval; null when not watching.")
     reloads_pending: int = Field(description="Reloads or rollbacks queued or running.")
     last_reload: ReloadOutcome | None
+    processes: list[ProcessState] | None = Field(
+        default=None, description="With several processes: every live one and the version it serves (this "
+        "status, the rest of it, is the answering process's own); null with one process.",
+    )

@@ -1,0 +1,130 @@
+"""What the processes of `tandem serve --processes N` share: one runtime directory, made by the parent.
+
+An admin request lands on one process only, yet a reload or rollback must reach them all. So the
+process that carried one out records it in a shared log, `change.json`: the newest change only
+(sequence number, action, the bundle directory now served), written under an flock and replaced
+atomically. Every process follows that log (service.follow) and applies a newer change itself;
+each writes its own status file, `procs/PID.json` (version served, last change applied), which
+`GET /admin/status` lists and the admin call waits on until every process has the change.
+
+Changes made by a CURRENT-pointer watcher are logged too but not followed (each process's own
+watcher follows the root); they are there so that a worker started later (uvicorn replaces one
+that died) does not re-apply an older admin change over a newer pointer. Such a worker loads the
+last admin change's bundle first (`catch_up`), so it joins on the version the others serve.
+
+Layout: RUNTIME/change.json, RUNTIME/change.lock, RUNTIME/procs/PID.json, RUNTIME/metrics/ (prometheus-client's
+multiprocess files, PROMETHEUS_MULTIPROC_DIR). The parent creates it fresh before forking and removes it on exit.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from models.manifest import utc_now
+from service.schemas.admin import ProcessState, Trigger
+
+log = logging.getLogger(__name__)
+
+CHANGE = "change.json"
+PROCS = "procs"
+METRICS = "metrics"
+
+
+class Change(BaseModel):
+    """The newest reload or rollback of the group: after it, every process should serve `path`."""
+
+    sequence: int
+    action: Literal["reload", "rollback"]
+    trigger: Trigger
+    path: str
+    pid: int
+    at: str
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one writer per name
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class ProcessGroup:
+    """One process's handle on the runtime directory: publish changes, read the newest, report its state."""
+
+    def __init__(self, runtime: Path) -> None:
+        self.runtime = runtime
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self._applied = 0
+        self._serving: tuple[str | None, str | None] = (None, None)  # version, path
+        (runtime / PROCS).mkdir(exist_ok=True)
+
+    @property
+    def applied(self) -> int:
+        with self._lock:
+            return self._applied
+
+    def publish(self, action: Literal["reload", "rollback"], trigger: Trigger, path: Path, version: str) -> int:
+        """Log a change this process has just made (it has it applied); its sequence number."""
+        with (self.runtime / "change.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            latest = self.latest()
+            sequence = (latest.sequence if latest is not None else 0) + 1
+            change = Change(sequence=sequence, action=action, trigger=trigger, path=str(path), pid=self.pid,
+                            at=utc_now())
+            _write_atomically(self.runtime / CHANGE, change.model_dump_json())
+        self.applied_to(sequence, version, str(path))
+        log.info("change %d (%s, %s) logged for the other processes: %s", sequence, action, trigger, version)
+        return sequence
+
+    def latest(self) -> Change | None:
+        try:
+            return Change.model_validate_json((self.runtime / CHANGE).read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValidationError) as exc:  # never half-written (os.replace), so this is someone else's
+            log.warning("cannot read the group's change log: %s", exc)
+            return None
+
+    def catch_up(self) -> Path | None:
+        """The bundle a worker starting now should load first: the last admin change's (None: settings.index, also
+        when the last change was a watcher's, which a new worker follows by loading CURRENT)."""
+        latest = self.latest()
+        if latest is None or latest.trigger == "watch" or not Path(latest.path).is_dir():
+            return None  # a rollback target may have been pruned from disk: load the default, then follow
+        log.info("starting on change %d's bundle %s", latest.sequence, latest.path)
+        return Path(latest.path)
+
+    def applied_to(self, sequence: int, version: str | None, path: str | None) -> None:
+        """Record that this process has applied change `sequence` (or a later one) and serves `version`."""
+        with self._lock:
+            self._applied = max(self._applied, sequence)
+            self._serving = (version, path)
+            state = ProcessState(pid=self.pid, version=version, path=path, applied=self._applied,
+                                 updated_at=utc_now())
+            _write_atomically(self.runtime / PROCS / f"{self.pid}.json", state.model_dump_json())
+
+    def processes(self) -> list[ProcessState]:
+        """Every process that has reported itself and not exited, by pid."""
+        states = []
+        for path in sorted((self.runtime / PROCS).glob("*.json")):
+            try:
+                states.append(ProcessState.model_validate(json.loads(path.read_text())))
+            except (OSError, ValueError):
+                continue  # removed meanwhile (its process exited)
+        return sorted(states, key=lambda s: s.pid)
+
+    def leave(self) -> None:
+        """This process is stopping: it no longer counts as one the group waits for."""
+        remove_process(self.runtime, self.pid)
+
+
+def remove_process(runtime: Path, pid: int) -> None:
+    (runtime / PROCS / f"{pid}.json").unlink(missing_ok=True)

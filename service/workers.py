@@ -1,0 +1,101 @@
+"""`tandem serve --processes N`: uvicorn's multiprocess supervisor, our app factory, one shared runtime directory.
+
+The parent binds the port once (uvicorn's `Config.bind_socket`) and spawns N workers that inherit the
+listening socket; the kernel hands each new connection to whichever worker accepts it. That is one
+socket shared, not SO_REUSEPORT (one socket per process, which would let any process of the same user
+join the port): it needs no socket option and is what uvicorn's supervisor does and restarts against.
+
+Each worker is a fresh interpreter (multiprocessing's spawn) that unpickles the uvicorn config. The app
+in it is `functools.partial(create_worker_app, settings, runtime)`: the validated ServiceSettings object
+itself, so every worker gets exactly the parent's settings (never re-read from a changed environment),
+and the config is service.server's GuardedConfig, so the timeouts, guarded protocol and
+limit_concurrency hold in every worker (limit_concurrency per worker). The parent has already run the
+student/bundle check (service.main) before any worker starts.
+
+The runtime directory (service.processes) is made fresh, private (0700), before the first worker starts,
+and removed when the supervisor exits; PROMETHEUS_MULTIPROC_DIR points into it, set in the parent's
+environment so the workers inherit it before they import prometheus-client. When a worker exits, the
+supervisor marks it dead for prometheus-client (its live gauges drop out) and removes its status file.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from socket import socket
+
+from fastapi import FastAPI
+from prometheus_client.multiprocess import mark_process_dead
+from uvicorn.config import Config
+from uvicorn.supervisors.multiprocess import Multiprocess
+
+from service.app import create_app
+from service.logs import configure_logging
+from service.metrics import MULTIPROC_DIR
+from service.processes import METRICS, ProcessGroup, remove_process
+from service.server import server_config
+from service.settings import ServiceSettings
+
+log = logging.getLogger(__name__)
+
+# How long a worker may take to answer the supervisor's ping before it is taken for hung and replaced (uvicorn:
+# 5 s). A new worker answers only once it has imported onnxruntime, FAISS and the tokenizers, which on a cold
+# or busy machine can take longer than 5 s: too short a limit would replace it over and over.
+WORKER_HEALTHCHECK_S = 30
+
+
+def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
+    """The app of one worker process (called in the worker: its logging is configured here, as in the parent)."""
+    configure_logging(settings.log_format, settings.log_level)
+    return create_app(settings, ProcessGroup(runtime))
+
+
+class _Supervisor(Multiprocess):
+    """uvicorn's supervisor (restarts a worker that dies) plus the bookkeeping of a worker's exit."""
+
+    def __init__(self, config: Config, sockets: list[socket], runtime: Path) -> None:
+        super().__init__(config, sockets)
+        self._runtime = runtime
+
+    def keep_subprocess_alive(self) -> None:
+        """A dead or hung worker is replaced (uvicorn's own)."""
+        before = {p.pid for p in self.processes}
+        super().keep_subprocess_alive()
+        self._bury(before - {p.pid for p in self.processes})
+
+    def handle_signals(self) -> None:
+        """SIGHUP replaces every worker, SIGTTOU retires one (uvicorn's own)."""
+        before = {p.pid for p in self.processes}
+        super().handle_signals()
+        self._bury(before - {p.pid for p in self.processes})
+
+    def _bury(self, pids: set[int | None]) -> None:
+        for pid in pids:
+            if pid is not None:
+                log.info("worker process %d is gone: its live gauges and status dropped", pid)
+                mark_process_dead(pid, str(self._runtime / METRICS))
+                remove_process(self._runtime, pid)
+
+
+def run_workers(settings: ServiceSettings) -> None:
+    """Serve with settings.processes worker processes until SIGINT/SIGTERM; the runtime directory goes with it."""
+    runtime = Path(tempfile.mkdtemp(prefix="tandem-serve-"))
+    try:
+        (runtime / METRICS).mkdir()
+        os.environ[MULTIPROC_DIR] = str(runtime / METRICS)
+        app = functools.partial(create_worker_app, settings, runtime)
+        config = server_config(app, settings, factory=True, workers=settings.processes,
+                               timeout_worker_healthcheck=WORKER_HEALTHCHECK_S)
+        sock = config.bind_socket()
+        log.info("starting %d server processes on %s:%d (runtime directory %s)", settings.processes,
+                 *sock.getsockname()[:2], runtime)
+        try:
+            _Supervisor(config, [sock], runtime).run()
+        finally:
+            sock.close()
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)

@@ -1,0 +1,73 @@
+"""The pieces of `--processes N` that need no model: the shared change log, and a config that pickles into workers."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+import threading
+from pathlib import Path
+
+from service.processes import CHANGE, PROCS, ProcessGroup
+from service.server import GuardedConfig, GuardedProtocol, server_config
+from service.settings import ServiceSettings
+from service.workers import create_worker_app
+
+PUBLISHERS, EACH = 4, 10
+
+
+def test_concurrent_publishers_get_distinct_sequence_numbers(tmp_path: Path) -> None:
+    groups = [ProcessGroup(tmp_path) for _ in range(PUBLISHERS)]
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def publish(group: ProcessGroup) -> None:
+        for i in range(EACH):
+            sequence = group.publish("reload", "admin", tmp_path / f"v{i}", f"v{i}")
+            with lock:
+                got.append(sequence)
+
+    threads = [threading.Thread(target=publish, args=(g,)) for g in groups]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(got) == list(range(1, PUBLISHERS * EACH + 1))
+    latest = groups[0].latest()
+    assert latest is not None and latest.sequence == PUBLISHERS * EACH
+
+
+def test_a_late_worker_catches_up_with_admin_changes_only(tmp_path: Path) -> None:
+    group = ProcessGroup(tmp_path)
+    assert group.catch_up() is None  # nothing logged: settings.index
+    bundle = tmp_path / "v2"
+    bundle.mkdir()
+    group.publish("reload", "admin", bundle, "v2")
+    assert group.catch_up() == bundle
+    group.publish("reload", "watch", bundle, "v2")
+    assert group.catch_up() is None  # a watcher's change: the late worker loads CURRENT itself
+    group.publish("rollback", "admin", tmp_path / "pruned", "pruned")
+    assert group.catch_up() is None  # gone from disk: load the default, then follow (and report)
+
+
+def test_status_lists_reporting_processes_and_skips_junk(tmp_path: Path) -> None:
+    group = ProcessGroup(tmp_path)
+    assert group.processes() == []
+    group.applied_to(3, "v1", "/b/v1")
+    (tmp_path / PROCS / "999.json").write_text("{not json")
+    (tmp_path / CHANGE).write_text("garbage")  # never half-written in service; still read as nothing logged
+    assert [(p.version, p.applied) for p in group.processes()] == [("v1", 3)]
+    assert group.latest() is None
+    group.leave()
+    assert [p.pid for p in group.processes()] == []
+
+
+def test_the_worker_config_pickles_with_settings_and_hardening(tmp_path: Path) -> None:
+    """Workers are spawned: the config, its app factory and the settings must survive pickling exactly."""
+    settings = ServiceSettings(index=tmp_path / "b", student=tmp_path / "s", processes=2, header_timeout_s=3,
+                               max_top_k=70, admin_token="tok")
+    app = functools.partial(create_worker_app, settings, tmp_path)
+    config = pickle.loads(pickle.dumps(server_config(app, settings, factory=True, workers=2)))
+    assert isinstance(config, GuardedConfig) and config.http is GuardedProtocol
+    assert (config.header_timeout_s, config.limit_concurrency, config.workers) == (3, settings.max_connections, 2)
+    assert config.app.args[0] == settings
+    assert config.app.args[0].admin_token.get_secret_value() == "tok"

@@ -1,0 +1,317 @@
+"""`tandem serve --processes 2` (issue 27): the real command, two real worker processes sharing one port.
+
+Every answer is checked, answers come from both processes (X-Tandem-Process), /metrics adds the
+processes up, a new CURRENT and an admin reload or rollback reach every process, and a mismatched
+student is refused before any worker starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from models.versions import set_current
+from tests.fixtures.corpus import LONG_BATCH, PROBES
+from tests.fixtures.server import READY_TIMEOUT_S, post_together
+from tests.test_service_limits import _closed_by_server, _trickler
+from tests.test_service_refuses import altered_student
+from tests.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
+
+__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+
+pytestmark = pytest.mark.slow
+
+PROCESSES = 2
+SCRAPES = 3 * PROCESSES  # scrapes on fresh connections: several land on each process
+ROUNDS = 10  # concurrent rounds of every probe, at most, until both processes have answered
+
+
+@dataclass(frozen=True)
+class Served:
+    url: str
+    client: httpx.Client
+    log: Path
+    pid: int  # the supervisor's
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _serve_cmd(index: Path, student: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "tandem", "serve", "--index", str(index), "--student", str(student),
+            "--port", str(port), "--processes", str(PROCESSES)]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "TANDEM_ADMIN_TOKEN": TOKEN, "TANDEM_WORKERS": "1", "TANDEM_LOG_FORMAT": "text",
+            "OMP_NUM_THREADS": "1", **extra}
+
+
+def _processes(client: httpx.Client) -> list[dict[str, Any]]:
+    response = client.get("/admin/status", headers=AUTH)
+    assert response.status_code == 200, response.text
+    processes: list[dict[str, Any]] = response.json()["processes"]
+    return processes
+
+
+@contextmanager
+def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Served]:
+    """`tandem serve --processes 2` in a session of its own; ready once both workers report a version. Stopped with
+    SIGINT at the end (it must exit 0), and whatever is left of its process group killed, whatever happened."""
+    port = _free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen(_serve_cmd(index, student, port), env=_env(**env), stdout=out, stderr=out,
+                                start_new_session=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while True:
+                assert proc.poll() is None, f"tandem serve exited ({proc.returncode}):\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"not ready in time:\n{log.read_text()}"
+                try:
+                    states = _processes(client)
+                    if len(states) == PROCESSES and all(s["version"] for s in states):
+                        break
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
+            yield Served(url=f"http://127.0.0.1:{port}", client=client, log=log, pid=proc.pid)
+        proc.send_signal(signal.SIGINT)  # the supervisor stops its workers and removes the runtime directory
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:  # a failed test: stop it cleanly if it will (it removes its runtime directory)
+            proc.send_signal(signal.SIGINT)
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)
+        with suppress(ProcessLookupError):  # whatever is left of the group (a hung supervisor, a stray worker)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _fresh_processes(url: str) -> list[dict[str, Any]]:
+    with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+        return _processes(client)
+
+
+def _replaced(url: str, gone: set[int], version: str = "v2") -> bool:
+    """Every worker reports `version`, and none of the `gone` pids is among them."""
+    states = _fresh_processes(url)
+    return (len(states) == PROCESSES and not gone & {s["pid"] for s in states}
+            and {s["version"] for s in states} == {version})
+
+
+def _search_everywhere(url: str, version: str | None = None) -> tuple[int, set[str]]:
+    """Every probe, concurrently, in rounds until both processes have answered: each answer is checked (the
+    right document first, from `version` if given). The requests made, and the processes that answered."""
+    bodies: list[dict[str, object]] = [{"query": query, "top_k": 3} for query in sorted(PROBES)] * 2
+    pids: set[str] = set()
+    made = 0
+    for _ in range(ROUNDS):
+        for body, response in zip(bodies, post_together(url, bodies), strict=True):
+            made += 1
+            assert response.status_code == 200, response.text
+            answer = response.json()
+            assert answer["results"][0]["id"] == PROBES[str(body["query"])]
+            if version is not None:
+                assert answer["index"]["version"] == version
+            pids.add(response.headers["X-Tandem-Process"])
+        if len(pids) == PROCESSES:
+            break
+    return made, pids
+
+
+def _metric(client: httpx.Client, name: str, **labels: str) -> float:
+    text = client.get("/metrics").text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+
+def _scrape_each(url: str, name: str, **labels: str) -> list[float]:
+    """One scrape per fresh connection (several land on each process)."""
+    values = []
+    for _ in range(SCRAPES):
+        with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+            values.append(_metric(client, name, **labels))
+    return values
+
+
+def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log") as server:
+        made, pids = _search_everywhere(server.url, version=tiny_bundle.name)
+        assert len(pids) == PROCESSES, f"every answer came from {pids}"
+        assert pids == {str(s["pid"]) for s in _processes(server.client)}
+        ok = {"route": "/search", "method": "POST", "status": "200"}
+        # A request is counted just after its answer is sent: wait for the last ones, then every scrape agrees.
+        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
+        every = [made] * SCRAPES
+        assert _scrape_each(server.url, "tandem_http_requests_total", **ok) == every
+        assert _scrape_each(server.url, "tandem_stage_duration_seconds_count", stage="total") == every
+        assert _metric(server.client, "tandem_index_info", version=tiny_bundle.name) == PROCESSES
+        assert _metric(server.client, "tandem_queue_depth") == 0
+
+
+@contextmanager
+def under_load(url: str, clients: int = 2) -> Iterator[list[httpx.Response | Exception]]:
+    """Searches from `clients` threads (a fresh connection every few requests) until the block ends; every
+    answer, or the error a request met, is collected."""
+    answers: list[httpx.Response | Exception] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+                for query in sorted(PROBES):
+                    try:
+                        answers.append(client.post("/search", json={"query": query, "top_k": 1}))
+                    except httpx.HTTPError as exc:
+                        answers.append(exc)
+
+    threads = [threading.Thread(target=load, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield answers
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+
+def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_student: Path, tmp_path: Path) -> None:
+    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2") as server, \
+            under_load(server.url) as answers:
+        _, pids = _search_everywhere(server.url, version="v1")
+
+        set_current(root, "v2")  # every process's own watcher follows the root
+        wait_for(lambda: {s["version"] for s in _processes(server.client)} == {"v2"}, "v2 in every process")
+        _, pids = _search_everywhere(server.url, version="v2")
+        assert len(pids) == PROCESSES
+
+        response = server.client.post("/admin/reload", json={"path": str(root / "v1")}, headers=AUTH)
+        assert response.status_code == 200, response.text  # answered once every process serves it
+        outcome = response.json()
+        assert outcome["current"]["version"] == "v1"
+        assert sorted(str(p["pid"]) for p in outcome["processes"]) == sorted(pids)
+        assert {p["version"] for p in outcome["processes"]} == {"v1"}
+        _, pids = _search_everywhere(server.url, version="v1")
+        assert len(pids) == PROCESSES
+
+        response = server.client.post("/admin/rollback", headers=AUTH)
+        assert response.status_code == 200, response.text
+        assert {p["version"] for p in response.json()["processes"]} == {"v2"}
+        _, pids = _search_everywhere(server.url, version="v2")
+        assert len(pids) == PROCESSES
+        assert _metric(server.client, "tandem_index_info", version="v2") == PROCESSES
+        assert _metric(server.client, "tandem_index_info", version="v1") == 0
+    # Not one request failed across three changes in two processes, under load.
+    assert answers, "the load ran"
+    assert [a for a in answers if not isinstance(a, httpx.Response) or a.status_code != 200] == []
+    assert {a.json()["index"]["version"] for a in answers if isinstance(a, httpx.Response)} == {"v1", "v2"}
+
+
+def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: Path, tiny_student: Path,
+                                                                  tmp_path: Path) -> None:
+    student = altered_student(tiny_student, tmp_path / "student", {"fingerprint": "0" * 64})
+    result = subprocess.run(_serve_cmd(tiny_bundle, student, _free_port()), env=_env(), capture_output=True,
+                            text=True, timeout=120, start_new_session=True)
+    assert result.returncode == 2, result.stderr
+    assert "fingerprint" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert "server processes" not in result.stderr and "Started parent process" not in result.stderr
+
+
+def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, tiny_student: Path,
+                                                                tmp_path: Path) -> None:
+    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0") as server:
+        response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
+        assert response.status_code == 200, response.text
+        made, pids = _search_everywhere(server.url, version="v2")
+        assert len(pids) == PROCESSES
+        ok = {"route": "/search", "method": "POST", "status": "200"}
+        # Counted just after each answer is sent: wait for that before killing the worker that sent it.
+        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
+        victim = int(sorted(pids)[0])
+        os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
+        # From here on, a fresh connection each time: the shared client's may have been the victim's.
+
+        wait_for(lambda: _replaced(server.url, {victim}), "a replacement worker serving the admin's v2")
+        more, pids = _search_everywhere(server.url, version="v2")
+        assert len(pids) == PROCESSES and str(victim) not in pids
+        wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [made + more] * SCRAPES,
+                 "the dead worker's requests still counted, by every worker")
+        # The dead worker's live gauge is gone: the two live ones serve v2.
+        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+        assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
+
+        # SIGHUP: uvicorn's supervisor replaces every worker, one by one; the new ones start on v2 as well.
+        old = {s["pid"] for s in _fresh_processes(server.url)}
+        os.kill(server.pid, signal.SIGHUP)
+        wait_for(lambda: _replaced(server.url, old), "every worker replaced, serving v2")
+        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+        _search_everywhere(server.url, version="v2")
+
+
+def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    with serving(tiny_bundle, tiny_student, log, TANDEM_MAX_QUERY_CHARS="64", TANDEM_HEADER_TIMEOUT_S="1",
+                 TANDEM_BODY_TIMEOUT_S="1") as server:
+        too_long: dict[str, object] = {"query": "ocean tides " * 10}
+        pids: set[str] = set()
+        for _ in range(ROUNDS):
+            for response in post_together(server.url, [too_long] * 10):
+                assert response.status_code == 422, response.text
+                pids.add(response.headers["X-Tandem-Process"])
+            if len(pids) == PROCESSES:
+                break
+        assert len(pids) == PROCESSES
+        socks = [_trickler(server.url, body=i % 2 == 1) for i in range(4 * PROCESSES)]
+        try:
+            assert all(_closed_by_server(sock) for sock in socks)  # the guarded protocol, in whichever worker
+        finally:
+            for sock in socks:
+                sock.close()
+    found = re.search(r"runtime directory (\S+)\)", log.read_text())
+    assert found is not None, log.read_text()
+    assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
+
+
+def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, tiny_student: Path,
+                                                             tmp_path: Path) -> None:
+    """Each worker admits one LONG_BATCH at a time (max_pending is per process): a burst is shed with 429 and
+    Retry-After, and the refusals, wherever they happened, add up in /metrics."""
+    window = str(len(LONG_BATCH))
+    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", TANDEM_MAX_PENDING=window,
+                 TANDEM_MAX_BATCH_QUERIES=window, TANDEM_REQUEST_TIMEOUT_MS="60000",
+                 TANDEM_MAX_QUEUE_MS="60000") as server:
+        responses = post_together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
+        codes = [r.status_code for r in responses]
+        assert set(codes) == {200, 429}, codes
+        refused = [r for r in responses if r.status_code == 429]
+        for response in refused:
+            assert response.headers["retry-after"] == "1"
+            assert response.json()["error"] == "overloaded"
+        for response in responses:
+            if response.status_code == 200:
+                assert len(response.json()["results"]) == len(LONG_BATCH)
+        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", route="/search") == len(responses),
+                 "every request counted")
+        assert _metric(server.client, "tandem_overloaded_total") == len(refused)
+        assert _metric(server.client, "tandem_http_requests_total", route="/search", status="429") == len(refused)
