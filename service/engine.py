@@ -48,6 +48,7 @@ from pathlib import Path
 
 import faiss
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from models.bundle import Bundle
 from models.errors import ContractMismatch
@@ -76,6 +77,11 @@ class Searcher:
         self.loaded_at = time.time()
         self.oversample = settings.binary_oversample
         self.search_threads = settings.search_threads
+        # numpy's BLAS (OpenBLAS) is process-wide and starts a thread per core: a binary bundle's query spin,
+        # one 1×d by d×d product per query, then hands off to threads that spin-wait on the cores ONNX Runtime
+        # and FAISS need. Under load that product took 12% of the server's samples (py-spy, docs/BENCHMARKS.md);
+        # with search_threads BLAS threads, like FAISS, it runs in the calling worker.
+        threadpool_limits(limits=self.search_threads, user_api="blas")
         # batch_max_queries also caps each ONNX call of a batch request: with the default 1 a query's
         # vector never depends on the queries it came with (int8 scales activations per call).
         self.encode_batch = settings.batch_max_queries
