@@ -29,8 +29,8 @@ class ServiceSettings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     student_precision: StudentPrecision = "int8"
     encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per worker.")
-    search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker, and numpy's BLAS threads per process (1 avoids "
-                                "oversubscription).")
+    search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker, and numpy's BLAS threads "
+                                "per process (1 avoids oversubscription).")
     workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core), "
                          "per process.")
     processes: int = Field(1, ge=1, le=MAX_PROCESSES, description="Server processes sharing the port, each loading "
