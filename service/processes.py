@@ -28,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
+from models.atomic import atomic_write
 from models.manifest import utc_now
 from service.schemas.admin import ProcessState, Trigger
 
@@ -47,12 +48,6 @@ class Change(BaseModel):
     path: str
     pid: int
     at: str
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one writer per name
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 class ProcessGroup:
@@ -79,7 +74,7 @@ class ProcessGroup:
             sequence = (latest.sequence if latest is not None else 0) + 1
             change = Change(sequence=sequence, action=action, trigger=trigger, path=str(path), pid=self.pid,
                             at=utc_now())
-            _write_atomically(self.runtime / CHANGE, change.model_dump_json())
+            atomic_write(self.runtime / CHANGE, lambda fh: fh.write(change.model_dump_json().encode()))
         self.applied_to(sequence, version, str(path))
         log.info("change %d (%s, %s) logged for the other processes: %s", sequence, action, trigger, version)
         return sequence
@@ -89,7 +84,7 @@ class ProcessGroup:
             return Change.model_validate_json((self.runtime / CHANGE).read_text())
         except FileNotFoundError:
             return None
-        except (OSError, ValidationError) as exc:  # never half-written (os.replace), so this is someone else's
+        except (OSError, ValidationError) as exc:  # never half-written (atomic_write), so this is someone else's
             log.warning("cannot read the group's change log: %s", exc)
             return None
 
@@ -109,7 +104,8 @@ class ProcessGroup:
             self._serving = (version, path)
             state = ProcessState(pid=self.pid, version=version, path=path, applied=self._applied,
                                  updated_at=utc_now())
-            _write_atomically(self.runtime / PROCS / f"{self.pid}.json", state.model_dump_json())
+            data = state.model_dump_json().encode()
+            atomic_write(self.runtime / PROCS / f"{self.pid}.json", lambda fh: fh.write(data))
 
     def processes(self) -> list[ProcessState]:
         """Every process that has reported itself and not exited, by pid."""
