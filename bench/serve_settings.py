@@ -62,9 +62,19 @@ class Run:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    """utime + stime of a process and its live children (the workers of `--processes N`), in seconds."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        children = []
+    total = 0
+    for process in (pid, *children):
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a worker that exited meanwhile
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
 
 
 def measure(server: Server, variant: Variant, rps: float, duration: float, queries: list[str]) -> Run:

@@ -1,5 +1,8 @@
 """Every dependency the routes declare, read from app.state where create_app and its lifespan put them.
 
+They are `async def`: FastAPI runs a plain `def` dependency on its thread pool, three hand-offs to a thread and
+back per search for what is one attribute read (docs/BENCHMARKS.md, "The request path").
+
 Auth is not here: API keys are a middleware and the admin token a guard, both in service.security.
 """
 
@@ -15,22 +18,22 @@ from service.reload import Reloader
 from service.settings import ServiceSettings
 
 
-def get_settings(request: Request) -> ServiceSettings:
+async def get_settings(request: Request) -> ServiceSettings:
     settings: ServiceSettings = request.app.state.settings
     return settings
 
 
-def get_loader(request: Request) -> SearcherLoader:
+async def get_loader(request: Request) -> SearcherLoader:
     loader: SearcherLoader = request.app.state.loader
     return loader
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
 
 
-def get_reloader(request: Request) -> Reloader:
+async def get_reloader(request: Request) -> Reloader:
     reloader: Reloader = request.app.state.reloader
     return reloader
 

@@ -41,7 +41,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +75,7 @@ class Searcher:
         self.leases = 0
         self.retired = False
         self.loaded_at = time.time()
+        self._summary: Mapping[str, object] | None = None
         self.oversample = settings.binary_oversample
         self.search_threads = settings.search_threads
         # numpy's BLAS (OpenBLAS) is process-wide and starts a thread per core: a binary bundle's query spin,
@@ -134,8 +135,11 @@ class Searcher:
         """The bundle directory's name: with the manifest's build_time, what a client sees switch on a reload."""
         return self.bundle.directory.name
 
-    def index_summary(self) -> dict[str, object]:
-        return {**self.bundle.manifest.summary(), "version": self.version}
+    def index_summary(self) -> Mapping[str, object]:
+        """What every answer says of the bundle that gave it: built once, since a searcher's bundle never changes."""
+        if self._summary is None:
+            self._summary = {**self.bundle.manifest.summary(), "version": self.version}  # read-only: shared
+        return self._summary
 
     @property
     def pending(self) -> int:
@@ -201,6 +205,23 @@ class _Job:
     future: Future[BatchOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
     released: bool = False  # its queries no longer count as pending (under MicroBatcher._lock)
+
+
+def _settle(done: Future[BatchOutcome], waiter: asyncio.Future[BatchOutcome]) -> None:
+    """On the event loop: pass a finished job's outcome to its waiting request, unless that one gave up."""
+    if waiter.done():
+        return
+    if done.cancelled():
+        waiter.cancel()
+    elif (exc := done.exception()) is not None:
+        waiter.set_exception(exc)
+    else:
+        waiter.set_result(done.result())
+
+
+def _expire(waiter: asyncio.Future[BatchOutcome]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
 
 
 _SMOOTHING = 0.1  # weight of the latest batch in the moving average of seconds per query
@@ -279,12 +300,26 @@ class MicroBatcher:
         return await self._await(self._submit(queries, None, timeout_s), timeout_s)
 
     async def _await(self, job: _Job, timeout_s: float) -> BatchOutcome:
+        """The job's outcome, relayed to the event loop by one callback, with one timer for the deadline: the same
+        as `wait_for(shield(wrap_future(...)))` (a request cancelled by its client leaves the job to run), for a
+        third of the event loop's work per request (docs/BENCHMARKS.md, "The request path")."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[BatchOutcome] = loop.create_future()
+
+        def relay(done: Future[BatchOutcome]) -> None:  # on the worker thread that finished the job
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(_settle, done, waiter)
+
+        job.future.add_done_callback(relay)
+        timer = loop.call_later(timeout_s, _expire, waiter)
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), timeout_s)
+            return await waiter
         except TimeoutError:
             if job.future.cancel():  # still queued: a worker will skip it, and its capacity is free now
                 self._release([job])
             raise DeadlineExceeded(f"no answer within {timeout_s * 1e3:.0f} ms") from None
+        finally:
+            timer.cancel()
 
     def close(self) -> None:
         """Refuse new jobs, let the workers finish what is queued (expired jobs are dropped unrun), and return

@@ -153,3 +153,21 @@ def test_openapi_and_docs_are_served(live_server: LiveServer) -> None:
     spec = live_server.client.get("/openapi.json").json()
     assert {"/search", "/readyz", "/healthz"} <= set(spec["paths"])
     assert live_server.client.get("/docs").status_code == 200
+
+
+def test_answers_match_the_response_models_whichever_thread_serializes_them(live_server: LiveServer) -> None:
+    """Answers are serialized by orjson from plain dicts, on the event loop when small and on a worker thread when
+    over INLINE_RENDER_HITS hits: both must be what the OpenAPI document's models say, and agree."""
+    from service.routes.search import INLINE_RENDER_HITS
+    from service.schemas.search import BatchSearchResponse, SearchResponse
+
+    queries = sorted(PROBES) * 2
+    assert len(queries) * len(DOCS) > INLINE_RENDER_HITS  # the batch below takes the worker thread
+    fields = ["id", "score", "title", "text", "metadata"]
+    batch = live_server.client.post("/search", json={"queries": queries, "top_k": len(DOCS), "fields": fields})
+    assert batch.status_code == 200, batch.text
+    parsed = BatchSearchResponse.model_validate_json(batch.content, strict=True)
+    for query, hits in zip(queries, parsed.results, strict=True):
+        alone = live_server.client.post("/search", json={"query": query, "top_k": len(DOCS), "fields": fields})
+        assert alone.status_code == 200, alone.text
+        assert SearchResponse.model_validate_json(alone.content, strict=True).results == hits

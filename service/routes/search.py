@@ -8,9 +8,10 @@ which calls FAISS.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import orjson
 from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
@@ -22,14 +23,7 @@ from models.retrieve import Hit, Mode, SearchOptions
 from service.deps import LoaderDep, MetricsDep, SettingsDep
 from service.engine import Searcher
 from service.schemas.common import ErrorBody
-from service.schemas.search import (
-    BatchSearchResponse,
-    IndexSummary,
-    SearchHit,
-    SearchRequest,
-    SearchResponse,
-    Timing,
-)
+from service.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
 from service.settings import ServiceSettings
 
 router = APIRouter(tags=["search"])
@@ -90,28 +84,26 @@ def _options(request: SearchRequest, top_k: int, searcher: Searcher) -> SearchOp
                          fusion=fusion, alpha=request.alpha, filter=parsed)
 
 
-def _hits(hits: list[Hit], fields: Sequence[str]) -> list[SearchHit]:
-    out = []
-    for h in hits:
-        values: dict[str, Any] = {"id": h.doc.id, "score": h.score, "title": h.doc.title, "text": h.doc.text}
-        if "metadata" in fields:
-            values["metadata"] = h.doc.meta()
-        out.append(SearchHit(**{f: values[f] for f in fields}))
-    return out
+INLINE_RENDER_HITS = 100  # answers with more hits are serialized on a worker thread, off the event loop
 
 
-def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary: dict[str, object],
+def _hit(h: Hit, fields: Sequence[str]) -> dict[str, Any]:
+    values: dict[str, Any] = {"id": h.doc.id, "score": h.score, "title": h.doc.title, "text": h.doc.text}
+    if "metadata" in fields:
+        values["metadata"] = h.doc.meta()
+    return {f: values[f] for f in fields}
+
+
+def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary: Mapping[str, object],
             timing: dict[str, float]) -> Response:
-    """The JSON answer, built and serialized on a worker thread: up to TANDEM_MAX_TOTAL_HITS hits with their
-    texts are megabytes of work that must not stall the event loop (returning a Response skips FastAPI's
-    re-validation of the model, which would run on the loop). A hit carries only the requested `fields`."""
-    index, timing_ms = IndexSummary.model_validate(summary), Timing(**timing)
-    body: SearchResponse | BatchSearchResponse
-    if single:
-        body = SearchResponse(results=_hits(hits[0], fields), index=index, timing_ms=timing_ms)
-    else:
-        body = BatchSearchResponse(results=[_hits(h, fields) for h in hits], index=index, timing_ms=timing_ms)
-    return Response(body.model_dump_json(exclude_unset=True), media_type="application/json")
+    """The JSON answer of SearchResponse's (or BatchSearchResponse's) shape, serialized once by orjson from plain
+    dicts: building the pydantic models and validating them again cost the event loop more than the HTTP itself
+    (docs/BENCHMARKS.md, "The request path"); tests/test_service_api.py checks the answers against the models.
+    A hit carries only the requested `fields`."""
+    results: list[Any] = ([_hit(h, fields) for h in hits[0]] if single
+                          else [[_hit(h, fields) for h in query_hits] for query_hits in hits])
+    body = {"results": results, "index": summary, "timing_ms": timing}
+    return Response(orjson.dumps(body), media_type="application/json")
 
 
 @router.post(
@@ -133,5 +125,8 @@ async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDe
         summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
     metrics.batch_queries.observe(outcome.batch_size)
-    return await run_in_threadpool(_render, request.query is not None, outcome.hits,
-                                   request.fields or DEFAULT_FIELDS, summary, outcome.timing_ms)
+    args = (request.query is not None, outcome.hits, request.fields or DEFAULT_FIELDS, summary, outcome.timing_ms)
+    if sum(len(h) for h in outcome.hits) <= INLINE_RENDER_HITS:
+        return _render(*args)  # tens of microseconds: cheaper than a hand-off to a thread and back
+    # up to TANDEM_MAX_TOTAL_HITS hits with their texts are megabytes of work that must not stall the event loop
+    return await run_in_threadpool(_render, *args)
