@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
-import aiohttp
 import httpx
 import numpy as np
 from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
@@ -43,16 +43,8 @@ from encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
 from peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
-from tandem.loadtest import (
-    Answer,
-    LoadReport,
-    Send,
-    client_session,
-    format_report,
-    post_search,
-    read_answer,
-    run_loadtest,
-)
+from tandem.loadclient import ConnectionPool
+from tandem.loadtest import Answer, LoadReport, Request, Send, format_report, post_search, run_loadtest
 
 log = logging.getLogger("bench.peers")
 
@@ -63,9 +55,8 @@ DEFAULT_LADDER = "5,10,20,40,80,160,320,640"
 REFERENCE = "all-mpnet-base-v2.corpus"  # the SciFact reference vectors: {REFERENCE}.f16.npy, {REFERENCE}.ids.json
 
 
-async def txtai_search(session: aiohttp.ClientSession, query: str, top_k: int) -> Answer:
-    async with session.get("/search", params={"query": query, "limit": top_k}) as response:
-        return await read_answer(response)
+def txtai_search(query: str, top_k: int) -> Request:
+    return Request("GET", "/search?" + urlencode({"query": query, "limit": top_k}))
 
 
 def result_ids(body: Any) -> list[str]:
@@ -129,8 +120,8 @@ def reference(queries: list[str], teacher: Path, embeddings: Path, ids: Path, to
 
 async def _ask(url: str, send: Send, queries: Sequence[str], top_k: int) -> list[Answer]:
     """One query at a time (warm-up and checks, not timed)."""
-    async with client_session(url, timeout_s=120.0) as session:
-        return [await send(session, q, top_k) for q in queries]
+    async with ConnectionPool(url, timeout_s=120.0) as pool:
+        return [await pool.request(send(q, top_k)) for q in queries]
 
 
 def check_hits(peer: Peer, ref: Reference, top_k: int) -> float:
@@ -374,7 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for name in args.peers:
             outcomes.append(measure(launchers[name](), args, queries, ref))
-    except (RuntimeError, TimeoutError, httpx.HTTPError, aiohttp.ClientError, subprocess.SubprocessError) as exc:
+    except (RuntimeError, TimeoutError, httpx.HTTPError, OSError, subprocess.SubprocessError) as exc:
         log.error("%s (server logs in %s)", exc, args.work)
         return 1
     log.info("all servers measured in %.0f s", time.monotonic() - started)

@@ -455,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         def record(due: float, done: float, response: LoadAnswer) -> None:
             version = response.json().get("index", {}).get("version") if response.ok else None
-            upstream = response.headers.get(UPSTREAM_HEADER)  # "a, b" after a retry: the last one answered
+            upstream = response.headers.get(UPSTREAM_HEADER.lower())  # "a, b" after a retry: the last one answered
             answers.append(Answer(due, done, response.status, version,
                                   upstream.split(",")[-1].strip() if upstream else None))
 

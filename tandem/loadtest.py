@@ -6,10 +6,9 @@ latency instead of slowing the generator down (no coordinated omission). With a 
 concurrency limit, a request due while the limit is reached is counted as `client_limit`,
 never delayed.
 
-The client is aiohttp: measured here, it spends 0.3-0.9 ms of CPU per request where httpx spent
-1.4 ms at 200 rps and 16 ms at 240 rps against a saturated server (its connection pool scales
-badly with hundreds of requests in flight). A generator sharing the cores with the server must
-stay cheap, or it measures itself.
+The client is tandem.loadclient, keep-alive connections parsed by httptools on uvloop: a generator sharing
+the cores with the server must stay cheap, or it measures itself (httpx spent 1.4 ms of CPU per request at
+200 rps, aiohttp 0.34-0.45 ms; docs/BENCHMARKS.md, "The request path").
 """
 
 from __future__ import annotations
@@ -20,16 +19,16 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import numpy as np
 from pydantic import BaseModel
 
 from models.errors import InputError
+from tandem.loadclient import Answer, ConnectionPool, Request
+
+__all__ = ["Answer", "LoadReport", "Request", "Send", "format_report", "post_search", "run_loadtest"]
 
 log = logging.getLogger(__name__)
 
@@ -41,26 +40,10 @@ DEFAULT_QUERIES = [
 ]
 
 
-@dataclass(frozen=True)
-class Answer:
-    """An HTTP answer, read whole: what a load test records and what its callbacks see."""
-
-    status: int
-    headers: Mapping[str, str]
-    body: bytes
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
 # on_response(scheduled send, answered, answer), both time.perf_counter(): e.g. to record the index version.
 OnResponse = Callable[[float, float, Answer], None]
-# send(session, query, top_k) → answer; POST /search by default, other APIs for benchmarks of peers.
-Send = Callable[[aiohttp.ClientSession, str, int], Awaitable[Answer]]
+# send(query, top_k) → the request to make; POST /search by default, other APIs for benchmarks of peers.
+Send = Callable[[str, int], Request]
 _BUDGET_ITEM = re.compile(r"^(p50|p90|p99|p99\.9|max)=(\d+(?:\.\d+)?)(ms|s)$")
 
 
@@ -135,29 +118,17 @@ class _Recorder:
         self.in_flight = 0
 
 
-async def read_answer(response: aiohttp.ClientResponse) -> Answer:
-    return Answer(response.status, response.headers, await response.read())
+def post_search(query: str, top_k: int) -> Request:
+    return Request("POST", "/search", json.dumps({"query": query, "top_k": top_k}).encode())
 
 
-async def post_search(session: aiohttp.ClientSession, query: str, top_k: int) -> Answer:
-    async with session.post("/search", json={"query": query, "top_k": top_k}) as response:
-        return await read_answer(response)
-
-
-def client_session(url: str, timeout_s: float, max_connections: int = 1000) -> aiohttp.ClientSession:
-    """A session on `url` with a total timeout per request; no proxy from the environment."""
-    return aiohttp.ClientSession(base_url=url, timeout=aiohttp.ClientTimeout(total=timeout_s),
-                                 connector=aiohttp.TCPConnector(limit=max_connections))
-
-
-async def _one(session: aiohttp.ClientSession, send: Send, query: str, top_k: int, due: float,
-               rec: _Recorder) -> None:
+async def _one(pool: ConnectionPool, send: Send, query: str, top_k: int, due: float, rec: _Recorder) -> None:
     rec.in_flight += 1
     try:
-        answer = await send(session, query, top_k)
+        answer = await pool.request(send(query, top_k))
     except TimeoutError:
         rec.errors["timeout"] += 1
-    except aiohttp.ClientError as exc:
+    except OSError as exc:  # refused, reset, or closed before the answer (loadclient.ServerDisconnected)
         rec.errors[type(exc).__name__] += 1
     else:
         done = time.perf_counter()
@@ -175,7 +146,7 @@ async def _drive(url: str, rps: float, duration_s: float, queries: list[str], to
                  on_response: OnResponse | None, send: Send) -> tuple[_Recorder, int]:
     rec = _Recorder(on_response)
     total = int(rps * duration_s)
-    async with client_session(url, timeout_s, concurrency_limit or 1000) as session:
+    async with ConnectionPool(url, timeout_s, concurrency_limit or 1000) as pool:
         tasks = []
         start = time.perf_counter() + 0.1
         for i in range(total):
@@ -186,7 +157,7 @@ async def _drive(url: str, rps: float, duration_s: float, queries: list[str], to
             if concurrency_limit is not None and rec.in_flight >= concurrency_limit:
                 rec.errors["client_limit"] += 1
                 continue
-            tasks.append(asyncio.create_task(_one(session, send, queries[i % len(queries)], top_k, due, rec)))
+            tasks.append(asyncio.create_task(_one(pool, send, queries[i % len(queries)], top_k, due, rec)))
         await asyncio.gather(*tasks)
     return rec, total
 
