@@ -60,6 +60,7 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
     app.state.settings = settings
     app.state.metrics = Metrics(queue_depth=queue_depth_of(app))
     install_error_handlers(app)
+    app.add_middleware(search.SearchShortcut, fastapi_app=app)  # added first: the innermost middleware
     install_middleware(app, settings, app.state.metrics)
     app.include_router(health.router)
     app.include_router(metrics.router)
