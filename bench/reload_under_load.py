@@ -62,6 +62,12 @@ log = logging.getLogger("bench.reload")
 
 SECTION = "reload-under-load"
 REPLICAS_SECTION = "reload-under-load-replicas"
+
+
+def section_name(replicas: int, processes: int) -> str:
+    """One section per shape of the run, so each keeps its figures: 1 server, N replicas, and either with processes."""
+    base = SECTION if replicas == 1 else REPLICAS_SECTION
+    return base if processes == 1 else f"{base}-processes"
 WATCH_TIMEOUT_S = 60.0
 
 
@@ -160,8 +166,11 @@ def prepare_student(work: Path, corpus: Path, bundle: Path, student: Path | None
 
 # --- server ------------------------------------------------------------------------------------------------
 
-def start_server(root: Path, student: Path, port: int, token: str, log_path: Path) -> subprocess.Popen[bytes]:
+def start_server(root: Path, student: Path, port: int, token: str, log_path: Path,
+                 processes: int = 1) -> subprocess.Popen[bytes]:
     env = {"TANDEM_ADMIN_TOKEN": token, "TANDEM_LOG_FORMAT": "text"}
+    if processes > 1:  # one worker thread each: the threads of a process are per process
+        env |= {"TANDEM_PROCESSES": str(processes), "TANDEM_WORKERS": "1"}
     return start_process(tandem_serve_cmd(root, student, port), log_path, env)
 
 
@@ -200,8 +209,12 @@ def reload_by_pointer(clients: dict[str, httpx.Client], token: str, root: Path, 
         for name, client in clients.items():
             if name in event.replicas:
                 continue
-            last = admin_status(client, token).get("last_reload")
-            if isinstance(last, dict) and last.get("path") == str(root / event.target):
+            status = admin_status(client, token)
+            last, processes = status.get("last_reload"), status.get("processes")
+            target = str(root / event.target)
+            # with --processes N the status comes from one process: the switch counts once all of them serve it
+            every = not isinstance(processes, list) or all(p.get("path") == target for p in processes)
+            if isinstance(last, dict) and last.get("path") == target and every:
                 event.replicas[name] = Switch(start, time.perf_counter(),
                                               {"trigger": "CURRENT pointer (watcher)", **last})
         time.sleep(0.05)
@@ -327,7 +340,7 @@ def replica_rows(events: list[Event], t0: float) -> list[str]:
 
 def render(command: str, setup: str, load_before: str, report_text: str, events: list[Event], verdict: Verdict,
            split: dict[str, dict[str, float]], t0: float, busy: bool, replicas: int = 1,
-           answered_by: Counter[str | None] | None = None, note: str = "") -> str:
+           answered_by: Counter[str | None] | None = None, note: str = "", processes: int = 1) -> str:
     rows = ["| # | reload | trigger | at s | validated in s | confirmed after s | outcome |",
             "|---|---|---|---:|---:|---:|---|"]
     for i, e in enumerate(events, 1):
@@ -374,8 +387,9 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
     if busy:
         checks += ["", f"> The machine was busy before the run (1-min load above its {cores} cores: other jobs), "
                    "so latencies are inflated; the pass/fail checks do not depend on them."]
-    begin, end = markers(SECTION if replicas == 1 else REPLICAS_SECTION)
-    title = "## Hot reload under load" + ("" if replicas == 1 else f", {replicas} replicas behind nginx")
+    begin, end = markers(section_name(replicas, processes))
+    title = ("## Hot reload under load" + ("" if replicas == 1 else f", {replicas} replicas behind nginx")
+             + ("" if processes == 1 else f", {processes} processes each"))
     return "\n".join([
         begin, title, "",
         f"Command: `{command}`", "",
@@ -398,6 +412,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=30.0, help="Seconds of load; reloads at 1/4, 1/2, 3/4.")
     parser.add_argument("--replicas", type=int, default=1,
                         help="`tandem serve` processes on one bundle root; above 1, behind nginx.")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="`tandem serve --processes N` per replica (one worker thread each); above 1, the run "
+                        "has a section of its own.")
     parser.add_argument("--note", default="", help="A line about the run's circumstances for the section "
                         "(e.g. other jobs on the machine).")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "reload")
@@ -437,7 +454,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               Event("CURRENT pointer", "switch", v3)]
     try:
         servers = [start_server(root, student, p, token, args.work / ("server.log" if args.replicas == 1
-                                                                       else f"server-{i}.log"))
+                                                                       else f"server-{i}.log"), args.processes)
                    for i, p in enumerate(ports)]
         processes += servers
         for server, replica in zip(servers, replica_urls.values(), strict=True):
@@ -483,11 +500,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%s", "PASS" if verdict.passed else "FAIL")
     command = "python bench/reload_under_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     docs = Counter(a.version for a in answers)
+    shape = "default settings (2 workers" if args.processes == 1 else f"{args.processes} processes (1 worker each"
     setup = (f"{args.docs if args.corpus is None else 'given'}-document corpus ({corpus.name}), 768-d bundles "
              f"`{v1}` (float), `{v2}` (int8), `{v3}` (float), `{bad}` (v1 with 16 bytes of index.faiss flipped); "
-             + ("`tandem serve` on 127.0.0.1 with default settings (2 workers, CURRENT polled every 2 s); "
+             + (f"`tandem serve` on 127.0.0.1 with {shape}, CURRENT polled every 2 s by each); "
                 if args.replicas == 1 else
-                f"{args.replicas} `tandem serve` processes on 127.0.0.1, each with default settings (2 workers, "
+                f"{args.replicas} `tandem serve` replicas on 127.0.0.1, each with {shape}, "
                 f"CURRENT polled every 2 s), behind Debian's nginx ({nginx_version()}, round robin, "
                 f"`proxy_next_upstream error timeout`, the config in bench/servers.py); ")
              + f"open-loop load {args.rps:g} rps for {args.duration:g} s through "
@@ -495,8 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
     section = render(command.strip(), setup, load_before, report_text, events, verdict,
                      latency_split(answers, events), t0, busy, args.replicas, Counter(a.replica for a in answers),
-                     args.note)
-    publish(args.out, SECTION if args.replicas == 1 else REPLICAS_SECTION, section, write=not args.no_write)
+                     args.note, args.processes)
+    publish(args.out, section_name(args.replicas, args.processes), section, write=not args.no_write)
     return 0 if verdict.passed else 1
 
 

@@ -373,6 +373,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bare-warmup", type=float, default=3.0, help="Seconds each bare-limit worker warms up.")
     parser.add_argument("--bare-workers", type=int, default=None,
                         help="Bare-limit processes (default: the cores available to this run).")
+    parser.add_argument("--warmup", type=float, default=5.0,
+                        help="Seconds of warm-up at a quarter of the bare limit (50 rps without one), after 2 s at "
+                        "10 rps, before the half-limit step and the ladder.")
     parser.add_argument("--half-duration", type=float, default=15.0, help="Seconds of the step at half the limit.")
     parser.add_argument("--half-p99-ms", type=float, default=25.0, help="p99 bound of the half-limit step.")
     parser.add_argument("--accept", default="100000:flat-binary", help="SIZE:INDEX-QUANTIZATION, or 'none'.")
@@ -411,7 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 log.info("bare limit %d %s: %s", size, label, describe(config.bare))
             server = Server(bundle, args.student, env, args.work / f"server-{size}-{label}.log")
             try:
-                run_step(server.url, 10, 2, queries, float("inf"))  # warm-up
+                run_step(server.url, 10, 2, queries, float("inf"))  # warm-up: the first queries, then
+                # connections, caches and the admission's pace estimate, at a quarter of the limit
+                run_step(server.url, config.bare.qps / 4 if config.bare else 50, args.warmup, queries, float("inf"))
                 if config.bare is not None:  # before the ladder, whose last steps overload the server
                     config.half = run_step(server.url, config.bare.qps / 2, args.half_duration, queries,
                                            args.half_p99_ms)
@@ -429,7 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"synthetic corpora of SciFact-like teacher vectors (768-d, bench/index_types.py), bundles built by "
         f"`tandem index build --embeddings`; `tandem serve` with the int8 student `{args.student.name}` "
         f"({'defaults' if not env else ', '.join(f'{k}={v}' for k, v in env.items())}); queries: {described}; "
-        f"top_k 10; ladder steps of {args.step_duration:g} s from {args.start_rps:g} rps, doubling then "
+        f"top_k 10; warm-up 2 s at 10 rps then {args.warmup:g} s at a quarter of the bare limit; "
+        f"ladder steps of {args.step_duration:g} s from {args.start_rps:g} rps, doubling then "
         f"{args.bisect} bisections; latencies from the scheduled send (open loop)."
     )
     section = render(configs, accept, f"{accept_size} documents, {accept_label}" if accept_size else "",
