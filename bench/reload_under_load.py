@@ -213,7 +213,8 @@ def reload_by_pointer(clients: dict[str, httpx.Client], token: str, root: Path, 
             last, processes = status.get("last_reload"), status.get("processes")
             target = str(root / event.target)
             # with --processes N the status comes from one process: the switch counts once all of them serve it
-            every = not isinstance(processes, list) or all(p.get("path") == target for p in processes)
+            every = (event.expected != "switch" or not isinstance(processes, list)
+                     or all(p.get("path") == target for p in processes))
             if isinstance(last, dict) and last.get("path") == target and every:
                 event.replicas[name] = Switch(start, time.perf_counter(),
                                               {"trigger": "CURRENT pointer (watcher)", **last})
