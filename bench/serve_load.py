@@ -138,7 +138,15 @@ class Server:
             wait_ready(client, self.process)
 
     def rss_mb(self, field_name: str = "VmRSS") -> float:
-        return rss_mib(self.process.pid, field_name) or float("nan")
+        """The server's memory field, summed with its worker processes' (`--processes N`); memory-mapped bundle
+        pages the processes share count once per process, so the sum is an upper bound."""
+        pid = self.process.pid
+        try:
+            children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            children = []
+        values = [rss_mib(p, field_name) for p in (pid, *children)]
+        return sum(v for v in values if v is not None) if values[0] is not None else float("nan")
 
     def alive(self) -> bool:
         return self.process.poll() is None

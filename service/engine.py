@@ -301,8 +301,8 @@ class MicroBatcher:
 
     async def _await(self, job: _Job, timeout_s: float) -> BatchOutcome:
         """The job's outcome, relayed to the event loop by one callback, with one timer for the deadline: the same
-        as `wait_for(shield(wrap_future(...)))` (a request cancelled by its client leaves the job to run), for a
-        third of the event loop's work per request (docs/BENCHMARKS.md, "The request path")."""
+        as `wait_for(shield(wrap_future(...)))` (a request cancelled by its client leaves the job to run), without
+        their two extra futures and task-level timeout on the event loop (docs/BENCHMARKS.md, "The request path")."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[BatchOutcome] = loop.create_future()
 

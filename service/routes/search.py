@@ -8,6 +8,7 @@ which calls FAISS.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -100,8 +101,8 @@ def _hit(h: Hit, fields: Sequence[str]) -> dict[str, Any]:
 def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary: Mapping[str, object],
             timing: dict[str, float]) -> Response:
     """The JSON answer of SearchResponse's (or BatchSearchResponse's) shape, serialized once by orjson from plain
-    dicts: building the pydantic models and validating them again cost the event loop more than the HTTP itself
-    (docs/BENCHMARKS.md, "The request path"); tests/test_service_api.py checks the answers against the models.
+    dicts, without building the pydantic models and validating them again (docs/BENCHMARKS.md, "The request
+    path"); tests/test_service_api.py checks the answers against the models.
     A hit carries only the requested `fields`."""
     results: list[Any] = ([_hit(h, fields) for h in hits[0]] if single
                           else [[_hit(h, fields) for h in query_hits] for query_hits in hits])
@@ -144,8 +145,9 @@ class SearchShortcut:
     and exception middleware; the innermost middleware, so request ids, access log, metrics, CORS, the body
     limit and API keys apply as to every route.
 
-    Why: on the 2-core machine FastAPI's stack cost the server 0.17 ms of CPU per request above the bare ASGI
-    app, about 6% of a search (docs/BENCHMARKS.md, "The request path"). It parses and validates as FastAPI
+    Why: on the 2-core machine a minimal FastAPI app cost 0.17 ms of CPU per request more than a bare ASGI app,
+    and this shortcut saved 0.13 ms of the server's CPU per search, 4% (docs/BENCHMARKS.md, "The request
+    path"). It parses and validates as FastAPI
     does (json.loads, then SearchRequest in Python mode) and answers errors with the app's own
     exception handlers. Whatever it does not take as it is (another content type, a body that does not parse
     or validate) it hands to FastAPI's route, body included, so every error keeps FastAPI's wording.
@@ -178,7 +180,9 @@ class SearchShortcut:
             handler = self._handler(exc)
             if handler is None:
                 raise  # the request middleware answers the generic 500 and logs the traceback
-            response = await handler(Request(scope, receive), exc)
+            response = handler(Request(scope, receive), exc)
+            if inspect.isawaitable(response):  # Starlette allows plain functions as handlers too
+                response = await response
         await response(scope, receive, send)
 
     def _handler(self, exc: Exception) -> Any:
