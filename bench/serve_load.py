@@ -58,7 +58,17 @@ from benchdoc import (
 )
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from index_types import DEFAULT_REFERENCE, synthesize
-from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+from servers import (
+    Step,
+    free_port,
+    judge,
+    process_tree,
+    rss_mib,
+    start_process,
+    stop,
+    tandem_serve_cmd,
+    wait_ready,
+)
 
 from tandem.loadtest import Answer, format_report, run_loadtest
 
@@ -140,12 +150,7 @@ class Server:
     def rss_mb(self, field_name: str = "VmRSS") -> float:
         """The server's memory field, summed with its worker processes' (`--processes N`); memory-mapped bundle
         pages the processes share count once per process, so the sum is an upper bound."""
-        pid = self.process.pid
-        try:
-            children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-        except OSError:
-            children = []
-        values = [rss_mib(p, field_name) for p in (pid, *children)]
+        values = [rss_mib(p, field_name) for p in process_tree(self.process.pid)]
         return sum(v for v in values if v is not None) if values[0] is not None else float("nan")
 
     def alive(self) -> bool:

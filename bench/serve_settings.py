@@ -28,7 +28,7 @@ from pathlib import Path
 from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from serve_load import Server
-from servers import stop
+from servers import process_tree, stop
 
 from tandem.loadtest import LoadReport, format_report, run_loadtest
 
@@ -63,12 +63,8 @@ class Run:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process and its live children (the workers of `--processes N`), in seconds."""
-    try:
-        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        children = []
     total = 0
-    for process in (pid, *children):
+    for process in process_tree(pid):
         try:
             fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:

@@ -66,6 +66,14 @@ def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes], path: str 
     raise TimeoutError(f"the server was not ready within {timeout_s:g} s")
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its live child processes (the workers of `tandem serve --processes N`)."""
+    try:
+        return [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+    except OSError:
+        return [pid]
+
+
 def rss_mib(pid: int, field: str = "VmHWM") -> float | None:
     """A memory field of /proc/PID/status in MiB: VmHWM (peak resident set so far) or VmRSS (now); None where
     unknown (the process is gone)."""

@@ -34,7 +34,8 @@ _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"
 _MAX_LOGGED_PATH = 256
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first value of header `name` (lower-case bytes) in an ASGI scope, decoded as latin-1; None if absent."""
     for key, value in scope["headers"]:
         if key == name:
             return str(value.decode("latin-1"))
@@ -66,7 +67,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = valid_request_id(_header(scope, b"x-request-id")) or new_request_id()
+        request_id = valid_request_id(header(scope, b"x-request-id")) or new_request_id()
         token = request_id_var.set(request_id)
         started = time.perf_counter()
         status, responded = 500, False
@@ -125,7 +126,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _header(scope, b"content-length")
+        declared = header(scope, b"content-length")
         if declared is not None:
             if not declared.strip().isdigit():
                 await error_response(400, "bad_request", "invalid Content-Length header")(scope, receive, send)

@@ -26,6 +26,7 @@ from models.manifest import FusionMethod
 from models.retrieve import Hit, Mode, SearchOptions
 from service.deps import LoaderDep, MetricsDep, SettingsDep
 from service.engine import Searcher
+from service.middleware import header
 from service.schemas.common import ErrorBody
 from service.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
 from service.settings import ServiceSettings
@@ -196,10 +197,8 @@ class SearchShortcut:
 
 
 def _is_json(scope: Scope) -> bool:
-    for key, value in scope["headers"]:
-        if key == b"content-type":
-            return bool(value.split(b";", 1)[0].strip().lower() == b"application/json")
-    return False
+    content_type = header(scope, b"content-type")
+    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
 
 
 def _parse(messages: list[Message]) -> SearchRequest | None:
