@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 from benchdoc import cpu_flags, cpu_model, start_logging
+from servers import rss_mib
 from threadpoolctl import threadpool_limits
 
 log = logging.getLogger("bench.bare_limit")
@@ -81,16 +82,6 @@ class BareLimit:
         return asdict(self)
 
 
-def _peak_rss_mb() -> float:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return float("nan")
-
-
 def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_k: int, queries: list[str],
             warmup_s: float, duration_s: float, barrier: Any, results: Any) -> None:
     """Load, warm up, wait for every worker, loop for `duration_s`; put a WorkerResult (or the error) on `results`."""
@@ -130,7 +121,7 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
             done = time.perf_counter()
             latencies.append((done - now) * 1e3)
             now = done
-        results.put((rank, WorkerResult(len(latencies), now - began, latencies, _peak_rss_mb())))
+        results.put((rank, WorkerResult(len(latencies), now - began, latencies, rss_mib(os.getpid()) or float("nan"))))
         bundle.close()
     except BaseException as exc:  # the parent must hear of it, or it waits for the full timeout
         barrier.abort()
