@@ -64,10 +64,18 @@ SECTION = "reload-under-load"
 REPLICAS_SECTION = "reload-under-load-replicas"
 
 
-def section_name(replicas: int, processes: int) -> str:
-    """One section per shape of the run, so each keeps its figures: 1 server, N replicas, and either with processes."""
+def section_name(replicas: int, processes: int, workers: int | None = None) -> str:
+    """One section per shape of the run, so each keeps its figures: 1 server, N replicas, and either with processes,
+    and either with batches on the event loop (workers 0)."""
     base = SECTION if replicas == 1 else REPLICAS_SECTION
-    return base if processes == 1 else f"{base}-processes"
+    base = base if processes == 1 else f"{base}-processes"
+    return f"{base}-inline" if workers == 0 else base
+
+
+def workers_of(processes: int, workers: int | None) -> int | None:
+    """TANDEM_WORKERS of each process: as given; else 1 with several processes (threads are per process), else the
+    server's default (None)."""
+    return workers if workers is not None else (1 if processes > 1 else None)
 WATCH_TIMEOUT_S = 60.0
 
 
@@ -167,10 +175,12 @@ def prepare_student(work: Path, corpus: Path, bundle: Path, student: Path | None
 # --- server ------------------------------------------------------------------------------------------------
 
 def start_server(root: Path, student: Path, port: int, token: str, log_path: Path,
-                 processes: int = 1) -> subprocess.Popen[bytes]:
+                 processes: int = 1, workers: int | None = None) -> subprocess.Popen[bytes]:
     env = {"TANDEM_ADMIN_TOKEN": token, "TANDEM_LOG_FORMAT": "text"}
-    if processes > 1:  # one worker thread each: the threads of a process are per process
-        env |= {"TANDEM_PROCESSES": str(processes), "TANDEM_WORKERS": "1"}
+    if processes > 1:
+        env["TANDEM_PROCESSES"] = str(processes)
+    if (threads := workers_of(processes, workers)) is not None:
+        env["TANDEM_WORKERS"] = str(threads)
     return start_process(tandem_serve_cmd(root, student, port), log_path, env)
 
 
@@ -341,7 +351,8 @@ def replica_rows(events: list[Event], t0: float) -> list[str]:
 
 def render(command: str, setup: str, load_before: str, report_text: str, events: list[Event], verdict: Verdict,
            split: dict[str, dict[str, float]], t0: float, busy: bool, replicas: int = 1,
-           answered_by: Counter[str | None] | None = None, note: str = "", processes: int = 1) -> str:
+           answered_by: Counter[str | None] | None = None, note: str = "", processes: int = 1,
+           workers: int | None = None) -> str:
     rows = ["| # | reload | trigger | at s | validated in s | confirmed after s | outcome |",
             "|---|---|---|---:|---:|---:|---|"]
     for i, e in enumerate(events, 1):
@@ -388,9 +399,10 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
     if busy:
         checks += ["", f"> The machine was busy before the run (1-min load above its {cores} cores: other jobs), "
                    "so latencies are inflated; the pass/fail checks do not depend on them."]
-    begin, end = markers(section_name(replicas, processes))
+    begin, end = markers(section_name(replicas, processes, workers))
     title = ("## Hot reload under load" + ("" if replicas == 1 else f", {replicas} replicas behind nginx")
-             + ("" if processes == 1 else f", {processes} processes each"))
+             + ("" if processes == 1 else f", {processes} processes each")
+             + (", batches on the event loop" if workers == 0 else ""))
     return "\n".join([
         begin, title, "",
         f"Command: `{command}`", "",
@@ -416,6 +428,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=1,
                         help="`tandem serve --processes N` per replica (one worker thread each); above 1, the run "
                         "has a section of its own.")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="TANDEM_WORKERS of each process (default: 1 with --processes above 1, else the "
+                        "server's default); 0, batches on the event loop, has a section of its own.")
     parser.add_argument("--note", default="", help="A line about the run's circumstances for the section "
                         "(e.g. other jobs on the machine).")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "reload")
@@ -455,7 +470,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               Event("CURRENT pointer", "switch", v3)]
     try:
         servers = [start_server(root, student, p, token, args.work / ("server.log" if args.replicas == 1
-                                                                       else f"server-{i}.log"), args.processes)
+                                                                       else f"server-{i}.log"),
+                                args.processes, args.workers)
                    for i, p in enumerate(ports)]
         processes += servers
         for server, replica in zip(servers, replica_urls.values(), strict=True):
@@ -501,7 +517,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%s", "PASS" if verdict.passed else "FAIL")
     command = "python bench/reload_under_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
     docs = Counter(a.version for a in answers)
-    shape = "default settings (2 workers" if args.processes == 1 else f"{args.processes} processes (1 worker each"
+    threads = workers_of(args.processes, args.workers)
+    shape = ("default settings (2 workers" if args.processes == 1 and threads is None
+             else f"{args.processes} process{'es' if args.processes > 1 else ''} ("
+             + ("batches on the event loop" if threads == 0 else f"{threads} worker{'s' if threads != 1 else ''} each"))
     setup = (f"{args.docs if args.corpus is None else 'given'}-document corpus ({corpus.name}), 768-d bundles "
              f"`{v1}` (float), `{v2}` (int8), `{v3}` (float), `{bad}` (v1 with 16 bytes of index.faiss flipped); "
              + (f"`tandem serve` on 127.0.0.1 with {shape}, CURRENT polled every 2 s by each); "
@@ -514,8 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
              + ", ".join(f"`{v}` {n}" for v, n in docs.items()))
     section = render(command.strip(), setup, load_before, report_text, events, verdict,
                      latency_split(answers, events), t0, busy, args.replicas, Counter(a.replica for a in answers),
-                     args.note, args.processes)
-    publish(args.out, section_name(args.replicas, args.processes), section, write=not args.no_write)
+                     args.note, args.processes, args.workers)
+    publish(args.out, section_name(args.replicas, args.processes, args.workers), section, write=not args.no_write)
     return 0 if verdict.passed else 1
 
 

@@ -20,6 +20,13 @@ never left to wait without bound:
   longer than `max_queue_s`, judged from a moving average of the measured seconds per query.
   A count alone cannot keep a latency budget: the same queue drains in 40 ms on one machine
   and in 400 ms on another, or with a slower index.
+With `workers` 0 there are no worker threads: the event loop runs each batch itself, between its rounds of
+network I/O (`_drain`, one batch per round, so the requests that arrived meanwhile are read and admitted
+between two batches). That saves the two thread hand-offs a query costs, and the cache the loop and a worker
+thread evict from each other on a shared core: measured the cheapest per query with one process per core
+(`--processes`, docs/BENCHMARKS.md, "Batches on the event loop"). The price: while a batch runs, nothing
+else of that process runs, probes included, and a refusal waits for the batch in progress.
+
 A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`), and a request
 that gives up at its deadline cancels its queued job and returns its queries' capacity at once, so
 abandoned work never crowds out live requests. `close` waits for the jobs running on the workers, so
@@ -41,6 +48,7 @@ import logging
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -228,7 +236,8 @@ _SMOOTHING = 0.1  # weight of the latest batch in the moving average of seconds 
 
 
 class MicroBatcher:
-    """Worker threads drain a queue of jobs, coalescing up to `max_batch` queries per ONNX call."""
+    """Worker threads (or, with `workers` 0, the event loop) drain a queue of jobs, coalescing up to `max_batch`
+    queries per ONNX call."""
 
     def __init__(
         self, encode: Encode, search: Search, *, max_batch: int, max_wait_s: float, max_pending: int,
@@ -242,6 +251,11 @@ class MicroBatcher:
         self._pending = 0
         self._seconds_per_query: float | None = None  # unknown until a batch has run
         self._closed = False
+        # workers == 0: jobs wait here for the event loop, which runs them in `_drain`, one batch per round
+        self._inline: deque[_Job] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_scheduled = False
+        self._running = threading.Lock()  # held while the loop runs a batch: `close` waits for it
         self._threads = [
             threading.Thread(target=self._work, name=f"tandem-batch-{i}", daemon=True) for i in range(workers)
         ]
@@ -256,10 +270,11 @@ class MicroBatcher:
     def _queue_wait_s(self) -> float:
         """Estimated wait of a job admitted now (under the lock): zero while a worker is free, else the queries
         ahead of it (one finishing on each busy worker, the rest queued) at the measured pace of all workers."""
-        ahead = self._pending - self.workers + 1
+        lanes = max(self.workers, 1)  # the event loop is one lane
+        ahead = self._pending - lanes + 1
         if ahead <= 0 or self._seconds_per_query is None:
             return 0.0
-        return ahead * self._seconds_per_query / self.workers
+        return ahead * self._seconds_per_query / lanes
 
     def submit(self, queries: Sequence[str], options: SearchOptions | int | None,
                timeout_s: float) -> Future[BatchOutcome]:
@@ -288,8 +303,50 @@ class MicroBatcher:
                 raise Overloaded(f"the queue would take about {wait * 1e3:.0f} ms, more than the "
                                  f"{self.max_queue_s * 1e3:.0f} ms admitted")
             self._pending += len(job.queries)
-        self._queue.put(job)
+        if self.workers:
+            self._queue.put(job)
+        else:
+            self._enqueue_inline(job)
         return job
+
+    def _enqueue_inline(self, job: _Job) -> None:
+        """Queue `job` for the event loop (the caller runs on it) and make sure a `_drain` is coming."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._release([job])
+            raise RuntimeError("with workers=0 jobs run on the event loop: submit them from it") from None
+        self._loop = loop
+        self._inline.append(job)
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        """On the event loop: run one batch of the queued jobs, then yield to the loop's I/O before the next.
+        The requests it answers are woken before the next `_drain` (their waiters are settled in `_run`, on
+        this thread), so each answer goes out before the next batch starts."""
+        self._drain_scheduled = False
+        with self._running:
+            jobs = self._take_inline()
+            if jobs:
+                try:
+                    self._run(jobs)
+                finally:
+                    self._release(jobs)
+        if self._inline and self._loop is not None:
+            self._drain_scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _take_inline(self) -> list[_Job]:
+        """The next queued job plus those behind it, while the batch has room: the loop never waits for company."""
+        jobs: list[_Job] = []
+        size = 0
+        while self._inline and (not jobs or size + len(self._inline[0].queries) <= self.max_batch):
+            job = self._inline.popleft()
+            jobs.append(job)
+            size += len(job.queries)
+        return jobs
 
     async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
         """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
@@ -305,9 +362,12 @@ class MicroBatcher:
         their two extra futures and task-level timeout on the event loop (docs/BENCHMARKS.md, "The request path")."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[BatchOutcome] = loop.create_future()
+        loop_thread = threading.get_ident()
 
-        def relay(done: Future[BatchOutcome]) -> None:  # on the worker thread that finished the job
-            if not loop.is_closed():
+        def relay(done: Future[BatchOutcome]) -> None:  # on the thread that finished the job
+            if threading.get_ident() == loop_thread:  # workers=0: the loop ran it
+                _settle(done, waiter)
+            elif not loop.is_closed():
                 loop.call_soon_threadsafe(_settle, done, waiter)
 
         job.future.add_done_callback(relay)
@@ -323,9 +383,16 @@ class MicroBatcher:
 
     def close(self) -> None:
         """Refuse new jobs, let the workers finish what is queued (expired jobs are dropped unrun), and return
-        only once every worker has stopped: the caller may then close what the jobs use."""
+        only once every worker has stopped: the caller may then close what the jobs use. With workers=0 the
+        jobs still queued run here, after the batch the event loop may be running."""
         with self._lock:
             self._closed = True
+        with self._running:
+            while jobs := self._take_inline():
+                try:
+                    self._run(jobs)
+                finally:
+                    self._release(jobs)
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:

@@ -31,11 +31,13 @@ class ServiceSettings(BaseSettings):
     encode_threads: int = Field(1, ge=1, description="onnxruntime intra-op threads per worker.")
     search_threads: int = Field(1, ge=1, description="FAISS OpenMP threads per worker, and numpy's BLAS threads "
                                 "per process (1 avoids oversubscription).")
-    workers: int = Field(2, ge=1, description="Threads that encode and search batches (about one per core), "
-                         "per process.")
+    workers: int = Field(2, ge=0, description="Threads that encode and search batches (about one per core), "
+                         "per process; 0: the event loop runs them itself, no hand-off (the cheapest per query "
+                         "with one process per core, TANDEM_PROCESSES), while a batch then holds that process's "
+                         "other requests.")
     processes: int = Field(1, ge=1, le=MAX_PROCESSES, description="Server processes sharing the port, each loading "
                            "the bundle and student (1: one process, no supervisor). Threads are per process: "
-                           "set TANDEM_WORKERS to about cores / processes.")
+                           "set TANDEM_WORKERS to about cores / processes, or 0.")
     batch_max_queries: int = Field(
         1, ge=1, description="Most queries encoded together in one ONNX call, from concurrent requests or one "
         "batch request (1: each alone). The int8 student scales activations per call, so batchmates move a "

@@ -363,7 +363,8 @@ def serve(
     processes: Annotated[
         int | None, typer.Option(envvar="TANDEM_PROCESSES", show_default=False, help="Server processes sharing the "
                                  "port, each loading the bundle and student (default 1). Threads are per process: "
-                                 "set TANDEM_WORKERS to about cores / processes.")
+                                 "set TANDEM_WORKERS to about cores / processes, or 0 (the event loop "
+                                 "encodes and searches itself).")
     ] = None,
 ) -> None:
     """Serve POST /search over the bundle with the student encoding queries."""

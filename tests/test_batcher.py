@@ -4,6 +4,7 @@ student: same answers, coalesced, bounded."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -142,6 +143,74 @@ def test_a_closed_batcher_refuses_new_jobs() -> None:
         pass
     with pytest.raises(RuntimeError, match="closed"):
         queue.submit(["a"], 1, timeout_s=30)
+
+
+class LoopRecorder(Recorder):
+    """A Recorder for workers=0 that notes which thread encoded, and when: beside the answers' arrival in `events`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+        self.events: list[str] = []
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        self.threads.add(threading.get_ident())
+        self.events.append("encode " + ",".join(texts))
+        return super().encode(texts)
+
+
+def test_with_no_workers_the_event_loop_runs_one_batch_per_round_and_answers_between() -> None:
+    recorder = LoopRecorder()
+
+    async def ask(queue: MicroBatcher, query: str) -> list[str]:
+        outcome = await queue.search([query], 1, timeout_s=30)
+        recorder.events.append("answer " + query)
+        return [hit.doc.id for hit in outcome.hits[0]]
+
+    async def scenario() -> tuple[list[list[str]], int]:
+        with batcher(recorder, workers=0, max_batch=2) as queue:
+            answers = await asyncio.gather(*(ask(queue, q) for q in ("a", "bb", "ccc")))
+            assert queue.pending == 0
+            return answers, threading.get_ident()
+
+    answers, loop_thread = asyncio.run(scenario())
+    assert answers == [["a"], ["bb"], ["ccc"]]
+    assert recorder.threads == {loop_thread}  # no worker thread: the loop encoded
+    # Two queries per batch; each batch's answers are out before the next batch starts.
+    assert recorder.events == ["encode a,bb", "answer a", "answer bb", "encode ccc", "answer ccc"]
+
+
+def test_with_no_workers_admission_and_deadlines_hold() -> None:
+    recorder = LoopRecorder()
+
+    async def scenario() -> None:
+        with batcher(recorder, workers=0, max_pending=2, max_batch=2) as queue:
+            first = asyncio.ensure_future(queue.search(["a", "b"], 1, timeout_s=30))
+            await asyncio.sleep(0)  # admitted and queued; the loop has not run it yet
+            with pytest.raises(Overloaded, match="at most 2"):
+                queue.submit(["c"], 1, timeout_s=30)
+            assert (await first).batch_size == 2
+            with pytest.raises(DeadlineExceeded):
+                await queue.search(["late"], 1, timeout_s=0)
+            assert queue.pending == 0
+
+    asyncio.run(scenario())
+    assert recorder.encoded == [["a", "b"]]  # the expired job was dropped unrun
+
+
+def test_with_no_workers_jobs_come_from_the_event_loop_and_close_runs_what_is_queued() -> None:
+    recorder = LoopRecorder()
+    with batcher(recorder, workers=0) as queue:
+        with pytest.raises(RuntimeError, match="event loop"):
+            queue.submit(["a"], 1, timeout_s=30)  # no loop in this thread to run it
+        assert queue.pending == 0
+
+    async def queued_then_closed() -> None:
+        with batcher(recorder, workers=0) as closing:
+            job = closing.submit(["queued"], 1, timeout_s=30)
+        assert job.result(timeout=0).hits[0][0].doc.id == "queued"  # `close` ran it before returning
+
+    asyncio.run(queued_then_closed())
 
 
 COALESCE: dict[str, object] = {"workers": 1, "batch_wait_ms": 200.0, "batch_max_queries": 32}

@@ -153,8 +153,10 @@ def _scrape_each(url: str, name: str, **labels: str) -> list[float]:
     return values
 
 
-def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
-    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log") as server:
+@pytest.mark.parametrize("workers", ["1", "0"])  # 0: each process's event loop encodes and searches itself
+def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_student: Path, tmp_path: Path,
+                                                  workers: str) -> None:
+    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", TANDEM_WORKERS=workers) as server:
         made, pids = _search_everywhere(server.url, version=tiny_bundle.name)
         assert len(pids) == PROCESSES, f"every answer came from {pids}"
         assert pids == {str(s["pid"]) for s in _processes(server.client)}
@@ -195,8 +197,11 @@ def under_load(url: str, clients: int = 2) -> Iterator[list[httpx.Response | Exc
             thread.join(timeout=60)
 
 
-def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_student: Path, tmp_path: Path) -> None:
-    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2") as server, \
+@pytest.mark.parametrize("workers", ["1", "0"])
+def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_student: Path, tmp_path: Path,
+                                                             workers: str) -> None:
+    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
+                 TANDEM_WORKERS=workers) as server, \
             under_load(server.url) as answers:
         _, pids = _search_everywhere(server.url, version="v1")
 
@@ -293,14 +298,15 @@ def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_stude
     assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
 
 
+@pytest.mark.parametrize("workers", ["1", "0"])
 def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, tiny_student: Path,
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path, workers: str) -> None:
     """Each worker admits one LONG_BATCH at a time (max_pending is per process): a burst is shed with 429 and
     Retry-After, and the refusals, wherever they happened, add up in /metrics."""
     window = str(len(LONG_BATCH))
     with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", TANDEM_MAX_PENDING=window,
                  TANDEM_MAX_BATCH_QUERIES=window, TANDEM_REQUEST_TIMEOUT_MS="60000",
-                 TANDEM_MAX_QUEUE_MS="60000") as server:
+                 TANDEM_MAX_QUEUE_MS="60000", TANDEM_WORKERS=workers) as server:
         responses = post_together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
         codes = [r.status_code for r in responses]
         assert set(codes) == {200, 429}, codes
