@@ -256,6 +256,7 @@ class MicroBatcher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_scheduled = False
         self._running = threading.Lock()  # held while the loop runs a batch: `close` waits for it
+        self._backlog_since: float | None = None  # when the last batch ended with more queued (workers=0)
         self._threads = [
             threading.Thread(target=self._work, name=f"tandem-batch-{i}", daemon=True) for i in range(workers)
         ]
@@ -331,9 +332,12 @@ class MicroBatcher:
             jobs = self._take_inline()
             if jobs:
                 try:
-                    self._run(jobs)
+                    # Behind a backlog, a batch's turn came only after the loop's I/O round since the last one:
+                    # that round is part of the pace the queue drains at, so the admission's estimate counts it.
+                    self._run(jobs, self._backlog_since)
                 finally:
                     self._release(jobs)
+        self._backlog_since = time.monotonic() if self._inline else None
         if self._inline and self._loop is not None:
             self._drain_scheduled = True
             self._loop.call_soon(self._drain)
@@ -429,7 +433,8 @@ class MicroBatcher:
             finally:
                 self._release(jobs)
 
-    def _run(self, jobs: list[_Job]) -> None:
+    def _run(self, jobs: list[_Job], paced_from: float | None = None) -> None:
+        """Run a batch; its seconds per query, from `paced_from` (default: its start), feed the admission's pace."""
         started = time.monotonic()
         live = []
         for job in jobs:
@@ -473,7 +478,7 @@ class MicroBatcher:
                 job.future.set_exception(exc)
             return
         size = sum(len(job.queries) for job in live)
-        pace = (done - started) / size
+        pace = (done - (started if paced_from is None else paced_from)) / size
         with self._lock:
             previous = self._seconds_per_query
             self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
