@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from models.corpus import Document
 from models.retrieve import Hit, Mode, Retrieved, SearchOptions
-from service.engine import DeadlineExceeded, MicroBatcher, Overloaded, Searcher
+from service.engine import BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded, Searcher
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 
@@ -196,6 +198,38 @@ def test_with_no_workers_admission_and_deadlines_hold() -> None:
 
     asyncio.run(scenario())
     assert recorder.encoded == [["a", "b"]]  # the expired job was dropped unrun
+
+
+def test_with_no_workers_the_admission_paces_the_queue_by_the_loops_whole_round() -> None:
+    """Behind a backlog the event loop runs one batch per round, and whatever else it does in a round (other
+    requests' I/O, here a 20 ms hog) delays the next batch: the admission's estimate must count it, even though
+    each encode takes no time at all."""
+    recorder = LoopRecorder()
+
+    async def scenario() -> list[bool]:
+        loop = asyncio.get_running_loop()
+        hogging = True
+
+        def hog() -> None:
+            time.sleep(0.02)
+            if hogging:
+                loop.call_soon(hog)
+
+        with batcher(recorder, workers=0, max_batch=1, max_queue_s=0.05) as queue:
+            loop.call_soon(hog)
+            await asyncio.gather(*(queue.search([q], 1, timeout_s=30) for q in "abcdefgh"))  # a backlog, drained
+            admitted: list[Future[BatchOutcome] | None] = []
+            for q in "ijklmnopqr":  # ten at once: the last ones would wait nine rounds of over 20 ms
+                try:
+                    admitted.append(queue.submit([q], 1, timeout_s=30))
+                except Overloaded:
+                    admitted.append(None)
+            hogging = False
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in admitted if f is not None))
+            return [f is not None for f in admitted]
+
+    outcome = asyncio.run(scenario())
+    assert outcome[0] and not outcome[-1], outcome  # the first admitted at once, the last refused
 
 
 def test_with_no_workers_jobs_come_from_the_event_loop_and_close_runs_what_is_queued() -> None:
