@@ -76,6 +76,8 @@ def workers_of(processes: int, workers: int | None) -> int | None:
     """TANDEM_WORKERS of each process: as given; else 1 with several processes (threads are per process), else the
     server's default (None)."""
     return workers if workers is not None else (1 if processes > 1 else None)
+
+
 WATCH_TIMEOUT_S = 60.0
 
 

@@ -20,12 +20,15 @@ never left to wait without bound:
   longer than `max_queue_s`, judged from a moving average of the measured seconds per query.
   A count alone cannot keep a latency budget: the same queue drains in 40 ms on one machine
   and in 400 ms on another, or with a slower index.
+
 With `workers` 0 there are no worker threads: the event loop runs each batch itself, between its rounds of
 network I/O (`_drain`, one batch per round, so the requests that arrived meanwhile are read and admitted
 between two batches). That saves the two thread hand-offs a query costs, and the cache the loop and a worker
 thread evict from each other on a shared core: measured the cheapest per query with one process per core
 (`--processes`, docs/BENCHMARKS.md, "Batches on the event loop"). The price: while a batch runs, nothing
-else of that process runs, probes included, and a refusal waits for the batch in progress.
+else of that process runs, probes included, and a refusal waits for the batch in progress. The pace the
+admission judges by then runs from the end of one batch to the end of the next behind a backlog, the loop's
+I/O round between them included.
 
 A job whose deadline passed while it was queued is dropped unrun (`DeadlineExceeded`), and a request
 that gives up at its deadline cancels its queued job and returns its queries' capacity at once, so
