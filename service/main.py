@@ -4,6 +4,7 @@ supervisor and TANDEM_PROCESSES workers: service.workers)."""
 from __future__ import annotations
 
 import logging
+import os
 
 import uvicorn
 
@@ -17,6 +18,14 @@ from service.workers import run_workers
 log = logging.getLogger(__name__)
 
 
+def _cores() -> int:
+    """The cores this process may run on (its affinity, as a container's cpuset sets it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def run_server(settings: ServiceSettings) -> None:
     """Raises ContractMismatch (exit 2 from the CLI) before binding the port, or starting any worker process, if
     the pair does not match."""
@@ -24,6 +33,8 @@ def run_server(settings: ServiceSettings) -> None:
     bundle, student = check_compatible(settings)
     log.info("serving %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", settings.index, bundle.count,
              bundle.dim, bundle.quantization.value, settings.student, settings.student_precision, student.teacher.name)
+    if (warning := settings.oversubscribed(_cores())) is not None:
+        log.warning("%s", warning)
     if settings.processes > 1:
         run_workers(settings)
         return

@@ -71,3 +71,15 @@ def test_the_worker_config_pickles_with_settings_and_hardening(tmp_path: Path) -
     assert (config.header_timeout_s, config.limit_concurrency, config.workers) == (3, settings.max_connections, 2)
     assert config.app.args[0] == settings
     assert config.app.args[0].admin_token.get_secret_value() == "tok"
+
+
+def test_settings_warn_when_encoding_threads_outnumber_the_cores(tmp_path: Path) -> None:
+    def plan(**threads: int) -> ServiceSettings:
+        return ServiceSettings(index=tmp_path / "b", student=tmp_path / "s", **threads)
+
+    assert plan().oversubscribed(cores=2) is None  # the default: one process, two worker threads
+    assert plan(processes=2, workers=0).oversubscribed(cores=2) is None  # each event loop encodes
+    assert plan(processes=2, workers=1).oversubscribed(cores=2) is None
+    warning = plan(processes=2).oversubscribed(cores=2)  # two worker threads in each of two processes
+    assert warning is not None and "= 4 on 2 core(s)" in warning and "TANDEM_WORKERS" in warning
+    assert plan(workers=1, encode_threads=4).oversubscribed(cores=2) is not None
