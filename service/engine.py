@@ -256,7 +256,6 @@ class MicroBatcher:
         self._closed = False
         # workers == 0: jobs wait here for the event loop, which runs them in `_drain`, one batch per round
         self._inline: deque[_Job] = deque()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_scheduled = False
         self._running = threading.Lock()  # held while the loop runs a batch: `close` waits for it
         self._backlog_since: float | None = None  # when the last batch ended with more queued (workers=0)
@@ -320,7 +319,6 @@ class MicroBatcher:
         except RuntimeError:
             self._release([job])
             raise RuntimeError("with workers=0 jobs run on the event loop: submit them from it") from None
-        self._loop = loop
         self._inline.append(job)
         if not self._drain_scheduled:
             self._drain_scheduled = True
@@ -332,18 +330,14 @@ class MicroBatcher:
         this thread), so each answer goes out before the next batch starts."""
         self._drain_scheduled = False
         with self._running:
-            jobs = self._take_inline()
-            if jobs:
-                try:
-                    # Behind a backlog, a batch's turn came only after the loop's I/O round since the last one:
-                    # that round is part of the pace the queue drains at, so the admission's estimate counts it.
-                    self._run(jobs, self._backlog_since)
-                finally:
-                    self._release(jobs)
+            if jobs := self._take_inline():
+                # Behind a backlog, a batch's turn came only after the loop's I/O round since the last one:
+                # that round is part of the pace the queue drains at, so the admission's estimate counts it.
+                self._run_released(jobs, self._backlog_since)
         self._backlog_since = time.monotonic() if self._inline else None
-        if self._inline and self._loop is not None:
+        if self._inline:
             self._drain_scheduled = True
-            self._loop.call_soon(self._drain)
+            asyncio.get_running_loop().call_soon(self._drain)
 
     def _take_inline(self) -> list[_Job]:
         """The next queued job plus those behind it, while the batch has room: the loop never waits for company."""
@@ -396,10 +390,7 @@ class MicroBatcher:
             self._closed = True
         with self._running:
             while jobs := self._take_inline():
-                try:
-                    self._run(jobs)
-                finally:
-                    self._release(jobs)
+                self._run_released(jobs)
         for _ in self._threads:
             self._queue.put(None)
         for thread in self._threads:
@@ -430,11 +421,14 @@ class MicroBatcher:
 
     def _work(self) -> None:
         while (first := self._queue.get()) is not None:
-            jobs = self._gather(first)
-            try:
-                self._run(jobs)
-            finally:
-                self._release(jobs)
+            self._run_released(self._gather(first))
+
+    def _run_released(self, jobs: list[_Job], paced_from: float | None = None) -> None:
+        """Run a batch, then return its queries' capacity to the admission, whatever happened."""
+        try:
+            self._run(jobs, paced_from)
+        finally:
+            self._release(jobs)
 
     def _run(self, jobs: list[_Job], paced_from: float | None = None) -> None:
         """Run a batch; its seconds per query, from `paced_from` (default: its start), feed the admission's pace."""
