@@ -33,17 +33,11 @@ from benchdoc import cpu_flags, cpu_model, start_logging
 from servers import rss_mib
 from threadpoolctl import threadpool_limits
 
+from service.settings import available_cores  # which the server and the load generator share too
+
 log = logging.getLogger("bench.bare_limit")
 
 LOAD_TIMEOUT_S = 600.0  # loading a large bundle in every worker at once
-
-
-def available_cores() -> int:
-    """The cores this process may run on (its affinity), which the server and the load generator share too."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def settings_overrides(env: Mapping[str, str]) -> dict[str, str]:

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from bare_limit import BareLimit, available_cores, describe
+from bare_limit import BareLimit, describe
 from bare_limit import measure as measure_bare
 from benchdoc import (
     REPO,
@@ -70,6 +70,7 @@ from servers import (
     wait_ready,
 )
 
+from service.settings import available_cores
 from tandem.loadtest import Answer, format_report, run_loadtest
 
 log = logging.getLogger("bench.serve_load")

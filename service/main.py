@@ -4,7 +4,6 @@ supervisor and TANDEM_PROCESSES workers: service.workers)."""
 from __future__ import annotations
 
 import logging
-import os
 
 import uvicorn
 
@@ -12,18 +11,10 @@ from service.app import create_app
 from service.loader import check_compatible
 from service.logs import configure_logging
 from service.server import server_config
-from service.settings import ServiceSettings
+from service.settings import ServiceSettings, available_cores
 from service.workers import run_workers
 
 log = logging.getLogger(__name__)
-
-
-def _cores() -> int:
-    """The cores this process may run on (its affinity, as a container's cpuset sets it)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def run_server(settings: ServiceSettings) -> None:
@@ -33,7 +24,7 @@ def run_server(settings: ServiceSettings) -> None:
     bundle, student = check_compatible(settings)
     log.info("serving %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", settings.index, bundle.count,
              bundle.dim, bundle.quantization.value, settings.student, settings.student_precision, student.teacher.name)
-    if (warning := settings.oversubscribed(_cores())) is not None:
+    if (warning := settings.oversubscribed(available_cores())) is not None:
         log.warning("%s", warning)
     if settings.processes > 1:
         run_workers(settings)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,6 +126,15 @@ class ServiceSettings(BaseSettings):
         return (f"{self.processes} process(es) × {max(self.workers, 1)} encoding thread(s) × {self.encode_threads} "
                 f"ONNX thread(s) = {lanes} on {cores} core(s): set TANDEM_WORKERS (0: the event loop encodes) and "
                 "TANDEM_ENCODE_THREADS so that the product is at most the cores")
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity, as a container's cpuset sets it): what
+    `ServiceSettings.oversubscribed` is judged against, and what the benchmarks' bare limit spreads over."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def _describe(exc: ValidationError) -> str:
