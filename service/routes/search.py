@@ -148,10 +148,10 @@ class SearchShortcut:
 
     Why: on the 2-core machine a minimal FastAPI app cost 0.17 ms of CPU per request more than a bare ASGI app,
     and this shortcut saved 0.13 ms of the server's CPU per search, 4% (docs/BENCHMARKS.md, "The request
-    path"). It parses and validates as FastAPI
-    does (json.loads, then SearchRequest in Python mode) and answers errors with the app's own
-    exception handlers. Whatever it does not take as it is (another content type, a body that does not parse
-    or validate) it hands to FastAPI's route, body included, so every error keeps FastAPI's wording.
+    path"). It parses and validates as FastAPI does (json.loads, then SearchRequest in Python mode) and answers
+    errors with the app's own exception handlers. Whatever it does not take as it is (another content type, a
+    body that does not parse or validate) it hands to FastAPI's route, body included, so every error keeps
+    FastAPI's wording.
     """
 
     def __init__(self, app: ASGIApp, fastapi_app: FastAPI) -> None:
