@@ -8,6 +8,7 @@ import logging
 import uvicorn
 
 from service.app import create_app
+from service.heap import freeze_startup_heap
 from service.loader import check_compatible
 from service.logs import configure_logging
 from service.server import server_config
@@ -30,4 +31,6 @@ def run_server(settings: ServiceSettings) -> None:
         run_workers(settings)
         return
     # Our handler formats uvicorn's loggers too; service.middleware writes the access log (with request ids).
-    uvicorn.Server(server_config(create_app(settings), settings)).run()
+    app = create_app(settings)
+    freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
+    uvicorn.Server(server_config(app, settings)).run()

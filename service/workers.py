@@ -34,6 +34,7 @@ from uvicorn.config import Config
 from uvicorn.supervisors.multiprocess import Multiprocess
 
 from service.app import create_app
+from service.heap import freeze_startup_heap
 from service.logs import configure_logging
 from service.metrics import MULTIPROC_DIR
 from service.processes import METRICS, ProcessGroup, remove_process
@@ -51,7 +52,9 @@ WORKER_HEALTHCHECK_S = 30
 def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
     """The app of one worker process (called in the worker: its logging is configured here, as in the parent)."""
     configure_logging(settings.log_format, settings.log_level)
-    return create_app(settings, ProcessGroup(runtime))
+    app = create_app(settings, ProcessGroup(runtime))
+    freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
+    return app
 
 
 class _Supervisor(Multiprocess):

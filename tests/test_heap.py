@@ -1,0 +1,64 @@
+"""What a serving process leaves to the garbage collector: the start-up heap frozen, a bundle still collectable.
+
+Full collections used to walk 93,000 start-up objects and, with a lexical index, bm25s's set of every token id,
+stalling a loaded server process for 20–57 ms (docs/BENCHMARKS.md, "Garbage collection pauses").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from models.bundle import Bundle
+from tests.fixtures.corpus import PROBES
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Run in a fresh interpreter: freezing is for the life of a process, and this test process must stay as it is.
+_FREEZE_THEN_LOAD = """
+import gc, json, sys, weakref
+from pathlib import Path
+from service.heap import freeze_startup_heap
+from service.loader import SearcherLoader
+from service.settings import ServiceSettings
+
+freeze_startup_heap()
+frozen = gc.get_freeze_count()
+loader = SearcherLoader(ServiceSettings(index=Path(sys.argv[1]), student=Path(sys.argv[2]), workers=1))
+searcher = loader.load()
+assert searcher.search_vectors(searcher.student.encode(["bread"]), 1)[0]
+collectable = any(o is searcher for o in gc.get_objects())
+gone = weakref.ref(searcher)
+searcher.close()
+del searcher
+gc.collect()
+print(json.dumps({"frozen": frozen, "collectable": collectable, "freed": gone() is None}))
+"""
+
+
+def test_the_startup_heap_is_frozen_and_a_bundle_loaded_after_it_is_freed(tiny_bundle: Path,
+                                                                           tiny_student: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", _FREEZE_THEN_LOAD, str(tiny_bundle), str(tiny_student)],
+                          cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    state = json.loads(done.stdout.strip().splitlines()[-1])
+    assert state["frozen"] > 10_000  # the imports of service, FastAPI, onnxruntime, FAISS, bm25s
+    assert state["collectable"], "the searcher was frozen with the start-up heap: retiring it would leak it"
+    assert state["freed"], "a closed searcher outlived a full collection"
+
+
+def test_the_lexical_index_keeps_no_python_set_of_token_ids(tiny_bundle: Path) -> None:
+    bundle = Bundle(tiny_bundle)
+    try:
+        lexical = bundle.lexical
+        assert lexical is not None
+        assert lexical.retriever.unique_token_ids_set is None
+        query = next(iter(PROBES))
+        scores, rows = lexical.search(query, 3)
+        assert len(rows) > 0 and scores[0] > 0
+    finally:
+        bundle.close()
