@@ -334,10 +334,12 @@ class MicroBatcher:
                 # Behind a backlog, a batch's turn came only after the loop's I/O round since the last one:
                 # that round is part of the pace the queue drains at, so the admission's estimate counts it.
                 self._run_released(jobs, self._backlog_since)
-        self._backlog_since = time.monotonic() if self._inline else None
         if self._inline:
+            self._backlog_since = time.monotonic()
             self._drain_scheduled = True
             asyncio.get_running_loop().call_soon(self._drain)
+        else:
+            self._backlog_since = None
 
     def _take_inline(self) -> list[_Job]:
         """The next queued job plus those behind it, while the batch has room: the loop never waits for company."""

@@ -2,7 +2,7 @@
 
 Why: a full collection walks every container the collector tracks, and a server process holds about 93,000
 of them once FastAPI, pydantic, onnxruntime, FAISS and bm25s are imported: 20–40 ms per full collection,
-every event loop of the process stopped meanwhile. Under load one such pause queued enough requests for the
+the whole process stopped meanwhile. Under load one such pause queued enough requests for the
 admission to refuse some with 429 (docs/BENCHMARKS.md, "Garbage collection pauses"). Those objects live as
 long as the process, so they are moved to the collector's permanent generation (`gc.freeze`, meant for
 exactly this) once, after the imports and before the first bundle loads: a bundle is loaded later and stays

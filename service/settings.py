@@ -120,10 +120,11 @@ class ServiceSettings(BaseSettings):
         """A warning when the threads that encode, over all processes, outnumber `cores`; None otherwise. Each
         process encodes on `workers` threads (its event loop when 0), each with `encode_threads` ONNX threads:
         past the cores they take turns, which costs throughput and latency (docs/operations.md)."""
-        lanes = self.processes * max(self.workers, 1) * self.encode_threads
+        encoding = max(self.workers, 1)  # the event loop encodes when workers is 0
+        lanes = self.processes * encoding * self.encode_threads
         if lanes <= cores:
             return None
-        return (f"{self.processes} process(es) × {max(self.workers, 1)} encoding thread(s) × {self.encode_threads} "
+        return (f"{self.processes} process(es) × {encoding} encoding thread(s) × {self.encode_threads} "
                 f"ONNX thread(s) = {lanes} on {cores} core(s): set TANDEM_WORKERS (0: the event loop encodes) and "
                 "TANDEM_ENCODE_THREADS so that the product is at most the cores")
 
