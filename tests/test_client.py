@@ -8,7 +8,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -187,14 +187,15 @@ class Hammer:
                     self.refused += 1
 
     def __enter__(self) -> Hammer:
-        for _ in range(HAMMERS):
-            self._pool.submit(self._loop)
+        self._loops = [self._pool.submit(self._loop) for _ in range(HAMMERS)]
         _until(lambda: self.refused > 0, "the server never refused the hammer")  # it is overloaded now
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self._pool.shutdown(wait=True)
+        for loop in self._loops:  # a hammer that died would have lifted the overload unseen: say why
+            loop.result()
 
 
 def _until(condition: object, message: str, limit_s: float = 60.0) -> None:
@@ -217,16 +218,25 @@ def _retries(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "tandem.client" and "retrying in" in r.getMessage()]
 
 
+def _give_up(call: Callable[[], object], tries: int = 5) -> ApiError:
+    """The first ApiError of up to `tries` calls. Between two hammer jobs the admission window is free for an
+    instant, and a real server rightly admits a request that lands there: such a call may succeed."""
+    for _ in range(tries):
+        try:
+            call()
+        except ApiError as error:
+            return error
+    raise AssertionError(f"{tries} calls in a row were admitted: the server was not overloaded")
+
+
 @pytest.mark.slow
 def test_overload_gives_up_within_the_budget(overloaded_url: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="tandem.client")
     # Retry-After is 1 s: a 2.5 s budget leaves room for two waits, so two or three attempts, never more.
     with Hammer(overloaded_url), Client(overloaded_url, retry=RetryPolicy(budget_s=2.5)) as client:
-        with pytest.raises(ApiError) as info:
-            client.search("tides")
-        with pytest.raises(ApiError) as embedding:
-            client.embed(["tides"])  # /v1/embeddings is admitted by the same batcher
-    for error in (info.value, embedding.value):
+        searched = _give_up(lambda: client.search("tides"))
+        embedded = _give_up(lambda: client.embed(["tides"]))  # /v1/embeddings is admitted by the same batcher
+    for error in (searched, embedded):
         assert (error.status, error.code, error.retry_after) == (429, "overloaded", 1.0)
         assert 2 <= error.attempts <= 3, error.attempts
         assert error.request_id
