@@ -83,7 +83,8 @@ class Config:
     quantization: str
     steps: list[Step] = field(default_factory=list)
     rss_mb: float = 0.0
-    bare: BareLimit | None = None
+    bare: BareLimit | None = None  # before the server started
+    bare_after: BareLimit | None = None  # after it stopped: the machine's limit drifts within the hour
     half: Step | None = None  # open loop at half the bare limit
 
     @property
@@ -96,10 +97,17 @@ class Config:
         return max(passing, key=lambda s: s.rps) if passing else None
 
     @property
+    def bare_qps(self) -> float | None:
+        """The bare limit the server is read against: the mean of the loops before and after it, which bracket
+        the ladder, so a machine that drifts during the run moves both sides of the ratio alike."""
+        measured = [b.qps for b in (self.bare, self.bare_after) if b is not None]
+        return sum(measured) / len(measured) if measured else None
+
+    @property
     def ratio(self) -> float | None:
-        """Sustained rps over the bare limit's queries/s; None without either."""
-        top = self.sustained
-        return top.rps / self.bare.qps if top and self.bare and self.bare.qps > 0 else None
+        """Sustained rps over the bare limit's queries/s (`bare_qps`); None without either."""
+        top, bare = self.sustained, self.bare_qps
+        return top.rps / bare if top and bare else None
 
 
 # --- data and bundles ----------------------------------------------------------------------------------------
@@ -281,9 +289,9 @@ def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
     if not measured:
         return []
     lines = ["", "### The limit beside the server", "",
-             "| docs | index | bare limit q/s (workers) | bare per-query p50 / p99 ms | sustained rps "
+             "| docs | index | bare limit q/s (workers) | bare after q/s | bare per-query p50 / p99 ms | sustained rps "
              f"(p99 ≤ {args.p99_ms:g} ms) | sustained / bare | half the limit: rps | p50 ms | p99 ms | errors |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for c in measured:
         assert c.bare is not None
         top, half = c.sustained, c.half
@@ -291,7 +299,8 @@ def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
         ratio = f"{c.ratio:.2f}" if c.ratio is not None else "—"
         at_half = (f"{half.rps:.0f} | {half.ms('p50'):.1f} | {half.ms('p99'):.1f}"
                    f"{'' if half.passed else ' ✗'} | {half.report.failures}") if half else "— | — | — | —"
-        lines.append(f"| {c.size:,} | {c.label} | {c.bare.qps:.1f} ({c.bare.workers}) | "
+        after = f"{c.bare_after.qps:.1f}" if c.bare_after else "—"
+        lines.append(f"| {c.size:,} | {c.label} | {c.bare.qps:.1f} ({c.bare.workers}) | {after} | "
                      f"{c.bare.query_p50_ms:.2f} / {c.bare.query_p99_ms:.2f} | {sustained} | {ratio} | {at_half} |")
     bare = measured[0].bare
     assert bare is not None
@@ -300,8 +309,11 @@ def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
               f"`models.retrieve.retrieve` (dense, top_k {bare.top_k}, oversample {bare.oversample}, "
               f"{bare.encode_threads} encode / {bare.search_threads} search threads) over the queries for "
               f"{args.bare_duration:g} s after {args.bare_warmup:g} s of warm-up, no HTTP; queries/s summed over "
-              f"the workers, measured before the server started. The sustained rate is the highest passing "
-              f"ladder step, so the ratio is only as fine as the ladder (`--bisect`). Half the limit: open loop for "
+              f"the workers, measured before the server started and again after it stopped (bare after; "
+              f"`--no-bare-after` skips it). The ratio reads the sustained rate against the mean of the two, "
+              f"which bracket the ladder: the machine's limit drifts within the hour. The sustained rate is the "
+              f"highest passing ladder step, so the ratio is only as fine as the ladder (`--bisect`). "
+              f"Half the limit: open loop for "
               f"{args.half_duration:g} s, before the ladder; ✗: an error, under 95% answered, or p99 over "
               f"{args.half_p99_ms:g} ms."]
     return lines
@@ -355,6 +367,7 @@ def results_json(configs: list[Config], accept: Acceptance | None, command: str,
         "configs": [{
             "docs": c.size, "index": c.label, "server_rss_mb": c.rss_mb,
             "bare_limit": c.bare.as_dict() if c.bare else None,
+            "bare_limit_after": c.bare_after.as_dict() if c.bare_after else None, "bare_qps": c.bare_qps,
             "sustained_rps": c.sustained.rps if c.sustained else None, "sustained_over_bare": c.ratio,
             "half_limit": step_json(c.half) if c.half else None,
             "ladder": [step_json(s) for s in c.steps],
@@ -384,6 +397,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--bare-duration", type=float, default=15.0,
                         help="Seconds of the bare-limit loop (encode + search, no HTTP); 0 skips it and the "
                         "half-limit step.")
+    parser.add_argument("--bare-after", action=argparse.BooleanOptionalAction, default=True,
+                        help="Measure the bare limit again once the server has stopped, and read the server "
+                        "against the mean of both.")
     parser.add_argument("--bare-warmup", type=float, default=3.0, help="Seconds each bare-limit worker warms up.")
     parser.add_argument("--bare-workers", type=int, default=None,
                         help="Bare-limit processes (default: the cores available to this run).")
@@ -407,6 +423,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def bare_limit(bundle: Path, student: Path, queries: list[str], env: dict[str, str],
+               args: argparse.Namespace) -> BareLimit:
+    return measure_bare(bundle, student, queries, workers=args.bare_workers, warmup_s=args.bare_warmup,
+                        duration_s=args.bare_duration, env=env)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start_logging()
@@ -423,8 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bundle = bundle_for(args.work, inputs, index, quantization)
             config = Config(size, index, quantization)
             if args.bare_duration > 0:  # before the server starts: nothing else on the cores
-                config.bare = measure_bare(bundle, args.student, queries, workers=args.bare_workers,
-                                           warmup_s=args.bare_warmup, duration_s=args.bare_duration, env=env)
+                config.bare = bare_limit(bundle, args.student, queries, env, args)
                 log.info("bare limit %d %s: %s", size, label, describe(config.bare))
             server = Server(bundle, args.student, env, args.work / f"server-{size}-{label}.log")
             try:
@@ -442,6 +463,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     accept = acceptance(server, queries, top.rps, args)
             finally:
                 stop(server.process)
+            if args.bare_duration > 0 and args.bare_after:
+                config.bare_after = bare_limit(bundle, args.student, queries, env, args)
+                log.info("bare limit after %d %s: %s", size, label, describe(config.bare_after))
             configs.append(config)
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     setup = (

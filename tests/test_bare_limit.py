@@ -44,10 +44,19 @@ def test_ratio_is_sustained_over_bare() -> None:
     assert Config(100, "flat", "binary", steps=[_step(100, 90)]).ratio is None  # no passing step
 
 
+def test_ratio_reads_the_mean_of_the_limits_that_bracket_the_ladder() -> None:
+    config = Config(100, "flat", "binary", steps=[_step(300, 10)], bare=_bare(400.0), bare_after=_bare(600.0))
+    assert config.bare_qps == pytest.approx(500.0) and config.ratio == pytest.approx(0.6)
+    args = argparse.Namespace(p99_ms=50.0, bare_duration=15.0, bare_warmup=3.0, half_duration=15.0,
+                              half_p99_ms=25.0)
+    row = next(line for line in limit_lines([config], args) if line.startswith("| 100 |"))
+    assert "| 400.0 (2) | 600.0 |" in row and "| 0.60 |" in row
+
+
 def test_limit_table_names_each_config() -> None:
     config = Config(100, "flat", "binary", steps=[_step(100, 10)], bare=_bare(400.0), half=_step(200, 12))
     args = argparse.Namespace(p99_ms=50.0, bare_duration=15.0, bare_warmup=3.0, half_duration=15.0,
                               half_p99_ms=25.0)
     row = next(line for line in limit_lines([config], args) if line.startswith("| 100 |"))
-    assert "400.0 (2)" in row and "0.25" in row and "| 200 |" in row
+    assert "400.0 (2) | — |" in row and "0.25" in row and "| 200 |" in row
     assert limit_lines([Config(100, "flat", "binary")], args) == []
