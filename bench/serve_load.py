@@ -296,7 +296,7 @@ def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
         assert c.bare is not None
         top, half = c.sustained, c.half
         sustained = f"{top.rps:g}" if top else "—"
-        ratio = f"{c.ratio:.2f}" if c.ratio is not None else "—"
+        ratio = f"{c.ratio:.3f}" if c.ratio is not None else "—"
         at_half = (f"{half.rps:.0f} | {half.ms('p50'):.1f} | {half.ms('p99'):.1f}"
                    f"{'' if half.passed else ' ✗'} | {half.report.failures}") if half else "— | — | — | —"
         after = f"{c.bare_after.qps:.1f}" if c.bare_after else "—"

@@ -50,7 +50,7 @@ def test_ratio_reads_the_mean_of_the_limits_that_bracket_the_ladder() -> None:
     args = argparse.Namespace(p99_ms=50.0, bare_duration=15.0, bare_warmup=3.0, half_duration=15.0,
                               half_p99_ms=25.0)
     row = next(line for line in limit_lines([config], args) if line.startswith("| 100 |"))
-    assert "| 400.0 (2) | 600.0 |" in row and "| 0.60 |" in row
+    assert "| 400.0 (2) | 600.0 |" in row and "| 0.600 |" in row
 
 
 def test_limit_table_names_each_config() -> None:
