@@ -425,6 +425,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def bare_limit(bundle: Path, student: Path, queries: list[str], env: dict[str, str],
                args: argparse.Namespace) -> BareLimit:
+    """The bare loop with this run's settings: the same before the server starts and after it stops."""
     return measure_bare(bundle, student, queries, workers=args.bare_workers, warmup_s=args.bare_warmup,
                         duration_s=args.bare_duration, env=env)
 

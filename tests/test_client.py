@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -179,6 +179,7 @@ class Hammer:
         self.stop = threading.Event()
         self.refused = 0
         self._pool = ThreadPoolExecutor(max_workers=HAMMERS)
+        self._loops: list[Future[None]] = []
 
     def _loop(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60.0, trust_env=False) as client:
