@@ -25,13 +25,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
+from encode_latency import DEFAULT_SCIFACT, load_queries
 
 from models.student import StudentEncoder
 
 log = logging.getLogger("bench.encode_interference")
 
-DEFAULT_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 SECTION = "encode-interference"
 
 
@@ -81,15 +81,15 @@ def measure(encoder: StudentEncoder, queries: Sequence[str], before: dict[str, C
     return times, costs
 
 
-def render(times: dict[str, list[float]], costs: dict[str, float], command: str, load: str,
+def render(times: dict[str, list[float]], costs: dict[str, float], command: str, load: str, described: str,
            args: argparse.Namespace) -> str:
     begin, end = markers(args.section)
     alone = statistics.median(times["alone"])
     lines = [begin, "## Encode CPU time after other work on the core", "", f"Command: `{command}`", "",
              f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
              f"- Machine: {cpu_model()} ({cpu_flags()}); load average {load}",
-             f"- Setup: the int8 student `{args.student.name}`, one ONNX thread, one query per call, SciFact's test "
-             f"queries; `time.thread_time` around `StudentEncoder.encode_counted`; {args.rounds} rounds of blocks "
+             f"- Setup: the int8 student `{args.student.name}`, one ONNX thread, one query per call, queries: "
+             f"{described}; `time.thread_time` around `StudentEncoder.encode_counted`; {args.rounds} rounds of blocks "
              f"of {args.block} queries, the conditions taking turns.", "",
              "| before each encode | its own cost, ms | encode CPU ms, mean | median | median over alone |",
              "|---|---:|---:|---:|---:|"]
@@ -105,7 +105,8 @@ def render(times: dict[str, list[float]], costs: dict[str, float], command: str,
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--student", type=Path, required=True, help="Exported student directory (int8 is timed).")
-    parser.add_argument("--queries", type=Path, default=DEFAULT_SCIFACT, help="BEIR directory with queries.jsonl.")
+    parser.add_argument("--queries", type=Path, default=DEFAULT_SCIFACT,
+                        help="BEIR directory (its test queries) or queries file.")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--block", type=int, default=300, help="Queries per block.")
     parser.add_argument("--sweep-mib", type=int, default=4, help="MiB swept before an encode (above a core's L2).")
@@ -117,9 +118,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start_logging()
-    path = args.queries / "queries.jsonl"
-    with path.open() as fh:
-        queries = [json.loads(line)["text"] for line in fh if line.strip()]
+    queries, described = load_queries(args.queries, 10_000)
     encoder = StudentEncoder(args.student, "int8", 1)
     load_before = load_average()[1]
     before: dict[str, Callable[[], None] | None] = {
@@ -127,7 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     times, costs = measure(encoder, queries, before, args.rounds, args.block)
     command = shlex.join(["python", "bench/encode_interference.py", *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"
-    publish(args.out, args.section, render(times, costs, command, load, args), write=not args.no_write)
+    publish(args.out, args.section, render(times, costs, command, load, described, args),
+            write=not args.no_write)
     return 0
 
 
