@@ -4,7 +4,7 @@ Why: a server's sustained rate means little alone; beside the rate the same mach
 work a query needs, their ratio is what HTTP, queueing and the event loop cost, and it reads the same on any
 machine. Each worker process opens the bundle and the student exactly as `tandem serve` does (the settings
 come from `service.settings.ServiceSettings`, so TANDEM_* variables and overrides apply alike) and calls
-what the server calls for one query: `StudentEncoder.encode_counted`, then `models.retrieve.retrieve`, dense,
+what the server calls for one query: `StudentEncoder.encode_counted`, then `models.search.search`, dense,
 with the server's top_k, oversample and FAISS thread count. Workers start loading together, warm up, wait at
 a barrier, then loop for the same fixed duration; their rates are summed.
 
@@ -83,7 +83,7 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
         import faiss
 
         from models.bundle import Bundle
-        from models.retrieve import SearchOptions, retrieve
+        from models.search import SearchOptions, search
         from models.student import StudentEncoder
         from models.versions import resolve_bundle
         from service.settings import ServiceSettings
@@ -98,7 +98,7 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
 
         def one(text: str) -> None:
             vectors, _ = encoder.encode_counted([text], batch_size=settings.batch_max_queries)
-            retrieve(bundle, vectors, [text], options, settings.binary_oversample)
+            search(bundle, vectors, [text], options, settings.binary_oversample)
 
         i = rank * len(queries) // max(barrier.parties, 1)  # workers start at different queries
         until = time.perf_counter() + warmup_s
@@ -124,7 +124,7 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
 
 def check_memory(index: Path, workers: int) -> None:
     """Refuse to start `workers` copies of a FAISS index that the machine's available memory cannot hold."""
-    from models.vector_index import INDEX_FILE
+    from models.search.vector_index import INDEX_FILE
     from models.versions import resolve_bundle
 
     need_mb = (resolve_bundle(index) / INDEX_FILE).stat().st_size / 2**20 * workers

@@ -22,13 +22,12 @@ import numpy as np
 from models.contract import truncate
 from models.datasets.beir import load_beir
 from models.evaluation.metrics import NDCG, TOP_K, run_from_rows, score_run
-from models.manifest import Quantization
-from models.quantize import binary_encode, int8_decode
+from models.index_spec import Quantization
 from models.registry import resolve
-from models.retrieve import search_index
-from models.rotation import fit_pca_rotation, rotate
+from models.rotation import fit_pca_rotation
+from models.search import VectorIndex, rotate, search_index
+from models.search.quantize import binary_encode, int8_decode
 from models.student import StudentEncoder
-from models.vector_index import VectorIndex
 
 log = logging.getLogger("bench.binary_center")
 

@@ -20,11 +20,11 @@ from pathlib import Path
 from models.bundle import Bundle
 from models.datasets.beir import load_beir
 from models.evaluation.metrics import NDCG, score_run
-from models.fusion import fuse
 from models.manifest import FusionMethod, FusionSpec
-from models.retrieve import dense_candidates
+from models.search import DEFAULT_OVERSAMPLE
+from models.search.fusion import fuse
+from models.search.query import dense_candidates
 from models.student import StudentEncoder
-from models.vector_index import DEFAULT_OVERSAMPLE
 
 log = logging.getLogger("bench.choose_fusion")
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

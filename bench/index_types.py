@@ -109,10 +109,9 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
     """In a fresh process: load the index, record RSS growth, search (recall batch; latency one by one)."""
     import faiss
 
-    from models.index_spec import IndexSpec
-    from models.manifest import Quantization
-    from models.retrieve import search_index
-    from models.vector_index import RESCORE_FILE, VectorIndex
+    from models.index_spec import IndexSpec, Quantization
+    from models.search import VectorIndex, search_index
+    from models.search.vector_index import RESCORE_FILE
 
     queries = np.load(directory.parent / "queries.npy")
     truth = np.load(directory.parent / f"truth-{meta['dim']}.npy")
@@ -141,9 +140,9 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
 def run_one(workdir: Path, docs: np.ndarray, dim: int, kind: str, quantization: str, args: argparse.Namespace) -> Row:
     import faiss
 
-    from models.index_spec import resolve_spec
-    from models.manifest import Quantization
-    from models.vector_index import RESCORE_FILE, VectorIndex
+    from models.index_spec import Quantization, resolve_spec
+    from models.search import VectorIndex
+    from models.search.vector_index import RESCORE_FILE
 
     q = Quantization(quantization)
     overrides = {"ef_search": args.ef_search} if kind == "hnsw" else {}
@@ -260,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup = (f"{args.n:,} synthetic documents: SciFact all-mpnet-base-v2 vectors plus covariance-shaped noise "
              f"(relative norm 0.4–0.8), {args.queries} queries from {args.queries} held-out reference vectors. "
              f"Recall@{K} against exact float search at the same dim, all {args.queries} queries. Latency: "
-             f"`models.retrieve.search_index` for one query at a time, {args.latency_queries} queries, "
+             f"`models.search.search_index` for one query at a time, {args.latency_queries} queries, "
              f"FAISS threads 1, oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
     section = render(rows, command, setup, f"{load_before} before, {load_average()[1]} after")
     publish(args.out, SECTION, section, write=not args.no_write)

@@ -306,7 +306,7 @@ def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
     assert bare is not None
     lines += ["", f"Bare limit: one spawned process per available core, each opening the bundle and the "
               f"{bare.precision} student as `tandem serve` does and looping the student's `encode_counted` then "
-              f"`models.retrieve.retrieve` (dense, top_k {bare.top_k}, oversample {bare.oversample}, "
+              f"`models.search.search` (dense, top_k {bare.top_k}, oversample {bare.oversample}, "
               f"{bare.encode_threads} encode / {bare.search_threads} search threads) over the queries for "
               f"{args.bare_duration:g} s after {args.bare_warmup:g} s of warm-up, no HTTP; queries/s summed over "
               f"the workers, measured before the server started and again after it stopped (bare after; "

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from indexer.encode import TeacherRun, encode_into, local_device, local_teacher
 from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
@@ -22,58 +20,14 @@ from indexer.publish import Target, publish
 from indexer.writer import write_lexical, write_manifest, write_vectors
 from models.contract import SUPPORTED_DIMS
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
-from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, local_runner, store_key
+from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
 from models.errors import InputError
-from models.index_spec import IndexSpec, resolve_spec
-from models.manifest import TEACHER_PRECISIONS, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
+from models.index_spec import IndexSpec, Quantization, resolve_spec
+from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource
 from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.rotation import Rotation
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TeacherRun:
-    """How the teacher encodes: where, in what precision, on which engine."""
-
-    device: str | None = None
-    precision: str | None = None
-    batch_size: int = 32
-    batch_tokens: int | None = None
-    engine: str = "local"
-    ray_address: str | None = None
-    ray_actors: int | None = None
-    ray_threads: int = 1
-
-    def check(self) -> None:
-        if self.engine not in tuple(Engine):
-            raise InputError(f"unknown engine {self.engine!r}; choose one of {', '.join(e.value for e in Engine)}")
-        if self.precision is not None and self.precision not in TEACHER_PRECISIONS:
-            raise InputError(f"unknown --precision {self.precision!r}; choose {', '.join(TEACHER_PRECISIONS)}")
-        if self.batch_size < 1 or (self.batch_tokens is not None and self.batch_tokens < 1):
-            raise InputError("--batch-size and --batch-tokens must be at least 1")
-        if self.ray_threads < 1 or (self.ray_actors is not None and self.ray_actors < 1):
-            raise InputError("--ray-actors and --ray-threads must be at least 1")
-        if self.engine == Engine.LOCAL and self.precision == "fp16" and \
-                not (self.device or _local_device()).startswith("cuda"):
-            raise InputError("--precision fp16 needs a CUDA device; on CPU use fp32 (the reference) or bf16")
-
-    def resolved_precision(self) -> str:
-        """The precision the vectors will have: given, else fp16 on CUDA and fp32 on CPU."""
-        if self.precision is not None:
-            return self.precision
-        if self.engine == Engine.LOCAL:
-            device = self.device or _local_device()
-            return "fp16" if device.startswith("cuda") else "fp32"
-        from indexer.ray_engine import default_precision
-
-        return default_precision(self.ray_address)  # fp16 on a cluster with GPUs
-
-
-def _local_device() -> str:
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 @dataclass(frozen=True)
@@ -111,7 +65,8 @@ class BuildRequest:
     ray_actors: int | None = None
     ray_threads: int = 1
     metadata_extra: bool = False
-    binary_center: bool = True  # binary: subtract the corpus mean, then spin, before taking signs (models.ann)
+    # binary: subtract the corpus mean, then spin, before taking signs (models.search.first_stage)
+    binary_center: bool = True
 
     @property
     def target(self) -> Target:
@@ -169,7 +124,7 @@ def teacher_vectors(
 ) -> EmbeddingSource:
     """Make the store entry of this corpus complete: cached, or encoded now (resumably, shard by shard)."""
     run = req.run
-    precision = run.resolved_precision()
+    precision = resolved_precision(run)
     key = store_key(card.fingerprint, card.max_seq_length, corpus.key, precision)
     if store.complete(key):
         log.info("reusing %d cached teacher embeddings (store key %s)", corpus.count, key)
@@ -183,13 +138,15 @@ def teacher_vectors(
                            device=_text(meta.get("device")), engine=_text(meta.get("engine")))
 
 
-def encode_into(store: EmbeddingStore, key: str, count: int, runner: ShardRunner, card: ModelCard, run: TeacherRun,
-                precision: str) -> None:
-    """Encode the shards entry `key` lacks with `runner`, recording in its meta what computed them."""
-    meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
-            "precision": precision, "engine": run.engine,
-            "device": getattr(runner, "device", None) or run.device or "cpu"}
-    store.ensure(key, count, runner, meta)
+def resolved_precision(run: TeacherRun) -> str:
+    """The precision the vectors will have: given, else fp16 on CUDA and fp32 on CPU (on Ray: the cluster's)."""
+    if run.precision is not None:
+        return run.precision
+    if run.engine == Engine.LOCAL:
+        return "fp16" if (run.device or local_device()).startswith("cuda") else "fp32"
+    from indexer.ray_engine import default_precision
+
+    return default_precision(run.ray_address)  # fp16 on a cluster with GPUs
 
 
 def _text(value: object) -> str | None:
@@ -202,20 +159,6 @@ def _runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCo
 
         return ray_runner(run, precision, card, corpus)
     return local_teacher(Passages(docs, corpus.count), card, run, precision)
-
-
-def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precision: str) -> ShardRunner:
-    """Encode shards in this process; loads torch and the teacher only now."""
-    from models.teacher import TeacherEncoder
-
-    encoder = TeacherEncoder(Path(card.path), device=run.device, precision=precision, batch_tokens=run.batch_tokens)
-
-    def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        return encoder.encode(batch, batch_size=run.batch_size, on_progress=on_progress)
-
-    runner = local_runner(texts, encode)
-    runner.device = encoder.device.type  # type: ignore[attr-defined]
-    return runner
 
 
 def _check_shard_size(size: int) -> None:

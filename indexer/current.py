@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from indexer.rootlock import root_lock
 from indexer.verify import verify_one
 from models.bundle import read_bundle_manifest
 from models.errors import InputError, TandemError
-from models.rootlock import root_lock
 from models.versions import is_bundle_root, list_versions, read_current, set_current
 
 log = logging.getLogger(__name__)

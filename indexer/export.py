@@ -23,9 +23,10 @@ from models.bundle import read_bundle_manifest
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.embedding_store import EmbeddingStore
 from models.errors import InputError
-from models.manifest import BundleManifest, Quantization
+from models.index_spec import Quantization
+from models.manifest import BundleManifest
 from models.rotation import Rotation
-from models.vector_index import INDEX_FILE
+from models.search.vector_index import float_vectors
 from models.versions import resolve_bundle
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,7 @@ def _vectors(directory: Path, manifest: BundleManifest, store: EmbeddingStore) -
         return
     full = manifest.dim == manifest.teacher.dim
     if manifest.quantization is Quantization.FLOAT and full and manifest.rotation is Rotation.NONE:
-        import faiss
-
-        index = faiss.read_index(str(directory / INDEX_FILE))
-        for start in range(0, manifest.count, CHUNK):
-            yield index.reconstruct_n(start, min(CHUNK, manifest.count - start))
+        yield from float_vectors(directory, manifest.count, CHUNK)
         return
     raise InputError(f"{directory}: its full-dimension teacher vectors are not in the embedding store at "
                      f"{store.root} (key {key}), and its index is {manifest.dim}-d {manifest.quantization.value}; "

@@ -4,7 +4,7 @@ Either way the bundle is staged beside its final name and renamed into place (mo
 A root's `CURRENT` pointer moves only after the new version is complete on disk, then old
 versions beyond `--keep` are pruned (never the current one), so a crash at any point leaves
 the service a complete bundle to follow. Placing, pointing and pruning hold the root's writer
-lock (models.rootlock), so `index current --set` or another build cannot interleave with them.
+lock (indexer.rootlock), so `index current --set` or another build cannot interleave with them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from indexer.rootlock import root_lock
 from models.errors import InputError, TandemError
-from models.rootlock import root_lock
 from models.staging import check_target, staged
 from models.versions import check_version_name, list_versions, new_version_name, prune_versions, set_current
 

@@ -27,7 +27,7 @@ from models.errors import InputError
 from models.registry import ModelCard
 
 if TYPE_CHECKING:
-    from indexer.build import TeacherRun
+    from indexer.encode import TeacherRun
 
 log = logging.getLogger(__name__)
 

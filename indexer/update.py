@@ -17,13 +17,12 @@ from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO, cast
+from typing import TextIO
 
-import faiss
 import numpy as np
 
-from indexer.build import TeacherRun, encode_into, local_teacher
 from indexer.changes import Changes, read_changes
+from indexer.encode import TeacherRun, encode_into, local_teacher
 from indexer.ingest import Passages
 from indexer.publish import Target, publish
 from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
@@ -33,9 +32,11 @@ from models.corpus import CorpusHasher, Document, corpus_key
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import SHARD_SIZE, EmbeddingStore, store_key
 from models.errors import InputError
-from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
+from models.index_spec import Quantization
+from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
 from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.rotation import Rotation
+from models.search.query import stored_vectors
 from models.versions import is_bundle_root, resolve_bundle
 
 log = logging.getLogger(__name__)
@@ -164,8 +165,7 @@ class BaseVectors:
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Vectors of base `rows` (ascending, as kept documents are), loading each shard once."""
         if self.key is None:
-            flat = cast(faiss.IndexFlatIP, self.bundle.vectors.index)
-            return np.asarray(flat.reconstruct_batch(rows), dtype=np.float32)
+            return stored_vectors(self.bundle.vectors, rows)  # a float index: its vectors as they were added
         out = np.empty((len(rows), self.dim), dtype=np.float32)
         shard_of = rows // self.shard_size
         for shard in np.unique(shard_of):

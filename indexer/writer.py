@@ -15,18 +15,19 @@ from pathlib import Path
 
 import numpy as np
 
-from models.ann import spin_matrix
 from models.contract import truncate
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.fusion_default import DEFAULT_FUSION
-from models.index_spec import IndexSpec
-from models.lexical import build_lexical
-from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, Quantization
-from models.quantize import Int8Calibration
+from models.index_spec import IndexSpec, Quantization
+from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
 from models.registry import ModelCard, sha256_file
-from models.rotation import ROTATION_FILE, PcaAccumulator, Rotation, rotate
-from models.vector_index import IndexWriter
+from models.rotation import ROTATION_FILE, PcaAccumulator, Rotation
+from models.search.first_stage import spin_matrix
+from models.search.fusion import DEFAULT_FUSION
+from models.search.lexical import build_lexical
+from models.search.quantize import Int8Calibration
+from models.search.query import rotate
+from models.search.vector_index import IndexWriter
 
 CORPUS_FILE = "corpus.jsonl"
 
@@ -63,7 +64,7 @@ def write_vectors(
     """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names.
 
     `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
-    only): the codes are taken after a random orthogonal rotation (models.ann.sign_codes)."""
+    only): the codes are taken after a random orthogonal rotation (models.search.first_stage.sign_codes)."""
     names: list[str] = []
     matrix = None
     if rotation is Rotation.PCA:

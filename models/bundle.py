@@ -11,15 +11,14 @@ import numpy as np
 from models.contract import TeacherRef, check_same_teacher
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
-from models.lexical import LEXICAL_DIR, LexicalIndex
-from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, Quantization, read_manifest
+from models.index_spec import Quantization
+from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, read_manifest
 from models.registry import sha256_file
-from models.retrieve import Hit, search_index
-from models.rotation import ROTATION_FILE, Rotation, rotate
-from models.vector_index import (
+from models.rotation import ROTATION_FILE, Rotation
+from models.search.lexical import LEXICAL_DIR, LexicalIndex
+from models.search.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
-    DEFAULT_OVERSAMPLE,
     INDEX_FILE,
     RESCORE_FILE,
     SPIN_FILE,
@@ -97,7 +96,7 @@ def verify_bundle(directory: Path) -> BundleManifest:
 
 
 class Bundle:
-    """A loaded, read-only bundle: search with full-dimension unit query vectors."""
+    """A loaded, read-only bundle, its files checked against its manifest; models.search searches it."""
 
     def __init__(self, directory: Path, lexical: bool = True) -> None:
         """Load the bundle; `lexical=False` skips the BM25 index (an update rebuilds it: it needs no vocabulary)."""
@@ -168,16 +167,6 @@ class Bundle:
             raise NoLexicalIndex(f"bundle {self.directory.name} has no lexical index (built before lexical "
                                  "search existed); rebuild it with `tandem index build` for mode lexical or hybrid")
         return self.lexical
-
-    def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
-        """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests); models.retrieve does the rest."""
-        scores, rows = search_index(self.vectors, rotate(queries, self.rotation), k, oversample)
-        out: list[list[Hit]] = []
-        for srow, rrow in zip(scores, rows, strict=True):
-            valid = [(int(r), float(s)) for r, s in zip(rrow, srow, strict=True) if r >= 0]
-            docs = self.docs.get([r for r, _ in valid])
-            out.append([Hit(row=r, score=s, doc=d) for (r, s), d in zip(valid, docs, strict=True)])
-        return out
 
     def close(self) -> None:
         self.docs.close()

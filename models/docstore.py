@@ -2,7 +2,7 @@
 
 SQLite gives random access without loading the corpus into memory, and is in the stdlib. The
 metadata column (a JSON object per row, or NULL) is new: older bundles lack it, and the reader
-serves them without metadata. Filters are SQL over it (models.filters), so they never load rows.
+serves them without metadata. Filters are SQL over it (models.search.filters), so they never load rows.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class DocStore:
                 f"SELECT {self._cols} FROM docs WHERE row >= ? AND row < ? ORDER BY row", (start, end))]
 
     def rows_where(self, sql: str, params: Sequence[object]) -> np.ndarray:
-        """Rows (ascending int64) whose metadata satisfies a compiled filter (models.filters)."""
+        """Rows (ascending int64) whose metadata satisfies a compiled filter (models.search.filters)."""
         if not self.has_metadata:
             return np.zeros(0, dtype=np.int64)
         with self._lock:

@@ -1,4 +1,5 @@
-"""The index-type axis of a bundle: exact (flat) search, or an approximate first stage for size and speed.
+"""The two axes of a bundle's index: its quantization, and its type (exact flat search, or an approximate
+first stage for size and speed).
 
 Valid combinations (anything else is refused before any work is done):
 
@@ -15,19 +16,21 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import InputError
 
-if TYPE_CHECKING:  # models.manifest imports this module
-    from models.manifest import Quantization
-
 HNSW_M = 32
 EF_CONSTRUCTION = 80
 EF_SEARCH = 64
 IVF_POINTS_PER_CELL = 39  # FAISS k-means wants at least this many training points per centroid
+
+
+class Quantization(StrEnum):
+    FLOAT = "float"
+    INT8 = "int8"
+    BINARY = "binary"
 
 
 class IndexType(StrEnum):

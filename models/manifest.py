@@ -16,22 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
-from models.index_spec import IndexSpec
+from models.index_spec import IndexSpec, Quantization
 from models.rotation import Rotation
 
 BUNDLE_FORMAT = 1
 STUDENT_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
-BUNDLE_SUBDIRECTORY = "lexical"  # the one directory a bundle may hold (models.lexical writes it)
+BUNDLE_SUBDIRECTORY = "lexical"  # the one directory a bundle may hold (models.search.lexical writes it)
 STUDENT_MANIFEST = "student.json"
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class Quantization(StrEnum):
-    FLOAT = "float"
-    INT8 = "int8"
-    BINARY = "binary"
 
 
 def utc_now() -> str:

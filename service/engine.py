@@ -63,7 +63,7 @@ from threadpoolctl import threadpool_limits
 
 from models.bundle import Bundle
 from models.errors import ContractMismatch
-from models.retrieve import Hit, Mode, Retrieved, SearchOptions, retrieve
+from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, search
 from models.student import StudentEncoder
 from models.timing import StageObserver
 from models.versions import resolve_bundle
@@ -174,12 +174,12 @@ class Searcher:
         """Any mode, filters and pages (models.retrieve) for the queries of one set of options; run on the workers."""
         # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
         faiss.omp_set_num_threads(self.search_threads)
-        return retrieve(self.bundle, vectors, queries, options, self.oversample)
+        return search(self.bundle, vectors, queries, options, self.oversample)
 
     def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
         """Dense top-k of query vectors, unfiltered (warmup and tests)."""
         faiss.omp_set_num_threads(self.search_threads)
-        return self.bundle.search(vectors, top_k, self.oversample)
+        return dense_hits(self.bundle, vectors, top_k, self.oversample)
 
     def close(self) -> None:
         self.batcher.close()

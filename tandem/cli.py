@@ -13,8 +13,8 @@ import typer
 
 from indexer.options import Engine, ExportFormat
 from models.errors import TandemError
-from models.index_spec import IndexType
-from models.manifest import Quantization, StudentPrecision, TeacherPrecision
+from models.index_spec import IndexType, Quantization
+from models.manifest import StudentPrecision, TeacherPrecision
 from models.rotation import Rotation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

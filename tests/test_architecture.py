@@ -2,7 +2,8 @@
 
 `service/` and `indexer/` never import training (models.distill) or evaluation (models.evaluation);
 the service never imports torch, transformers or ray; the two jobs never import each other; the
-contract at models' top level imports neither training nor evaluation.
+contract at models' top level imports neither training nor evaluation; only models.search imports FAISS
+and BM25 (of models/, the indexer and the CLI); and no import circle joins the project's modules.
 """
 
 from __future__ import annotations
@@ -30,3 +31,44 @@ def test_every_top_level_contract_module_is_checked() -> None:
     for module in sorted((ROOT / "models").glob("*.py")):
         if module.stem != "__init__":
             assert f'"models.{module.stem}"' in pyproject, f"add models.{module.stem} to the contract's rule"
+
+
+def test_no_import_cycles() -> None:
+    """No circle of imports among the project's modules: module-level, function-level and TYPE_CHECKING alike."""
+    import grimp
+
+    packages = ("models", "indexer", "service", "tandem")
+    graph = grimp.build_graph(*packages, cache_dir=None)
+    ours = {m for m in graph.modules if m.split(".")[0] in packages}
+    edges = {m: {d for d in graph.find_modules_directly_imported_by(m) if d in ours} for m in ours}
+    cycles: list[list[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def strong(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(ours):
+        if module not in index:
+            strong(module)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from models.corpus import Document
-from models.retrieve import Hit, Mode, Retrieved, SearchOptions
+from models.search import Hit, Mode, Retrieved, SearchOptions
 from service.engine import BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded, Searcher
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from models.ann import sign_codes, spin_matrix
-from models.manifest import Quantization
-from models.quantize import binary_encode
-from models.retrieve import search_index
-from models.vector_index import CENTER_FILE, SPIN_FILE, VectorIndex
+from models.index_spec import Quantization
+from models.search import VectorIndex, search_index
+from models.search.first_stage import sign_codes, spin_matrix
+from models.search.quantize import binary_encode
+from models.search.vector_index import CENTER_FILE, SPIN_FILE
 
 
 def _corpus(n: int = 3000, dim: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +47,7 @@ def test_center_is_saved_and_applied_to_queries_after_loading(tmp_path: Path) ->
     built = VectorIndex.build(docs, 128, Quantization.BINARY, center=True, spin=True)
     names = built.save(tmp_path)
     assert CENTER_FILE in names and SPIN_FILE in names
-    from models.vector_index import RESCORE_FILE
+    from models.search.vector_index import RESCORE_FILE
 
     assert RESCORE_FILE in names
     loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, centered=True, spun=True)

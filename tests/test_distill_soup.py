@@ -10,6 +10,7 @@ from models.bundle import Bundle
 from models.distill.checkpoints import LAST
 from models.distill.pipeline import DistillRequest, run_distill
 from models.paths import cache_dir
+from models.search import dense_hits
 from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
@@ -34,5 +35,5 @@ def test_a_two_member_soup_is_published_with_each_members_record(
     assert training["final_val_loss"] == soup["loss"]
     assert not list((cache_dir() / "checkpoints").glob(f"*/{LAST}"))  # the published soup supersedes them
 
-    hits = Bundle(tiny_bundle).search(StudentEncoder(out, precision="int8").encode(list(PROBES)), k=1)
+    hits = dense_hits(Bundle(tiny_bundle), StudentEncoder(out, precision="int8").encode(list(PROBES)), k=1)
     assert {query: h[0].doc.id for query, h in zip(PROBES, hits, strict=True)} == PROBES

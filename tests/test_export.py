@@ -18,6 +18,7 @@ from models.distill.tokens import Tokens, embed
 from models.errors import ContractMismatch
 from models.manifest import StudentManifest
 from models.registry import load_card, resolve
+from models.search import dense_hits
 from models.student import StudentEncoder, read_student_manifest
 from tests.fixtures.corpus import PROBES
 
@@ -183,6 +184,6 @@ def test_batching_does_not_change_vectors(tiny_student: Path) -> None:
 @pytest.mark.parametrize("precision", ["fp32", "int8"])
 def test_student_finds_the_probe_documents(tiny_student: Path, tiny_bundle: Path, precision: str) -> None:
     encoder = StudentEncoder(tiny_student, precision=precision)  # type: ignore[arg-type]
-    hits = Bundle(tiny_bundle).search(encoder.encode(list(PROBES)), k=1)
+    hits = dense_hits(Bundle(tiny_bundle), encoder.encode(list(PROBES)), k=1)
     found = {query: h[0].doc.id for query, h in zip(PROBES, hits, strict=True)}
     assert found == PROBES

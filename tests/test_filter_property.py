@@ -1,7 +1,7 @@
 """Property: filtered search equals a brute-force filtered search, over random corpora, filters and k.
 
 Each example writes a real bundle (FAISS, SQLite docstore with metadata, bm25s) and searches it through
-models.retrieve, the service's search path; the reference is numpy over the same vectors and the filter's
+models.search, the service's search path; the reference is numpy over the same vectors and the filter's
 Python semantics (Filter.matches), independent of the SQL the docstore runs.
 """
 
@@ -17,14 +17,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import models.retrieve as retrieve_module
+import models.search.query as query_module
 from indexer.writer import write_bundle
 from models.bundle import Bundle
 from models.corpus import Document
-from models.filters import parse_filter
-from models.manifest import EmbeddingSource, Quantization
+from models.index_spec import Quantization
+from models.manifest import EmbeddingSource
 from models.registry import load_card, resolve
-from models.retrieve import Mode, SearchOptions, retrieve
+from models.search import Mode, SearchOptions, parse_filter, search
 
 FIELDS = ("year", "tag", "score", "flag", "day")
 WORDS = ["tide", "moon", "bread", "yeast", "lava", "chess", "code", "bee", "sun", "salt"]
@@ -82,15 +82,15 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, exact, query) 
     allowed = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta)]
     with tempfile.TemporaryDirectory() as tmp:
         bundle = _write(Path(tmp) / "b", docs, vectors)
-        saved = retrieve_module.BRUTE_FORCE_ROWS, retrieve_module.BRUTE_FORCE_SHARE
+        saved = query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE
         try:
             if not exact:  # the FAISS ID-selector path instead of the exact pass over the matching rows
-                retrieve_module.BRUTE_FORCE_ROWS, retrieve_module.BRUTE_FORCE_SHARE = 0, 0.0
+                query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE = 0, 0.0
             assert bundle.docs.rows_where(parsed.sql, parsed.params).tolist() == allowed  # SQL ≡ Python
             text = " ".join(query)
 
             def run(mode: Mode) -> list[tuple[int, float]]:
-                found = retrieve(bundle, q[None, :], [text], SearchOptions(top_k=k, mode=mode, filter=parsed), 4)
+                found = search(bundle, q[None, :], [text], SearchOptions(top_k=k, mode=mode, filter=parsed), 4)
                 return [(h.row, h.score) for h in found.hits[0]]
 
             dense = run(Mode.DENSE)
@@ -109,5 +109,5 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, exact, query) 
             hybrid = run(Mode.HYBRID)
             assert len(hybrid) == min(k, len(allowed)) and {r for r, _ in hybrid} <= set(allowed)
         finally:
-            retrieve_module.BRUTE_FORCE_ROWS, retrieve_module.BRUTE_FORCE_SHARE = saved
+            query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE = saved
             bundle.close()

@@ -24,8 +24,8 @@ from models.bundle import Bundle, read_bundle_manifest
 from models.corpus import read_corpus
 from models.embedding_store import EmbeddingStore
 from models.errors import ContractMismatch, InputError
-from models.filters import FilterError, parse_filter
 from models.manifest import BUNDLE_MANIFEST
+from models.search import FilterError, dense_hits, parse_filter
 from models.shard_log import SHARD_LOG, ShardLog
 from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
@@ -204,7 +204,7 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
     fresh = teacher.encode(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
     assert float(fresh[0] @ new_vecs[new_rows["kites"]]) > 0.999
     assert float(fresh[1] @ new_vecs[new_rows["chess"]]) > 0.999
-    assert [h[0].doc.id for h in new.search(teacher.encode(["what lifts a kite"]), k=1)] == ["kites"]
+    assert [h[0].doc.id for h in dense_hits(new, teacher.encode(["what lifts a kite"]), k=1)] == ["kites"]
 
     corpus = root / "v2" / manifest.corpus.path  # materialized corpus: eval, distill and later updates use it
     assert [d.id for d in read_corpus(corpus)] == ids

@@ -17,11 +17,11 @@ from indexer.options import ExportFormat
 from models.bundle import Bundle
 from models.embedding_store import EmbeddingStore
 from models.errors import InputError
-from models.index_spec import resolve_spec
-from models.manifest import BundleManifest, Quantization
-from models.retrieve import search_index
-from models.rotation import ROTATION_FILE, fit_pca_rotation, rotate
-from models.vector_index import CALIBRATION_FILE, RESCORE_FILE, VectorIndex
+from models.index_spec import Quantization, resolve_spec
+from models.manifest import BundleManifest
+from models.rotation import ROTATION_FILE, fit_pca_rotation
+from models.search import VectorIndex, rotate, search_index
+from models.search.vector_index import CALIBRATION_FILE, RESCORE_FILE
 
 N = 1500
 

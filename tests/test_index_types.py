@@ -15,10 +15,9 @@ from indexer.build import BuildRequest, build
 from indexer.update import UpdateRequest, update
 from models.bundle import Bundle, read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch, InputError
-from models.index_spec import IndexSpec, IndexType, default_nlist, resolve_spec
-from models.manifest import BundleManifest, Quantization
-from models.retrieve import search_index
-from models.vector_index import VectorIndex
+from models.index_spec import IndexSpec, IndexType, Quantization, default_nlist, resolve_spec
+from models.manifest import BundleManifest
+from models.search import VectorIndex, dense_hits, search_index
 from tests.fixtures.corpus import DOCS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -134,7 +133,7 @@ def test_bundles_of_each_type_verify_load_and_find(
     assert verify_bundle(out) == manifest
     bundle = Bundle(out)
     queries = Bundle(tiny_bundle).vectors.index.reconstruct_n(0, len(DOCS))  # the documents' own vectors
-    hits = bundle.search(queries, k=3)
+    hits = dense_hits(bundle, queries, k=3)
     assert sum(h[0].row == i for i, h in enumerate(hits)) >= len(DOCS) - 1
     assert bundle.manifest.summary()["index"] == kind
 

@@ -17,6 +17,7 @@ from models.corpus import read_corpus
 from models.embedding_store import EmbeddingStore
 from models.errors import ContractMismatch, InputError
 from models.manifest import BundleManifest
+from models.search import dense_hits
 from models.staging import staged
 from models.teacher import TeacherEncoder
 from tests.fixtures.corpus import DOCS, PROBES
@@ -45,7 +46,7 @@ def test_bundle_round_trip(tiny_bundle: Path, tiny_corpus: Path, probe_vectors: 
                                                                       "lexical/vocab.index.json"}
     bundle = Bundle(tiny_bundle)
     assert bundle.docs.ids() == [d.id for d in read_corpus(tiny_corpus)]
-    hits = bundle.search(probe_vectors, k=3)
+    hits = dense_hits(bundle, probe_vectors, k=3)
     assert [h[0].doc.id for h in hits] == list(PROBES.values())
     assert all(h[0].score > h[1].score for h in hits)
     assert hits[0][0].doc.title == "Baking bread"
@@ -65,7 +66,7 @@ def test_other_dims_and_quantizations_reuse_embeddings(
     assert "reusing 20 cached teacher embeddings" in caplog.text
     assert manifest.embeddings.store_key == read_bundle_manifest(tiny_bundle).embeddings.store_key
     bundle = Bundle(out)
-    hits = bundle.search(probe_vectors, k=len(DOCS))
+    hits = dense_hits(bundle, probe_vectors, k=len(DOCS))
     assert [h[0].doc.id for h in hits] == list(PROBES.values())
     assert all(len(h) == len(DOCS) for h in hits)  # every document stays reachable
     if quantization == "binary":

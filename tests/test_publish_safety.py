@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from indexer.publish import Target, publish
+from indexer.rootlock import root_lock
 from indexer.verify import verify_one
 from models.bundle import read_bundle_manifest
 from models.errors import InputError
-from models.rootlock import root_lock
 from models.staging import staged
 from models.versions import list_versions, read_current, set_current
 from tests.test_service_reload import v2_bundle

@@ -8,7 +8,7 @@ import pytest
 
 from models.contract import l2_normalize, truncate
 from models.errors import ContractMismatch
-from models.quantize import Int8Calibration, binary_encode, hamming, int8_decode, int8_encode
+from models.search.quantize import Int8Calibration, binary_encode, hamming, int8_decode, int8_encode
 
 RNG = np.random.default_rng(0)
 

@@ -11,7 +11,8 @@ from indexer.build import BuildRequest, build
 from models.bundle import Bundle, verify_bundle
 from models.contract import l2_normalize, truncate
 from models.errors import InputError
-from models.rotation import ROTATION_FILE, Rotation, fit_pca_rotation, rotate
+from models.rotation import ROTATION_FILE, Rotation, fit_pca_rotation
+from models.search import dense_hits, rotate
 from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES
 
@@ -56,11 +57,11 @@ def test_rotated_bundle_records_applies_and_verifies_it(
     assert manifest.summary()["rotation"] == "pca"
     verify_bundle(out)
     queries = StudentEncoder(tiny_student).encode(list(PROBES))
-    hits = Bundle(out).search(queries, k=1)  # the bundle rotates the queries itself
+    hits = dense_hits(Bundle(out), queries, k=1)  # the bundle rotates the queries itself
     assert {q: h[0].doc.id for q, h in zip(PROBES, hits, strict=True)} == PROBES
     full = tmp_path / "pca-768-float"
     build(BuildRequest(corpus=tiny_corpus, out=full, rotation="pca"))
-    rotated, plain = Bundle(full).search(queries, k=5), Bundle(tiny_bundle).search(queries, k=5)
+    rotated, plain = dense_hits(Bundle(full), queries, k=5), dense_hits(Bundle(tiny_bundle), queries, k=5)
     for a, b in zip(rotated, plain, strict=True):  # at full width a rotation changes no score
         assert [h.doc.id for h in a] == [h.doc.id for h in b]
         assert np.allclose([h.score for h in a], [h.score for h in b], atol=1e-5)

@@ -12,7 +12,7 @@ import pytest
 from indexer.update import UpdateRequest, update
 from models.bundle import Bundle
 from models.manifest import BUNDLE_MANIFEST
-from models.retrieve import Mode, SearchOptions, retrieve
+from models.search import Mode, SearchOptions, search
 from service.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
@@ -164,7 +164,7 @@ def test_update_keeps_the_lexical_index_in_step(meta_bundle: Path, tmp_path: Pat
     assert manifest.lexical is not None and "year" in manifest.metadata_fields
     bundle = Bundle(out)
     try:
-        found = retrieve(bundle, None, ["Zanzibar kitesurfing", "Odoacer"], SearchOptions(top_k=3,
+        found = search(bundle, None, ["Zanzibar kitesurfing", "Odoacer"], SearchOptions(top_k=3,
                          mode=Mode.LEXICAL), 4)
         assert [h.doc.id for h in found.hits[0]] == ["kite"]
         assert found.hits[1] == []  # the deleted document's words are gone with it

@@ -9,6 +9,7 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from models.bundle import Bundle
+from models.search import dense_hits
 from models.student import StudentEncoder
 from service.app import create_app
 from service.settings import ServiceSettings
@@ -50,7 +51,7 @@ def test_scores_are_rescored_cosines(binary_server: LiveServer, float_256: Path,
     served = binary_server.client.post("/search", json={"query": query, "top_k": 5}).json()["results"]
     exact = Bundle(float_256)
     try:
-        hits = exact.search(StudentEncoder(tiny_student).encode([query]), len(DOCS))[0]
+        hits = dense_hits(exact, StudentEncoder(tiny_student).encode([query]), len(DOCS))[0]
     finally:
         exact.close()
     float_scores = {hit.doc.id: hit.score for hit in hits}

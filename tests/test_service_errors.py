@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from models.vector_index import INDEX_FILE
+from models.search.vector_index import INDEX_FILE
 from service.app import create_app
 from service.errors import install_error_handlers
 from service.settings import ServiceSettings

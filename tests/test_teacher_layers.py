@@ -11,6 +11,7 @@ from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import Preset
 from models.registry import load_card, resolve
+from models.search import dense_hits
 from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
@@ -38,7 +39,7 @@ def test_teacher_layer_student_distills_exports_and_finds_the_probes(
     assert manifest.parity is not None
     assert manifest.parity.fp32_mean_cosine >= FP32_MIN_COSINE and manifest.parity.int8_mean_cosine >= INT8_MIN_COSINE
     encoder = StudentEncoder(out, precision="int8")
-    hits = Bundle(tiny_bundle).search(encoder.encode(list(PROBES)), k=3)
+    hits = dense_hits(Bundle(tiny_bundle), encoder.encode(list(PROBES)), k=3)
     # Two layers after six steps: every probe's document within its top 3, most of them first.
     assert all(doc in {h.doc.id for h in found} for doc, found in zip(PROBES.values(), hits, strict=True))
     assert sum(found[0].doc.id == doc for doc, found in zip(PROBES.values(), hits, strict=True)) >= len(PROBES) - 1

@@ -6,7 +6,7 @@
               that shows what the teacher-built index buys).
 Retention is each setup's nDCG@10 over the teacher's (dense).
 
-Bundles with a lexical index add three rows, searched as the service searches (models.retrieve):
+Bundles with a lexical index add three rows, searched as the service searches (models.search):
 - lexical:        BM25 alone;
 - teacher_hybrid: teacher queries fused with BM25, by the bundle's recorded default fusion;
 - hybrid:         student queries fused with BM25 (what `mode: hybrid` serves).
@@ -36,9 +36,8 @@ from models.evaluation.matrix import Setup, evaluate_matrix
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
 from models.manifest import FusionSpec, StudentPrecision
 from models.registry import ModelCard, resolve
-from models.retrieve import Mode, SearchOptions, retrieve, search_index
+from models.search import DEFAULT_OVERSAMPLE, Mode, SearchOptions, VectorIndex, dense_hits, search, search_index
 from models.student import StudentEncoder
-from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class EvalRequest(BaseModel):
 
 def bundle_search_run(bundle: Bundle, qids: Sequence[str], queries: np.ndarray) -> Run:
     """The run of query vectors against a bundle, searched as the service searches it (top TOP_K)."""
-    hits = bundle.search(queries, TOP_K)
+    hits = dense_hits(bundle, queries, TOP_K)
     return {qid: {h.doc.id: h.score for h in row} for qid, row in zip(qids, hits, strict=True)}
 
 
@@ -78,7 +77,7 @@ def mode_run(bundle: Bundle, qids: Sequence[str], texts: list[str], vectors: np.
     opts = SearchOptions(top_k=TOP_K, mode=mode)
     if fusion is not None:
         bundle.fusion = fusion
-    found = retrieve(bundle, vectors, texts, opts, DEFAULT_OVERSAMPLE)
+    found = search(bundle, vectors, texts, opts, DEFAULT_OVERSAMPLE)
     return {qid: {h.doc.id: h.score for h in row} for qid, row in zip(qids, found.hits, strict=True)}
 
 

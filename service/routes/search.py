@@ -21,9 +21,8 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from models.filters import FilterError, parse_filter
 from models.manifest import FusionMethod
-from models.retrieve import Hit, Mode, SearchOptions
+from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
 from service.deps import LoaderDep, MetricsDep, SettingsDep
 from service.engine import Searcher
 from service.middleware import header

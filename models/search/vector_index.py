@@ -1,24 +1,27 @@
-"""FAISS indexes for each quantization and index type: built, saved and loaded here, searched by models.retrieve.
+"""FAISS indexes for each quantization and index type: built, saved and loaded here, searched by
+models.search.query.
 
 - float: IndexFlatIP over MRL-truncated unit vectors.
 - int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
 - binary: IndexBinaryFlat over sign bits, plus the int8 rescoring codes (memory-mapped when loaded).
 
-Those are the flat (exact) first stages; models.ann also builds HNSW and IVF ones (models.index_spec),
-with the same int8 calibration and the same binary rescoring.
+Those are the flat (exact) first stages; models.search.first_stage also builds HNSW and IVF ones
+(models.index_spec), with the same int8 calibration and the same binary rescoring.
 """
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 import faiss
 import numpy as np
 
-from models.ann import (
+from models.contract import truncate
+from models.index_spec import IndexSpec, Quantization
+from models.search.first_stage import (
     apply_search_params,
     build_first_stage,
     empty_first_stage,
@@ -26,10 +29,7 @@ from models.ann import (
     spin_matrix,
     train_step,
 )
-from models.contract import truncate
-from models.index_spec import IndexSpec
-from models.manifest import Quantization
-from models.quantize import Int8Calibration, int8_encode
+from models.search.quantize import Int8Calibration, int8_encode
 from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
@@ -61,11 +61,10 @@ class VectorIndex:
         self.index = index
         self.calibration = calibration
         self.rescore_codes = rescore_codes
-        self.observe: StageObserver | None = None  # told how long int8 rescoring took (models.retrieve), when set
-
-    @property
-    def count(self) -> int:
-        return int(self.index.ntotal)
+        self.observe: StageObserver | None = None  # told how long int8 rescoring took (models.search.query), when set
+        # A plain attribute, not a property over index.ntotal: the index is complete when it gets here (built,
+        # loaded or written whole) and never grows after, and a query reads it without a call into this file.
+        self.count = int(index.ntotal)
 
     @classmethod
     def build(
@@ -73,7 +72,8 @@ class VectorIndex:
         center: bool = False, spin: bool = False,
     ) -> VectorIndex:
         """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat);
-        binary codes are the signs of the vectors minus their mean (`center`), spun (`spin`: models.ann)."""
+        binary codes are the signs of the vectors minus their mean (`center`), spun (`spin`:
+        models.search.first_stage)."""
         spec = spec or IndexSpec()
         x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
         cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
@@ -141,6 +141,14 @@ class VectorIndex:
             if spin.shape != (dim, dim):
                 raise ValueError(f"{directory}: {SPIN_FILE} has shape {spin.shape}, expected {(dim, dim)}")
         return cls(quantization, dim, index, cal, rescore, spec, center, spin)
+
+
+def float_vectors(directory: Path, count: int, chunk: int) -> Iterator[np.ndarray]:
+    """The `count` vectors a float index file holds, `chunk` rows at a time in row order (reconstructed
+    from the file as written, so the read needs no manifest check: `tandem index export`'s fallback)."""
+    index = faiss.read_index(str(directory / INDEX_FILE))
+    for start in range(0, count, chunk):
+        yield index.reconstruct_n(start, min(chunk, count - start))
 
 
 class IndexWriter:

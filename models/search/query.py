@@ -1,6 +1,9 @@
-"""The bundle's search: one search in any mode (dense, lexical or hybrid), with filters, pagination and a
-score floor, down to the FAISS calls. It is the last file of a query's path, route → engine → student → here
-(service.engine), and the search evaluation measures; models.vector_index builds, saves and loads the indexes.
+"""A bundle's search, from query vectors and texts to documents: one search in any mode (dense, lexical or
+hybrid), with filters, pagination and a score floor, down to the FAISS calls (`search`), and the unfiltered
+dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). A dense query runs only
+here (and in the docstore that fetches its documents): rotating the query into the bundle's basis, the
+FAISS search and the binary rescoring all live in this module; models.search.vector_index builds, saves
+and loads the indexes.
 
 Filters restrict both sides before ranking, so a page fills whenever enough documents match:
 - dense: a FAISS ID selector on the first stage, or, when the filter is very selective (or an
@@ -21,16 +24,16 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
-from models.ann import sign_codes
 from models.contract import truncate
 from models.corpus import Document
-from models.filters import Filter
-from models.fusion import fuse
-from models.lexical import top_k
-from models.manifest import FusionMethod, FusionSpec, Quantization
-from models.quantize import int8_decode
-from models.rotation import rotate
-from models.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+from models.index_spec import Quantization
+from models.manifest import FusionMethod, FusionSpec
+from models.search.filters import Filter
+from models.search.first_stage import sign_codes
+from models.search.fusion import fuse
+from models.search.lexical import top_k
+from models.search.quantize import int8_decode
+from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 if TYPE_CHECKING:
     from models.bundle import Bundle
@@ -113,8 +116,8 @@ def exact_candidates(bundle: Bundle, rotated: np.ndarray, depth: int,
     return best_s, best_r
 
 
-def retrieve(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
-             oversample: int) -> Retrieved:
+def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
+           oversample: int) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical."""
     allowed = bundle.docs.rows_where(opts.filter.sql, opts.filter.params) if opts.filter is not None else None
     need = opts.offset + opts.top_k
@@ -144,6 +147,26 @@ def retrieve(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opt
         docs = bundle.docs.get([int(r) for r in rows])
         out.append([Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)])
     return Retrieved(out, lexical_s)
+
+
+def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
+    """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests); `search` does the rest."""
+    scores, rows = search_index(bundle.vectors, rotate(vectors, bundle.rotation), k, oversample)
+    out: list[list[Hit]] = []
+    for srow, rrow in zip(scores, rows, strict=True):
+        valid = [(int(r), float(s)) for r, s in zip(rrow, srow, strict=True) if r >= 0]
+        docs = bundle.docs.get([r for r, _ in valid])
+        out.append([Hit(row=r, score=s, doc=d) for (r, s), d in zip(valid, docs, strict=True)])
+    return out
+
+
+def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
+    """Full-width vectors in a bundle's rotated basis (unchanged without a rotation); norms are preserved.
+
+    The indexer rotates the documents with it (models.rotation fits the matrix), the search the queries."""
+    if rotation is None:
+        return vectors
+    return np.asarray(vectors, dtype=np.float32) @ rotation
 
 
 def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE,

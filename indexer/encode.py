@@ -1,0 +1,76 @@
+"""The teacher-encoding stage that `index build` and `index update` share: how the teacher runs
+(`TeacherRun`), a runner that encodes in this process (`local_teacher`), and filling an embedding-store
+entry with a runner (`encode_into`). The Ray runner (indexer.ray_engine) takes the same `TeacherRun`;
+which runner a build uses, and the precision a Ray cluster gives, are the build's (indexer.build).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexer.options import Engine
+from models.embedding_store import EmbeddingStore, ShardRunner, local_runner
+from models.errors import InputError
+from models.manifest import TEACHER_PRECISIONS
+from models.registry import ModelCard
+
+
+@dataclass(frozen=True)
+class TeacherRun:
+    """How the teacher encodes: where, in what precision, on which engine."""
+
+    device: str | None = None
+    precision: str | None = None
+    batch_size: int = 32
+    batch_tokens: int | None = None
+    engine: str = "local"
+    ray_address: str | None = None
+    ray_actors: int | None = None
+    ray_threads: int = 1
+
+    def check(self) -> None:
+        if self.engine not in tuple(Engine):
+            raise InputError(f"unknown engine {self.engine!r}; choose one of {', '.join(e.value for e in Engine)}")
+        if self.precision is not None and self.precision not in TEACHER_PRECISIONS:
+            raise InputError(f"unknown --precision {self.precision!r}; choose {', '.join(TEACHER_PRECISIONS)}")
+        if self.batch_size < 1 or (self.batch_tokens is not None and self.batch_tokens < 1):
+            raise InputError("--batch-size and --batch-tokens must be at least 1")
+        if self.ray_threads < 1 or (self.ray_actors is not None and self.ray_actors < 1):
+            raise InputError("--ray-actors and --ray-threads must be at least 1")
+        if self.engine == Engine.LOCAL and self.precision == "fp16" and \
+                not (self.device or local_device()).startswith("cuda"):
+            raise InputError("--precision fp16 needs a CUDA device; on CPU use fp32 (the reference) or bf16")
+
+
+def local_device() -> str:
+    """Where the local engine runs the teacher by default: CUDA when torch sees it, else the CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def encode_into(store: EmbeddingStore, key: str, count: int, runner: ShardRunner, card: ModelCard, run: TeacherRun,
+                precision: str) -> None:
+    """Encode the shards entry `key` lacks with `runner`, recording in its meta what computed them."""
+    meta = {"source": "encoded", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+            "precision": precision, "engine": run.engine,
+            "device": getattr(runner, "device", None) or run.device or "cpu"}
+    store.ensure(key, count, runner, meta)
+
+
+def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precision: str) -> ShardRunner:
+    """Encode shards in this process; loads torch and the teacher only now."""
+    from models.teacher import TeacherEncoder
+
+    encoder = TeacherEncoder(Path(card.path), device=run.device, precision=precision, batch_tokens=run.batch_tokens)
+
+    def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
+        return encoder.encode(batch, batch_size=run.batch_size, on_progress=on_progress)
+
+    runner = local_runner(texts, encode)
+    runner.device = encoder.device.type  # type: ignore[attr-defined]
+    return runner

@@ -1,0 +1,34 @@
+"""The search: the only way into FAISS, BM25, metadata filters and fusion.
+
+The service, `tandem eval`, bench/ and tests search through these names:
+- `search`: one search of a bundle in any mode (dense, lexical, hybrid), with filters, pages and a floor;
+- `dense_hits`: a bundle's unfiltered dense top-k (evaluation, warm-up, tests);
+- `search_index`: the dense top-k rows of a bare `VectorIndex` (an index built in memory, not a bundle);
+- `parse_filter`: a request's metadata filter, compiled (or `FilterError`).
+
+Modules: `query` (the search itself: a dense query runs only there), `vector_index` (FAISS indexes:
+build, save, load; the indexer builds through it), `first_stage` (FAISS's first stage per index type ×
+quantization), `quantize` (int8 and binary codes), `lexical` (BM25), `filters`, `fusion`. models.bundle
+loads a bundle's index files through `vector_index` and `lexical`; nothing here imports models.bundle
+but for type annotations, so opening a bundle never needs the search.
+"""
+
+from models.search.filters import Filter, FilterError, parse_filter
+from models.search.query import Hit, Mode, Retrieved, SearchOptions, dense_hits, rotate, search, search_index
+from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+
+__all__ = [
+    "DEFAULT_OVERSAMPLE",
+    "Filter",
+    "FilterError",
+    "Hit",
+    "Mode",
+    "Retrieved",
+    "SearchOptions",
+    "VectorIndex",
+    "dense_hits",
+    "parse_filter",
+    "rotate",
+    "search",
+    "search_index",
+]
