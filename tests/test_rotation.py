@@ -57,7 +57,7 @@ def test_rotated_bundle_records_applies_and_verifies_it(
     assert manifest.summary()["rotation"] == "pca"
     verify_bundle(out)
     queries = StudentEncoder(tiny_student).encode(list(PROBES))
-    hits = dense_hits(Bundle(out), queries, k=1)  # the bundle rotates the queries itself
+    hits = dense_hits(Bundle(out), queries, k=1)  # the search rotates the queries by the bundle's matrix
     assert {q: h[0].doc.id for q, h in zip(PROBES, hits, strict=True)} == PROBES
     full = tmp_path / "pca-768-float"
     build(BuildRequest(corpus=tiny_corpus, out=full, rotation="pca"))
