@@ -1,9 +1,10 @@
 """A bundle's search, from query vectors and texts to documents: one search in any mode (dense, lexical or
 hybrid), with filters, pagination and a score floor, down to the FAISS calls (`search`), and the unfiltered
-dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). A dense query runs only
-here (and in the docstore that fetches its documents): rotating the query into the bundle's basis, the
-FAISS search and the binary rescoring all live in this module; models.search.vector_index builds, saves
-and loads the indexes.
+dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). Rotating the query into
+the bundle's basis, the FAISS search and the binary rescoring live in this module, so a dense query on a
+float bundle runs here, in models.contract (MRL truncation) and in the docstore that fetches its documents
+(binary adds the sign codes of models.search.first_stage and the codecs of models.search.quantize);
+models.search.vector_index builds, saves and loads the indexes.
 
 Filters restrict both sides before ranking, so a page fills whenever enough documents match:
 - dense: a FAISS ID selector on the first stage, or, when the filter is very selective (or an
