@@ -362,3 +362,21 @@ def test_bench_scripts_write_a_dated_record(tmp_path: Path, monkeypatch: pytest.
     assert path.read_text() == "# Serving\n\nfigures\n" and other.read_text() == "# kept\n"
     assert benchdoc.publish(tmp_path / "none", "x", "text", write=False) is None
     assert not (tmp_path / "none").exists()
+
+
+CODE_DOC_REF = re.compile(r"docs/(decisions\.md#[\w-]+|lab/[\w.-]+\.md)")
+
+
+def test_code_points_at_decisions_and_records_that_exist() -> None:
+    """Code comments that give a reason by an anchor of docs/decisions.md, or by a record of the lab notebook,
+    name a heading and a file that exist."""
+    broken: list[str] = []
+    for folder in ("models", "service", "indexer", "tandem", "bench", "tests"):
+        for source in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+                for ref in CODE_DOC_REF.findall(line):
+                    file, _, anchor = ref.partition("#")
+                    target = ROOT / "docs" / file
+                    if not target.exists() or (anchor and anchor not in _anchors(target)):
+                        broken.append(f"{_rel(source)}:{number}: docs/{ref}")
+    assert not broken, "\n".join(broken)
