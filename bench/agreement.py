@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_model, markers, publish, start_logging
+from benchdoc import add_output_args, cpu_line, publish, start_logging
 
 log = logging.getLogger("bench.agreement")
 
@@ -104,11 +104,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         recipe = f"{preset.members} × {preset.epochs} | {per_epoch} | {preset.batch_size} | {preset.real_query_repeats}"
         rows.append(f"| `{directory.name}` | {recipe} | {cells} |")
         log.info("%s: %s", directory, overlap)
-    begin, end = markers(SECTION)
     command = "python bench/agreement.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
     text = "\n".join([
-        begin,
-        f"Command: `{command}`; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu_model()}. overlap@10 of the int8 "
+        "# Students' agreement with the teacher, by kind of query",
+        "",
+        f"Command: `{command}`; {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {cpu_line()}. overlap@10 of the int8 "
         f"student's top 10 (one query per call) with the teacher's, over the {len(docs):,} documents, on each "
         f"run's held-out pseudo-queries and held-out real train-split queries, on the `{args.split}` queries "
         "(judgments unused), and on the run's held-out passages used as long queries (each is itself in the corpus, "
@@ -118,10 +118,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "| held-out real queries | test queries | held-out passages |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows,
-        end,
     ])
     bundle.close()
-    publish(args.out, SECTION, text, write=not args.no_write)
+    publish(args.lab, SECTION, text, write=not args.no_write)
 
 
 if __name__ == "__main__":

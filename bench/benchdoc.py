@@ -1,7 +1,11 @@
-"""What the bench scripts share: the machine they ran on, and their marked sections of docs/BENCHMARKS.md.
+"""What the bench scripts share: the machine they ran on, and the dated record each run writes.
 
-Each script owns one section between `<!-- NAME:begin -->` and `<!-- NAME:end -->`; rewriting it
-leaves every other section as it was, so scripts can be rerun independently.
+A run writes its results as a record of its own in the lab notebook, docs/lab/<UTC date>-<section>.md,
+and touches no other file: docs/BENCHMARKS.md holds only today's figures, one row per figure linking its
+record, updated by a person from the records. Why not rewrite a marked section of BENCHMARKS.md, as the
+scripts once did: every new variant of a run added a section, and the file grew to 176,671 characters
+with 12 sections titled the same, while which run is today's figure is a person's call anyway. A rerun on
+the same day under the same section replaces its record, as it replaced its section before.
 """
 
 from __future__ import annotations
@@ -10,18 +14,15 @@ import argparse
 import logging
 import os
 import platform
+from datetime import UTC, datetime
 from pathlib import Path
 
 from models.atomic import atomic_write
 
 REPO = Path(__file__).resolve().parents[1]
-BENCHMARKS_MD = REPO / "docs" / "BENCHMARKS.md"
+LAB = REPO / "docs" / "lab"
 
 log = logging.getLogger("bench")
-
-
-def markers(section: str) -> tuple[str, str]:
-    return f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
 
 
 def cpu_model() -> str:
@@ -55,6 +56,11 @@ def cpu_flags() -> str:
     return ", ".join(f"{f} {'yes' if has else 'no'}" for f, has in cpu_flag_map().items())
 
 
+def cpu_line() -> str:
+    """The CPU as a record names it: the model, then its kernel flags."""
+    return f"{cpu_model()} ({cpu_flags()})"
+
+
 def load_average() -> tuple[float, str]:
     """1-minute load and a printable 1/5/15-minute triple."""
     try:
@@ -64,30 +70,27 @@ def load_average() -> tuple[float, str]:
     return loads[0], "/".join(f"{x:.1f}" for x in loads) + " (1/5/15 min)"
 
 
-def write_section(path: Path, section: str, text: str) -> None:
-    """Replace `section`'s marked block in `path` with `text` (which carries the markers), or append it."""
-    begin, end = markers(section)
-    old = path.read_text() if path.is_file() else "# Benchmarks\n"
-    if begin in old and end in old:
-        head, rest = old.split(begin, 1)
-        new = head + text + rest.split(end, 1)[1]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, lambda fh: fh.write(new.encode()))
+def record_path(lab: Path, section: str, when: datetime | None = None) -> Path:
+    """Where a run of `section` on `when`'s UTC date (today by default) keeps its record."""
+    return lab / f"{(when or datetime.now(UTC)):%Y-%m-%d}-{section}.md"
 
 
-def publish(path: Path, section: str, text: str, write: bool = True) -> None:
-    """Log a script's results and, unless `write` is false (its --no-write), put them into `path`."""
+def publish(lab: Path, section: str, text: str, write: bool = True) -> Path | None:
+    """Log a script's results and, unless `write` is false (its --no-write), write them as a record in `lab`."""
     log.info("results:\n%s", text)
-    if write:
-        write_section(path, section, text)
-        log.info("updated %s", path)
+    if not write:
+        return None
+    path = record_path(lab, section)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = text.strip("\n") + "\n"
+    atomic_write(path, lambda fh: fh.write(body.encode()))
+    log.info("wrote %s; update its row in docs/BENCHMARKS.md and list it in docs/lab/README.md", path)
+    return path
 
 
 def add_output_args(parser: argparse.ArgumentParser) -> None:
-    """--out and --no-write, which every script that publishes a section takes."""
-    parser.add_argument("--out", type=Path, default=BENCHMARKS_MD, help="Markdown file to update.")
+    """--lab and --no-write, which every script that publishes a record takes."""
+    parser.add_argument("--lab", type=Path, default=LAB, help="Folder of the dated records (the lab notebook).")
     parser.add_argument("--no-write", action="store_true", help="Only log the results.")
 
 

@@ -1,7 +1,7 @@
 """Does the work a server does between two encodes slow the encode itself?
 
 Why: the int8 student spent about 0.2 ms more CPU per query inside `tandem serve` than in the bare-limit loop
-(docs/BENCHMARKS.md, "Garbage collection pauses"), and that difference alone is most of what keeps the server
+(docs/lab/2026-11-25-gc-pauses.md), and that difference alone is most of what keeps the server
 under the bare limit. In the loop a process encodes back to back on a core of its own; in a server the HTTP
 path, the other server process and the load generator run between two encodes and take over the core's caches.
 This measures the encode's CPU time (`time.thread_time`, so waiting for the core is not counted) in one process,
@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 
 from models.student import StudentEncoder
@@ -83,11 +83,10 @@ def measure(encoder: StudentEncoder, queries: Sequence[str], before: dict[str, C
 
 def render(times: dict[str, list[float]], costs: dict[str, float], command: str, load: str, described: str,
            args: argparse.Namespace) -> str:
-    begin, end = markers(args.section)
     alone = statistics.median(times["alone"])
-    lines = [begin, "## Encode CPU time after other work on the core", "", f"Command: `{command}`", "",
+    lines = ["# Encode CPU time after other work on the core", "", f"Command: `{command}`", "",
              f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-             f"- Machine: {cpu_model()} ({cpu_flags()}); load average {load}",
+             f"- Machine: {cpu_line()}; load average {load}",
              f"- Setup: the int8 student `{args.student.name}`, one ONNX thread, one query per call, queries: "
              f"{described}; `time.thread_time` around `StudentEncoder.encode_counted`; {args.rounds} rounds of blocks "
              f"of {args.block} queries, the conditions taking turns.", "",
@@ -98,7 +97,6 @@ def render(times: dict[str, list[float]], costs: dict[str, float], command: str,
         median = statistics.median(values)
         lines.append(f"| {name} | {cost} | {statistics.mean(values):.3f} | {median:.3f} | "
                      f"{median - alone:+.3f} |")
-    lines.append(end)
     return "\n".join(lines)
 
 
@@ -111,7 +109,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--block", type=int, default=300, help="Queries per block.")
     parser.add_argument("--sweep-mib", type=int, default=4, help="MiB swept before an encode (above a core's L2).")
     add_output_args(parser)
-    parser.add_argument("--section", default=SECTION, help="Marked section of --out to write.")
+    parser.add_argument("--section", default=SECTION, help="Name of the record: docs/lab/<date>-<section>.md.")
     return parser.parse_args(argv)
 
 
@@ -126,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     times, costs = measure(encoder, queries, before, args.rounds, args.block)
     command = shlex.join(["python", "bench/encode_interference.py", *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"
-    publish(args.out, args.section, render(times, costs, command, load, described, args),
+    publish(args.lab, args.section, render(times, costs, command, load, described, args),
             write=not args.no_write)
     return 0
 

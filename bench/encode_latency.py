@@ -3,7 +3,7 @@
 Why: the point of the student is cheaper queries. This measures the cost the service pays per
 request (batch size 1) and per micro-batch (batch size 16, what concurrent requests share), with
 the same thread count for all encoders, all in one process and one run, and records the result in
-docs/BENCHMARKS.md.
+the lab notebook (docs/lab/<date>-encode-latency.md).
 
     python bench/encode_latency.py --student .tandem/students/scifact --batch-sizes 1,16
 
@@ -26,14 +26,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 
 log = logging.getLogger("bench.encode_latency")
 
 DEFAULT_SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 SECTION = "encode-latency"
 BLOCK_SETTLE = 3  # untimed calls at the start of each block
-BEGIN, END = markers(SECTION)
 
 FALLBACK_QUERIES = [
     "how do vaccines train the immune system",
@@ -155,13 +154,12 @@ def render_section(
     ]
     return "\n".join(
         [
-            BEGIN,
-            "## Query encoding latency and throughput (CPU)",
+            "# Query encoding latency and throughput (CPU)",
             "",
             f"Command: `{command}`",
             "",
             f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-            f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; {versions()}; load average {load}",
+            f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; {versions()}; load average {load}",
             f"- Setup: {setup}",
             "",
             *([note, ""] if note else []),
@@ -170,7 +168,6 @@ def render_section(
             "Speed-up over the teacher at the same batch size:",
             "",
             *speedups,
-            END,
         ]
     )
 
@@ -262,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"
     section = render_section(command, results, teacher_name, setup, load, note)
-    publish(args.out, SECTION, section, write=not args.no_write)
+    publish(args.lab, SECTION, section, write=not args.no_write)
 
 
 if __name__ == "__main__":

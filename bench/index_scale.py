@@ -32,12 +32,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, publish, start_logging
 
 log = logging.getLogger("bench.index_scale")
 
 SECTION = "index-scale"
-BEGIN, END = markers(SECTION)
 SCIFACT = Path(os.environ.get("TANDEM_SCIFACT_DIR", REPO.parent / "shared" / "data" / "scifact"))
 TIME = "/usr/bin/time"  # GNU time (Debian's `time` package)
 WORDS = ("protein", "cell", "gene", "expression", "tumor", "patient", "clinical", "trial", "receptor", "signal",
@@ -236,7 +235,7 @@ def measure_precisions(n: int, device: str, rounds: int, work: Path) -> list[tup
 def render(args: argparse.Namespace, rss: list[RssRow], rates: dict[str, list[float]],
            precisions: list[tuple[str, float, float, float]], gpu: list[tuple[str, float, float, float]] | None,
            load: str) -> str:
-    lines = [BEGIN, "## Indexing at scale: memory, the Ray engine, the teacher's precisions", "",
+    lines = ["# Indexing at scale: memory, the Ray engine, the teacher's precisions", "",
              f"`python bench/index_scale.py {shlex.join(args.argv)}` on {cpu_model()} ({os.cpu_count()} cores; "
              f"flags: {cpu_flags()}), {datetime.now(UTC):%Y-%m-%d}, load before the run {load}.", ""]
     if rss:
@@ -278,7 +277,6 @@ def render(args: argparse.Namespace, rss: list[RssRow], rates: dict[str, list[fl
     else:
         lines.append("**GPU:** no GPU was lent to this run, so the teacher's fp16 docs/s on CUDA and its cosine to "
                      "CPU fp32 were not measured.")
-    lines.append(END)
     return "\n".join(lines)
 
 
@@ -322,7 +320,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             if baseline is not None:
                 subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(baseline)], check=True)
     gpu = json.loads(args.gpu_json.read_text()) if args.gpu_json else None
-    publish(args.out, SECTION, render(args, rss, rates, precisions, gpu, load), write=not args.no_write)
+    publish(args.lab, SECTION, render(args, rss, rates, precisions, gpu, load), write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Why: an operator choosing `tandem index build --index/--quantization` trades recall for RAM and
 speed; this measures all three for every valid combination on one synthetic corpus and records
-them in docs/BENCHMARKS.md.
+them in the lab notebook (docs/lab/<date>-index-types.md).
 
 The corpus is SciFact's teacher embeddings with noise, because random unit vectors are a poor
 proxy for real embeddings (no clusters, no anisotropy): each document is a reference vector plus
@@ -34,12 +34,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 
 log = logging.getLogger("bench.index_types")
 
 SECTION = "index-types"
-BEGIN, END = markers(SECTION)
 DEFAULT_REFERENCE = (Path(os.environ.get("TANDEM_SCIFACT_DIR", REPO.parent / "shared" / "data" / "scifact"))
                      / "reference" / "all-mpnet-base-v2.corpus.f16.npy")
 TYPES = [("flat", "float"), ("flat", "int8"), ("flat", "binary"), ("hnsw", "float"), ("hnsw", "int8"),
@@ -176,13 +175,12 @@ def render(rows: list[Row], command: str, setup: str, load: str) -> str:
     import faiss
 
     lines = [
-        BEGIN,
-        "## Index types: recall, latency and RAM per document",
+        "# Index types: recall, latency and RAM per document",
         "",
         f"Command: `{command}`",
         "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; python {platform.python_version()}, "
+        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; python {platform.python_version()}, "
         f"faiss {faiss.__version__}; load average {load}",
         f"- Setup: {setup}",
         "",
@@ -203,7 +201,6 @@ def render(rows: list[Row], command: str, setup: str, load: str) -> str:
         "the mapping's resident size after all queries (`/proc/self/smaps`): the file was just written, so "
         "it is all in the page cache and the kernel's fault-around maps the pages beside each one read; "
         "on a cold cache only the pages read (and their readahead) come in.",
-        END,
     ]
     return "\n".join(lines)
 
@@ -262,7 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
              f"`models.search.search_index` for one query at a time, {args.latency_queries} queries, "
              f"FAISS threads 1, oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
     section = render(rows, command, setup, f"{load_before} before, {load_average()[1]} after")
-    publish(args.out, SECTION, section, write=not args.no_write)
+    publish(args.lab, SECTION, section, write=not args.no_write)
 
 
 if __name__ == "__main__":

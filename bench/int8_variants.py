@@ -30,12 +30,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
 
 log = logging.getLogger("bench.int8_variants")
 
 SECTION = "int8-variants"
-BEGIN, END = markers(SECTION)
 BATCH = 64
 
 
@@ -114,21 +113,19 @@ def main(argv: Sequence[str] | None = None) -> None:
     ]
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     section = "\n".join([
-        BEGIN,
-        "## The int8 student, quantized several ways",
+        "# The int8 student, quantized several ways",
         "",
         f"Command: `{command}`",
         "",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; load average {load_before} before the run",
+        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; load average {load_before} before the run",
         f"- Setup: student `{args.student}` (its fp32 graph re-quantized per row, per-channel dynamic); "
         f"{len(texts)} {args.split} queries of {args.data.name}; bundle `{args.index}`, top {TOP_K}; "
         f"{args.threads} onnxruntime thread(s); cosine and timing over each query encoded alone.",
         "",
         *table,
-        END,
     ])
-    publish(args.out, SECTION, section, write=not args.no_write)
+    publish(args.lab, SECTION, section, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ Each server is started fresh, checked (its top 10 against exact search with the 
 for txtai also its query vectors against models/teacher.py), warmed up, measured at a low open-loop rate
 (latency), then up a ladder of rates (throughput: the highest step with no error, ≥ 95% of the target rate
 answered and p99 within a bound), and stopped; its peak RSS is read from /proc first. Results go into a
-marked section of docs/BENCHMARKS.md.
+dated record in the lab notebook (docs/lab/<date>-peers.md).
 
     python bench/peers.py [--index .tandem/bundles/scifact-768-float] [--student .tandem/students/scifact-trainq-4ep]
 """
@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
 from peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
 from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
@@ -49,7 +49,6 @@ from tandem.loadtest import Answer, LoadReport, Request, Send, format_report, po
 log = logging.getLogger("bench.peers")
 
 SECTION = "peers"
-BEGIN, END = markers(SECTION)
 PEERS = ("txtai", "plain", "tandem")
 DEFAULT_LADDER = "5,10,20,40,80,160,320,640"
 REFERENCE = "all-mpnet-base-v2.corpus"  # the SciFact reference vectors: {REFERENCE}.f16.npy, {REFERENCE}.ids.json
@@ -244,10 +243,10 @@ def render(command: str, setup: str, load: str, note: str | None, outcomes: list
             steps.append(f"| {o.peer.name} | {r.target_rps:g} | {r.achieved_rps:.1f} | "
                          f"{fmt(r.latency_ms.get('p50'))} | {fmt(r.latency_ms.get('p99'))} | {errors} | {s.why} |")
     return "\n".join([
-        BEGIN, "## Tandem and its peers: txtai, the plain way", "",
+        "# Tandem and its peers: txtai, the plain way", "",
         f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible; {peer_versions()}; load average {load}",
+        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; {peer_versions()}; load average {load}",
         f"- Setup: {setup}", "",
         *([note, ""] if note else []),
         f"Latency at {args.latency_rps:g} rps open loop for {args.latency_duration:g} s (from the scheduled send), "
@@ -263,7 +262,6 @@ def render(command: str, setup: str, load: str, note: str | None, outcomes: list
         "steps. The overlap is the mean share of a server's top "
         f"{args.top_k} found by exact search with the teacher's query vectors (models/teacher.py), over the "
         "check queries: 1.0 for servers that run the teacher, lower for tandem's student by design.",
-        END,
     ])
 
 
@@ -386,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
     load = f"{load_before} before, {load_average()[1]} after"
     section = render(command, setup, load, note, outcomes, args)
-    publish(args.out, SECTION, section, write=not args.no_write)
+    publish(args.lab, SECTION, section, write=not args.no_write)
     return 0
 
 

@@ -9,7 +9,7 @@ A real `tandem serve` process (127.0.0.1) serves a bundle root built from a smal
 
 It checks: no failed request, the corrupted bundle refused, and every answer's `index.version`
 is the version in service while the request was in flight (old or new only inside a reload's
-window). Results go into a marked section of docs/BENCHMARKS.md.
+window). Results go into a dated record in the lab notebook (docs/lab/).
 
 With `--replicas N` (N > 1) it runs N `tandem serve` processes on one bundle root behind Debian's nginx
 (`apt-get install nginx`; a generated config, no root needed) and drives the load through nginx, as
@@ -44,7 +44,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 from servers import (
     UPSTREAM_HEADER,
     free_port,
@@ -401,18 +401,17 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
     if busy:
         checks += ["", f"> The machine was busy before the run (1-min load above its {cores} cores: other jobs), "
                    "so latencies are inflated; the pass/fail checks do not depend on them."]
-    begin, end = markers(section_name(replicas, processes, workers))
-    title = ("## Hot reload under load" + ("" if replicas == 1 else f", {replicas} replicas behind nginx")
+    title = ("# Hot reload under load" + ("" if replicas == 1 else f", {replicas} replicas behind nginx")
              + ("" if processes == 1 else f", {processes} processes each")
              + (", batches on the event loop" if workers == 0 else ""))
     return "\n".join([
-        begin, title, "",
+        title, "",
         f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_model()} ({cpu_flags()}), {os.cpu_count()} cores visible; "
+        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; "
         f"python {platform.python_version()}; load average {load_before} before the run",
         f"- Setup: {setup}", "",
-        *rows, "", *checks, "", *lat, "", "```", report_text, "```", end,
+        *rows, "", *checks, "", *lat, "", "```", report_text, "```",
     ])
 
 
@@ -536,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     section = render(command.strip(), setup, load_before, report_text, events, verdict,
                      latency_split(answers, events), t0, busy, args.replicas, Counter(a.replica for a in answers),
                      args.note, args.processes, args.workers)
-    publish(args.out, section_name(args.replicas, args.processes, args.workers), section, write=not args.no_write)
+    publish(args.lab, section_name(args.replicas, args.processes, args.workers), section, write=not args.no_write)
     return 0 if verdict.passed else 1
 
 

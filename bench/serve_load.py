@@ -52,7 +52,6 @@ from benchdoc import (
     cpu_flags,
     cpu_model,
     load_average,
-    markers,
     publish,
     start_logging,
 )
@@ -288,7 +287,7 @@ def limit_lines(configs: list[Config], args: argparse.Namespace) -> list[str]:
     measured = [c for c in configs if c.bare is not None]
     if not measured:
         return []
-    lines = ["", "### The limit beside the server", "",
+    lines = ["", "## The limit beside the server", "",
              "| docs | index | bare limit q/s (workers) | bare after q/s | bare per-query p50 / p99 ms | sustained rps "
              f"(p99 ≤ {args.p99_ms:g} ms) | sustained / bare | half the limit: rps | p50 ms | p99 ms | errors |",
              "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -325,9 +324,8 @@ def render(configs: list[Config], accept: Acceptance | None, accept_label: str, 
     import onnxruntime
 
     sizes = " and ".join(f"{size:,}" for size in dict.fromkeys(c.size for c in configs))
-    begin, end = markers(args.section)
     lines = [
-        begin, f"## End-to-end POST /search under open-loop load: {sizes} documents", "", f"Command: `{command}`", "",
+        f"# End-to-end POST /search under open-loop load: {sizes} documents", "", f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
         f"- Machine: {machine_line()}; "
         f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}, faiss {faiss.__version__}; "
@@ -346,9 +344,8 @@ def render(configs: list[Config], accept: Acceptance | None, accept_label: str, 
     lines += ["", "✗: the step failed (an error, under 95% of the rate answered, or p99 over the bound). "
               "`binary` serves Hamming top 4·k rescored against memory-mapped int8 codes.", *limit_lines(configs, args)]
     if accept is not None:
-        lines += ["", f"### Acceptance: {accept_label}", "", *acceptance_lines(accept, args), "", "```",
+        lines += ["", f"## Acceptance: {accept_label}", "", *acceptance_lines(accept, args), "", "```",
                   *(format_report(s.report) for s in (accept.steady, accept.overload, accept.recovery)), "```"]
-    lines.append(end)
     return "\n".join(lines)
 
 
@@ -418,7 +415,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="Server settings (repeatable), e.g. TANDEM_BATCH_MAX_QUERIES=8.")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "serve")
     add_output_args(parser)
-    parser.add_argument("--section", default="serve-load", help="Marked section of --out to write.")
+    parser.add_argument("--section", default="serve-load", help="Name of the record: docs/lab/<date>-<section>.md.")
     parser.add_argument("--json", type=Path, help="Also write every figure of the run here.")
     return parser.parse_args(argv)
 
@@ -479,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     section = render(configs, accept, f"{accept_size} documents, {accept_label}" if accept_size else "",
                      command, setup, f"{load_before} before, {load_average()[1]} after", args)
-    publish(args.out, args.section, section, write=not args.no_write)
+    publish(args.lab, args.section, section, write=not args.no_write)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results_json(configs, accept, command, setup, args), indent=2) + "\n")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchdoc import REPO, add_output_args, cpu_model, load_average, markers, publish, start_logging
+from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from serve_load import Server
 from servers import process_tree, stop
@@ -89,11 +89,10 @@ def measure(server: Server, variant: Variant, rps: float, duration: float, queri
 def render(runs: list[Run], command: str, setup: str, load: str) -> str:
     import onnxruntime
 
-    begin, end = markers(SECTION)
     lines = [
-        begin, "## Serving settings, side by side", "", f"Command: `{command}`", "",
+        "# Serving settings, side by side", "", f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_model()}, {os.cpu_count()} cores visible (server and load generator share them); "
+        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible (server and load generator share them); "
         f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}; load average {load}",
         f"- Setup: {setup}", "",
         "| variant | settings | rps | achieved 2xx rps | p50 ms | p99 ms | 429/503 | server CPU ms/request "
@@ -108,7 +107,7 @@ def render(runs: list[Run], command: str, setup: str, load: str) -> str:
                      f"| {r.latency_ms.get('p50', float('nan')):.1f} | {r.latency_ms.get('p99', float('nan')):.1f} "
                      f"| {refused} | {run.server_cpu_ms:.2f} | {run.client_cpu_ms:.2f} |")
     lines += ["", "Server CPU is per request answered, 429s included; latencies are of 2xx answers, from the "
-              "scheduled send.", end]
+              "scheduled send."]
     return "\n".join(lines)
 
 
@@ -151,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              f"a fresh server per variant and rate, warmed up with 20 requests; open-loop runs of "
              f"{args.duration:g} s; queries: {described}; top_k 10.")
     section = render(runs, command, setup, f"{load_before} before, {load_average()[1]} after")
-    publish(args.out, SECTION, section, write=not args.no_write)
+    publish(args.lab, SECTION, section, write=not args.no_write)
     return 0
 
 

@@ -1,6 +1,6 @@
 """Average finished students of one architecture into a new student directory (a post-hoc model soup).
 
-Reproduces "Ablation: weight averaging (model soups)" in docs/BENCHMARKS.md: the fp32 ONNX graphs'
+Reproduces the post-hoc soups of docs/lab/2026-11-24-ablation-model-soups.md: the fp32 ONNX graphs'
 float initializers are averaged one by one and the result is re-quantized with the export's own
 quantize_onnx; tokenizer and student.json come from the first student, less its parity report, which
 described the first student's graph and not the average. Score the result with

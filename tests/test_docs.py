@@ -19,9 +19,13 @@ from typer.testing import CliRunner
 from tandem.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-# BENCHMARKS.md records what was run when it was measured; its links are checked, its commands are not.
-COMMAND_PAGES = [page for page in PAGES if page.name != "BENCHMARKS.md"]
+LAB = ROOT / "docs" / "lab"
+RECORDS = sorted(LAB.glob("*.md"))
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *RECORDS]
+# The lab notebook's records keep what was run when it was measured: their links are checked, their commands
+# and the source paths they name are not (the code has moved on since).
+COMMAND_PAGES = [page for page in PAGES if page.parent != LAB]
+BENCHMARKS_MAX_CHARS = 30_000
 
 FENCE = re.compile(r"^\s*```(\S*)\s*$")
 INLINE_CODE = re.compile(r"`([^`\n]+)`")
@@ -306,7 +310,7 @@ def test_scripts_the_docs_run_exist() -> None:
     """`python bench/x.py …` and `pytest tests/x.py` name files that are there."""
     missing: list[str] = []
     for block in _code_blocks("bash", "sh", "shell"):
-        if block.page.name == "BENCHMARKS.md":
+        if block.page.parent == LAB:
             continue
         for _, line in _shell_lines(block.text):
             words = shlex.split(line, comments=True)
@@ -326,3 +330,53 @@ def test_source_paths_the_docs_name_exist() -> None:
     missing = [f"{_rel(page)}: {path}" for page in COMMAND_PAGES for path in SOURCE_PATH.findall(page.read_text())
                if not (ROOT / path).exists()]
     assert not missing, missing
+
+
+def test_benchmarks_holds_todays_figures_only() -> None:
+    """BENCHMARKS.md stays a page of current figures; the long write-ups go to dated records in docs/lab/."""
+    size = len((ROOT / "docs" / "BENCHMARKS.md").read_text(encoding="utf-8"))
+    assert size <= BENCHMARKS_MAX_CHARS, f"docs/BENCHMARKS.md is {size:,} characters; move the write-up to a record"
+
+
+def test_every_record_is_dated_and_listed() -> None:
+    """Each record is named by its UTC date and listed in the notebook's index, so none is lost from view."""
+    index = (LAB / "README.md").read_text(encoding="utf-8")
+    records = [page for page in RECORDS if page.name != "README.md"]
+    assert records
+    undated = [page.name for page in records if not re.fullmatch(r"\d{4}-\d{2}-\d{2}-[a-z0-9-]+\.md", page.name)]
+    assert not undated, undated
+    unlisted = [page.name for page in records if f"]({page.name})" not in index]
+    assert not unlisted, f"not listed in docs/lab/README.md: {unlisted}"
+
+
+def test_bench_scripts_write_a_dated_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bench run writes its own record under the lab folder and leaves every other file alone."""
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    import benchdoc
+
+    other = tmp_path / "2026-11-24-other.md"
+    other.write_text("# kept\n")
+    path = benchdoc.publish(tmp_path, "serve-load", "\n# Serving\n\nfigures\n")
+    assert path == benchdoc.record_path(tmp_path, "serve-load")
+    assert path is not None and re.fullmatch(r"\d{4}-\d{2}-\d{2}-serve-load\.md", path.name)
+    assert path.read_text() == "# Serving\n\nfigures\n" and other.read_text() == "# kept\n"
+    assert benchdoc.publish(tmp_path / "none", "x", "text", write=False) is None
+    assert not (tmp_path / "none").exists()
+
+
+CODE_DOC_REF = re.compile(r"docs/(decisions\.md#[\w-]+|lab/[\w.-]+\.md)")
+
+
+def test_code_points_at_decisions_and_records_that_exist() -> None:
+    """Code comments that give a reason by an anchor of docs/decisions.md, or by a record of the lab notebook,
+    name a heading and a file that exist."""
+    broken: list[str] = []
+    for folder in ("models", "service", "indexer", "tandem", "bench", "tests"):
+        for source in sorted((ROOT / folder).rglob("*.py")):
+            for number, line in enumerate(source.read_text(encoding="utf-8").splitlines(), 1):
+                for ref in CODE_DOC_REF.findall(line):
+                    file, _, anchor = ref.partition("#")
+                    target = ROOT / "docs" / file
+                    if not target.exists() or (anchor and anchor not in _anchors(target)):
+                        broken.append(f"{_rel(source)}:{number}: docs/{ref}")
+    assert not broken, "\n".join(broken)
