@@ -21,7 +21,7 @@ from models.retrieve import search_index
 from models.vector_index import VectorIndex
 from tests.fixtures.corpus import DOCS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VALID = [("flat", "float"), ("flat", "int8"), ("flat", "binary"), ("hnsw", "float"), ("hnsw", "int8"),
          ("hnsw", "binary"), ("ivf", "binary")]
 # recall@10 against exact float search on the clustered vectors below (measured: 1.0 / 0.99 / ~0.87)
