@@ -20,7 +20,7 @@ from models.manifest import BundleManifest
 from models.search import VectorIndex, dense_hits, search_index
 from tests.fixtures.corpus import DOCS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 VALID = [("flat", "float"), ("flat", "int8"), ("flat", "binary"), ("hnsw", "float"), ("hnsw", "int8"),
          ("hnsw", "binary"), ("ivf", "binary")]
 # recall@10 against exact float search on the clustered vectors below (measured: 1.0 / 0.99 / ~0.87)

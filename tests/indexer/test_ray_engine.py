@@ -24,7 +24,7 @@ os.environ.update(LOOPBACK)  # read when ray is imported
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from pathlib import Path
 from models.bundle import Bundle
 from tests.fixtures.corpus import PROBES
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # Run in a fresh interpreter: freezing is for the life of a process, and this test process must stay as it is.
 _FREEZE_THEN_LOAD = """

@@ -22,7 +22,7 @@ from models.staging import staged
 from models.teacher import TeacherEncoder
 from tests.fixtures.corpus import DOCS, PROBES
 
-DEFAULT_SCIFACT = Path(__file__).resolve().parents[2] / "shared/data/scifact"
+DEFAULT_SCIFACT = Path(__file__).resolve().parents[3] / "shared/data/scifact"
 SCIFACT = Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT))
 
 

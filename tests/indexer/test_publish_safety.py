@@ -26,7 +26,7 @@ from models.bundle import read_bundle_manifest
 from models.errors import InputError
 from models.staging import staged
 from models.versions import list_versions, read_current, set_current
-from tests.test_service_reload import v2_bundle
+from tests.service.test_service_reload import v2_bundle
 
 __all__ = ["v2_bundle"]  # fixture shared with test_service_reload
 

@@ -18,7 +18,7 @@ from models.versions import set_current
 from service.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
-from tests.test_service_reload import reload, root, serving, v2_bundle, version, wait_for
+from tests.service.test_service_reload import reload, root, serving, v2_bundle, version, wait_for
 
 __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 

@@ -31,7 +31,7 @@ from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _home(path: Path, teacher_dir: Path) -> Path:

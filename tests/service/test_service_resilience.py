@@ -20,7 +20,7 @@ from service.engine import DeadlineExceeded, MicroBatcher, Searcher
 from service.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.server import serve_app
-from tests.test_service_reload import admin_status, flip_bytes, root, serving, v2_bundle, version, wait_for
+from tests.service.test_service_reload import admin_status, flip_bytes, root, serving, v2_bundle, version, wait_for
 
 __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 
