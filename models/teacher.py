@@ -3,7 +3,7 @@
 Used offline (index builds, distillation targets, evaluation). Batches are sorted by length
 so padding is small, and with a token budget (`batch_tokens`) short texts share large batches
 while long ones go in small ones. CUDA runs fp16 from pinned host memory by default; CPU runs
-fp32, the reference, or bf16 on request (docs/BENCHMARKS.md compares them).
+fp32, the reference, or bf16 on request (docs/decisions.md#the-teachers-precision-fp32-by-default-bf16-on-request).
 """
 
 from __future__ import annotations

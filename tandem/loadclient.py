@@ -4,9 +4,9 @@ Why not aiohttp: a generator that shares the cores with the server it measures m
 or it measures itself. aiohttp spent 0.34-0.45 ms of CPU per request against `tandem serve` at 200-250 rps
 (on uvloop; about 10% of what the server spent), for a session, a connector, a response object, header
 multidicts and a stream reader per request. Here a request is its bytes, written whole, and an answer is
-parsed in C (httptools, which uvicorn also uses) straight into an `Answer` (docs/BENCHMARKS.md, "The request
-path"). It speaks just what a load test needs: one request in flight per connection, bodies with a
-Content-Length or chunked, and a connection reused while the server keeps it alive.
+parsed in C (httptools, which uvicorn also uses) straight into an `Answer`
+(docs/decisions.md#the-load-generator). It speaks just what a load test needs: one request in flight per
+connection, bodies with a Content-Length or chunked, and a connection reused while the server keeps it alive.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ never delayed.
 
 The client is tandem.loadclient, keep-alive connections parsed by httptools on uvloop: a generator sharing
 the cores with the server must stay cheap, or it measures itself (httpx spent 1.4 ms of CPU per request at
-200 rps, aiohttp 0.34-0.45 ms; docs/BENCHMARKS.md, "The request path").
+200 rps, aiohttp 0.34-0.45 ms; docs/decisions.md#the-load-generator).
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def run_loadtest(url: str, rps: float, duration_s: float, queries: list[str], bu
     if rps <= 0 or duration_s <= 0:
         raise InputError("--rps and --duration must be positive")
     # uvloop, when installed (uvicorn[standard] brings it): 10-20% less of the generator's CPU per request, which
-    # the server it measures shares (docs/BENCHMARKS.md, "The request path")
+    # the server it measures shares (docs/decisions.md#the-load-generator)
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
         rec, sent = runner.run(
             _drive(url, rps, duration_s, queries, top_k, concurrency_limit, timeout_s, on_response, send)

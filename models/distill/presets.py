@@ -86,7 +86,7 @@ class Preset(BaseModel):
 # quick, default and full trade training time for agreement with the teacher; full is sized for an hour
 # on the 2-core CPU from a cold cache. Why each field is what it is (400 passages an epoch, batches of 16,
 # repeated real queries, int8 last epochs, one member, score distillation on), with the runs that chose
-# it: docs/BENCHMARKS.md, "SciFact retrieval quality" and its ablations.
+# it: docs/decisions.md#distillation.
 PRESETS: dict[str, Preset] = {
     "quick": Preset(name="quick", queries_per_doc=2, max_queries=5000, passages_per_epoch=300, val_docs=100,
                     epochs=1, ridge_texts=4000, score_weight=1.0),

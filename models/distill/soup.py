@@ -2,7 +2,8 @@
 
 Why: on SciFact, averaging `full` students that were trained on different draws of pseudo-queries
 beat every student in the average, at no cost per query (Wortsman et al. 2022, "Model soups");
-averaging one run's epochs, or branches that saw the same texts, did not (docs/BENCHMARKS.md).
+averaging one run's epochs, or branches that saw the same texts, did not
+(docs/decisions.md#one-member-no-soup-by-default).
 """
 
 from __future__ import annotations

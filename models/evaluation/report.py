@@ -1,7 +1,7 @@
 """Writing an evaluation report directory: eval.json, setups.md and setups.png (every setup's row, the
 lexical and hybrid ones included), and with the matrix matrix.md and ndcg_vs_dim.png.
 
-The markdown is what docs/BENCHMARKS.md quotes; the plot shows how each quantization holds
+The markdown is what the dated records of docs/lab/ quote; the plot shows how each quantization holds
 up as MRL truncation shrinks the vectors, one panel per setup.
 """
 

@@ -73,7 +73,8 @@ def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray
 
     The center (the corpus mean) keeps the bits of axes the mean dominates from being nearly constant;
     the spin, a random orthogonal matrix, spreads PCA's uneven variance evenly over the bits, so that
-    trailing low-variance axes stop flipping on the student's small query errors (docs/BENCHMARKS.md)."""
+    trailing low-variance axes stop flipping on the student's small query errors
+    (docs/decisions.md#binary-codes-centered-and-spun)."""
     y = x if center is None else x - center
     return binary_encode(y if spin is None else y @ spin)
 

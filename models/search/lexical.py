@@ -113,8 +113,8 @@ class LexicalIndex:
         self.retriever = bm25s.BM25.load(str(Path(directory) / LEXICAL_DIR), mmap=True)
         # bm25s also keeps every token id in a set, for its own retrieve on id lists, which we never call (token_ids
         # checks the vocabulary): at a million documents a 32 MiB table, and a container every full garbage
-        # collection walks, which stalled a serving process into 429s (docs/BENCHMARKS.md, "Garbage collection
-        # pauses").
+        # collection walks, which stalled a serving process into 429s
+        # (docs/decisions.md#drop-bm25ss-token-id-set).
         self.retriever.unique_token_ids_set = None
         self.vocab: dict[str, int] = self.retriever.vocab_dict
         self.count = int(self.retriever.scores["num_docs"])

@@ -1,7 +1,7 @@
 """What a serving process leaves to the garbage collector: the start-up heap frozen, a bundle still collectable.
 
 Full collections used to walk 93,000 start-up objects and, with a lexical index, bm25s's set of every token id,
-stalling a loaded server process for 20–57 ms (docs/BENCHMARKS.md, "Garbage collection pauses").
+stalling a loaded server process for 20–57 ms (docs/decisions.md#freeze-the-start-up-heap).
 """
 
 from __future__ import annotations
