@@ -1,4 +1,4 @@
-"""Micro-batching (service.engine): first over plain functions, loading no model (coalescing, grouping by
+"""Micro-batching (service.core.searcher): first over plain functions, loading no model (coalescing, grouping by
 options, admission, deadlines, encode-only and lexical jobs, failures); then over the real tiny bundle and ONNX
 student: same answers, coalesced, bounded."""
 
@@ -17,7 +17,8 @@ import pytest
 
 from models.corpus import Document
 from models.retrieve import Hit, Mode, Retrieved, SearchOptions
-from service.engine import BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded, Searcher
+from service.core.loader import open_searcher
+from service.core.searcher import BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded, Searcher
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 
@@ -252,7 +253,7 @@ COALESCE: dict[str, object] = {"workers": 1, "batch_wait_ms": 200.0, "batch_max_
 
 @contextmanager
 def _searcher(bundle: Path, student: Path, **settings: object) -> Iterator[Searcher]:
-    searcher = Searcher.load(ServiceSettings(index=bundle, student=student, **settings))
+    searcher = open_searcher(ServiceSettings(index=bundle, student=student, **settings))
     try:
         yield searcher
     finally:
