@@ -103,15 +103,22 @@ def amx() -> str:
 
 
 def report(trees: list[Tree]) -> str:
+    """Per tree: the blocks' mean, spread and ratio to the first tree's; and the paired difference, each block
+    minus the first tree's block of the same cycle (adjacent in time, so the machine's drift cancels), as its
+    mean ± standard error."""
     base = trees[0]
     lines = [f"CPU: {cpu_model()} ({os.cpu_count()} cores); {cpu_flags()}, {amx()}",
-             "tree | blocks | mean ms/search | stdev | min | max | vs " + base.label]
+             f"tree | blocks | mean ms/search | stdev | min | max | ratio to {base.label} | "
+             f"paired Δ ms vs {base.label} (± s.e.)"]
     for tree in trees:
         values = tree.ms_per_request
         mean = statistics.fmean(values)
         ratio = mean / statistics.fmean(base.ms_per_request)
+        deltas = [v - b for v, b in zip(values, base.ms_per_request, strict=True)]
+        error = statistics.stdev(deltas) / len(deltas) ** 0.5 if tree is not base else 0.0
         lines.append(f"{tree.label} | {len(values)} | {mean:.4f} | {statistics.stdev(values):.4f} | "
-                     f"{min(values):.4f} | {max(values):.4f} | {ratio:.3f}")
+                     f"{min(values):.4f} | {max(values):.4f} | {ratio:.3f} | "
+                     f"{statistics.fmean(deltas):+.4f} ± {error:.4f}")
     return "\n".join(lines)
 
 

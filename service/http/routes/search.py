@@ -171,7 +171,7 @@ def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary:
 async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
-        # Encoding and FAISS run on the engine's worker threads; the event loop only awaits.
+        # Encoding and FAISS run on the searcher's batch workers (or between the loop's I/O rounds with workers 0).
         options = _options(request, top_k, searcher)
         outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3)
         summary = searcher.index_summary()  # names the version that answered
