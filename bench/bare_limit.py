@@ -94,7 +94,7 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
         bundle.check_student(encoder.teacher)
         options = SearchOptions(top_k=top_k)  # mode dense, no filter, first page: what the load test asks
         faiss.omp_set_num_threads(settings.search_threads)  # per calling thread; this one does every search
-        threadpool_limits(limits=settings.search_threads, user_api="blas")  # as service.engine.Searcher does
+        threadpool_limits(limits=settings.search_threads, user_api="blas")  # as service.core.searcher.Searcher does
 
         def one(text: str) -> None:
             vectors, _ = encoder.encode_counted([text], batch_size=settings.batch_max_queries)

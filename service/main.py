@@ -1,15 +1,18 @@
 """`tandem serve`: refuse an incompatible student/bundle pair up front, then run uvicorn (one process, or a
-supervisor and TANDEM_PROCESSES workers: service.workers)."""
+supervisor and TANDEM_PROCESSES workers: service.workers, each making its app with `create_worker_app`)."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
-from service.app import create_app
+from service.core.loader import check_compatible
+from service.core.processes import ProcessGroup
 from service.heap import freeze_startup_heap
-from service.loader import check_compatible
+from service.http.app import create_app
 from service.logs import configure_logging
 from service.server import server_config
 from service.settings import ServiceSettings, available_cores
@@ -28,9 +31,18 @@ def run_server(settings: ServiceSettings) -> None:
     if (warning := settings.oversubscribed(available_cores())) is not None:
         log.warning("%s", warning)
     if settings.processes > 1:
-        run_workers(settings)
+        run_workers(settings, create_worker_app)
         return
-    # Our handler formats uvicorn's loggers too; service.middleware writes the access log (with request ids).
+    # Our handler formats uvicorn's loggers too; service.http.middleware writes the access log (with request ids).
     app = create_app(settings)
     freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
     uvicorn.Server(server_config(app, settings)).run()
+
+
+def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
+    """The app of one worker process of `--processes N` (called in the worker: its logging is configured here, as
+    in the parent); service.workers pickles it by name into each worker."""
+    configure_logging(settings.log_format, settings.log_level)
+    app = create_app(settings, ProcessGroup(runtime))
+    freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
+    return app

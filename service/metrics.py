@@ -4,11 +4,12 @@
 
 - `metrics.observe_reload(outcome)`: count a hot reload by outcome ("success", "failed", "rolled_back", ...).
 - `metrics.set_index(version, count, load_seconds)`: the bundle now in service.
-- `metrics.observe_stage(stage, seconds)`: one stage's latency (see STAGES); service.loader wires it into
+- `metrics.observe_stage(stage, seconds)`: one stage's latency (see STAGES); service.core.loader wires it into
   each searcher it loads, as the student's tokenize and the index's rescore timer.
 
-`GET /metrics` (service.routes.metrics) renders the registry in the Prometheus text format. Requests are
-counted by service.middleware, the queue depth is read from the searcher in service at scrape time.
+`GET /metrics` (service.http.routes.metrics) renders the registry in the Prometheus text format, and sets the
+index gauges from the loader. Requests are counted by service.http.middleware, the queue depth is read from the
+searcher in service at scrape time.
 
 With `--processes N` the parent sets PROMETHEUS_MULTIPROC_DIR (a fresh private directory) before it
 starts the workers, so prometheus-client writes every value to memory-mapped files there and a scrape,
@@ -21,16 +22,11 @@ A callback gauge cannot cross processes, so there each process writes its queue 
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 from collections.abc import Callable, Mapping
 
-from fastapi import FastAPI
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
-
-from service.loader import LoadState, NotReady, SearcherLoader
 
 # tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); total: the whole HTTP request.
 STAGES = ("queue", "tokenize", "encode", "search", "lexical", "rescore", "total")
@@ -73,8 +69,10 @@ class Metrics:
                                         registry=r, multiprocess_mode="livemax")
         self._version: str | None = None
         self.reloads = Counter("tandem_reloads", "Hot reloads by outcome.", ["outcome"], registry=r)
-        self._load_started: float | None = None  # set by track_initial_load
-        self._index_set = False
+        # when the initial load began, and whether the index gauges are set (service.http.routes.metrics reads the
+        # loader into them; set_index marks them set)
+        self.load_started: float | None = None
+        self.index_set = False
 
     def observe_stage(self, stage: str, seconds: float) -> None:
         hist = self._stages.get(stage)
@@ -101,7 +99,7 @@ class Metrics:
         self.reloads.labels(outcome).inc()
 
     def set_index(self, version: str, count: int, load_seconds: float) -> None:
-        self._index_set = True
+        self.index_set = True
         if self.multiprocess_dir is None:
             self.index_info.clear()  # only the version in service is reported
         elif self._version is not None and self._version != version:
@@ -111,28 +109,6 @@ class Metrics:
         self.index_documents.set(count)
         self.index_load_seconds.set(load_seconds)
 
-    async def track_initial_load(self, loader: SearcherLoader, poll_s: float = 0.05) -> None:
-        """Set the index gauges once the loader (started just before) is ready; hot reloads call set_index.
-
-        The loader has no completion callback, so this polls while it loads (then ends); a scrape in
-        between calls `sync_initial_load` itself, so /metrics never lags behind /readyz.
-        """
-        self._load_started = time.perf_counter()
-        while loader.state[0] is LoadState.LOADING:
-            await asyncio.sleep(poll_s)
-        self.sync_initial_load(loader)
-
-    def sync_initial_load(self, loader: SearcherLoader) -> None:
-        """Set the index gauges from the first searcher, unless they are set already (by this or a reload)."""
-        if self._index_set or self._load_started is None or loader.state[0] is not LoadState.READY:
-            return
-        try:
-            searcher = loader.searcher()
-        except NotReady:
-            return
-        bundle = searcher.bundle
-        self.set_index(bundle.directory.name, bundle.manifest.count, time.perf_counter() - self._load_started)
-
     def render(self) -> bytes:
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)
@@ -140,18 +116,3 @@ class Metrics:
         merged = CollectorRegistry()
         MultiProcessCollector(merged, path=self.multiprocess_dir)
         return generate_latest(merged)
-
-
-def queue_depth_of(app: FastAPI) -> Callable[[], float]:
-    """Read at scrape time from whichever searcher is in service (0 while none is)."""
-
-    def depth() -> float:
-        loader: SearcherLoader | None = getattr(app.state, "loader", None)
-        if loader is None:
-            return 0.0
-        try:
-            return float(loader.searcher().pending)
-        except NotReady:
-            return 0.0
-
-    return depth

@@ -6,13 +6,14 @@ socket shared, not SO_REUSEPORT (one socket per process, which would let any pro
 join the port): it needs no socket option and is what uvicorn's supervisor does and restarts against.
 
 Each worker is a fresh interpreter (multiprocessing's spawn) that unpickles the uvicorn config. The app
-in it is `functools.partial(create_worker_app, settings, runtime)`: the validated ServiceSettings object
+in it is `functools.partial(create_worker_app, settings, runtime)` (service.main hands the factory in, so the
+supervisor knows no app): the validated ServiceSettings object
 itself, so every worker gets exactly the parent's settings (never re-read from a changed environment),
 and the config is service.server's GuardedConfig, so the timeouts, guarded protocol and
 limit_concurrency hold in every worker (limit_concurrency per worker). The parent has already run the
 student/bundle check (service.main) before any worker starts.
 
-The runtime directory (service.processes) is made fresh, private (0700), before the first worker starts,
+The runtime directory (service.core.processes) is made fresh, private (0700), before the first worker starts,
 and removed when the supervisor exits; PROMETHEUS_MULTIPROC_DIR points into it, set in the parent's
 environment so the workers inherit it before they import prometheus-client. When a worker exits, the
 supervisor marks it dead for prometheus-client (its live gauges drop out) and removes its status file.
@@ -25,19 +26,17 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from socket import socket
+from typing import Any
 
-from fastapi import FastAPI
 from prometheus_client.multiprocess import mark_process_dead
 from uvicorn.config import Config
 from uvicorn.supervisors.multiprocess import Multiprocess
 
-from service.app import create_app
-from service.heap import freeze_startup_heap
-from service.logs import configure_logging
+from service.core.processes import METRICS, remove_process
 from service.metrics import MULTIPROC_DIR
-from service.processes import METRICS, ProcessGroup, remove_process
 from service.server import server_config
 from service.settings import ServiceSettings
 
@@ -49,12 +48,9 @@ log = logging.getLogger(__name__)
 WORKER_HEALTHCHECK_S = 30
 
 
-def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
-    """The app of one worker process (called in the worker: its logging is configured here, as in the parent)."""
-    configure_logging(settings.log_format, settings.log_level)
-    app = create_app(settings, ProcessGroup(runtime))
-    freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
-    return app
+# Makes the app of one worker process, in that process, from the parent's settings and the runtime directory; a
+# module-level function, so that it pickles into the workers by name (service.main.create_worker_app).
+AppFactory = Callable[[ServiceSettings, Path], Any]
 
 
 class _Supervisor(Multiprocess):
@@ -84,7 +80,7 @@ class _Supervisor(Multiprocess):
                 remove_process(self._runtime, pid)
 
 
-def run_workers(settings: ServiceSettings) -> None:
+def run_workers(settings: ServiceSettings, create_worker_app: AppFactory) -> None:
     """Serve with settings.processes worker processes until SIGINT/SIGTERM; the runtime directory goes with it."""
     runtime = Path(tempfile.mkdtemp(prefix="tandem-serve-"))
     try:

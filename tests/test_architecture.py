@@ -1,7 +1,8 @@
 """The architecture's import rules (pyproject's [tool.importlinter], drawn in docs/architecture.md) hold.
 
 `service/` and `indexer/` never import training (models.distill) or evaluation (models.evaluation);
-the service never imports torch, transformers or ray; the two jobs never import each other; the
+the service never imports torch, transformers or ray; the two jobs never import each other; inside the
+service, the HTTP layer (service.http) imports the serving core (service.core), never the reverse; the
 contract at models' top level imports neither training nor evaluation; only models.search imports FAISS
 and BM25 (of models/, the indexer and the CLI); and no import circle joins the project's modules.
 """

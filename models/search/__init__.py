@@ -4,7 +4,8 @@ The service, `tandem eval`, bench/ and tests search through these names:
 - `search`: one search of a bundle in any mode (dense, lexical, hybrid), with filters, pages and a floor;
 - `dense_hits`: a bundle's unfiltered dense top-k (evaluation, warm-up, tests);
 - `search_index`: the dense top-k rows of a bare `VectorIndex` (an index built in memory, not a bundle);
-- `parse_filter`: a request's metadata filter, compiled (or `FilterError`).
+- `parse_filter`: a request's metadata filter, compiled (or `FilterError`);
+- `set_search_threads`: FAISS's threads for the calling thread's searches.
 
 Modules: `query` (the search itself: a dense query runs only there), `vector_index` (FAISS indexes:
 build, save, load; the indexer builds through it), `first_stage` (FAISS's first stage per index type ×
@@ -15,7 +16,7 @@ but for type annotations, so opening a bundle never needs the search.
 
 from models.search.filters import Filter, FilterError, parse_filter
 from models.search.query import Hit, Mode, Retrieved, SearchOptions, dense_hits, rotate, search, search_index
-from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex, set_search_threads
 
 __all__ = [
     "DEFAULT_OVERSAMPLE",
@@ -31,4 +32,5 @@ __all__ = [
     "rotate",
     "search",
     "search_index",
+    "set_search_threads",
 ]

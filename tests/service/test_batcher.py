@@ -1,4 +1,4 @@
-"""Micro-batching (service.engine): first over plain functions, loading no model (coalescing, grouping by
+"""Micro-batching (service.core.searcher): first over plain functions, loading no model (coalescing, grouping by
 options, admission, deadlines, encode-only and lexical jobs, failures); then over the real tiny bundle and ONNX
 student: same answers, coalesced, bounded."""
 
@@ -17,7 +17,17 @@ import pytest
 
 from models.corpus import Document
 from models.search import Hit, Mode, Retrieved, SearchOptions
-from service.engine import BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded, Searcher
+from models.student import StudentEncoder
+from service.core.loader import open_searcher
+from service.core.searcher import (
+    BatchLimits,
+    BatchOutcome,
+    DeadlineExceeded,
+    MicroBatcher,
+    Overloaded,
+    QueryEncoder,
+    Searcher,
+)
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 
@@ -252,7 +262,7 @@ COALESCE: dict[str, object] = {"workers": 1, "batch_wait_ms": 200.0, "batch_max_
 
 @contextmanager
 def _searcher(bundle: Path, student: Path, **settings: object) -> Iterator[Searcher]:
-    searcher = Searcher.load(ServiceSettings(index=bundle, student=student, **settings))
+    searcher = open_searcher(ServiceSettings(index=bundle, student=student, **settings))
     try:
         yield searcher
     finally:
@@ -316,3 +326,37 @@ def test_a_job_past_its_deadline_is_not_run(searcher: Searcher) -> None:
 def test_settings_refuse_a_batch_larger_than_admission() -> None:
     with pytest.raises(Exception, match="TANDEM_MAX_BATCH_QUERIES"):
         ServiceSettings(index=Path("i"), student=Path("s"), max_pending=8, max_batch_queries=16)
+
+
+def test_a_batcher_without_a_search_encodes_and_refuses_searches() -> None:
+    recorder = Recorder()
+    made = MicroBatcher(recorder.encode, None, max_batch=4, max_wait_s=0.0, max_pending=8, max_queue_s=60.0,
+                        workers=1)
+    try:
+        outcome = made.submit(["abc"], None, timeout_s=30).result(timeout=30)
+        assert outcome.tokens == [3] and outcome.vectors is not None
+        with pytest.raises(ValueError, match="only encodes"):
+            made.submit(["abc"], 1, timeout_s=30)
+        assert made.pending == 0
+    finally:
+        made.close()
+
+
+@pytest.mark.slow
+def test_the_query_encoder_needs_no_bundle(tiny_student: Path) -> None:
+    """/v1/embeddings' encoder alone: the student's own vectors, batched and admitted, without any index."""
+    student = StudentEncoder(tiny_student, "fp32", 1)
+    encoder = QueryEncoder(student, BatchLimits(max_batch=1, max_wait_s=0.0, max_pending=8, max_queue_s=60.0,
+                                                workers=1))
+    try:
+        texts = sorted(PROBES)[:2]
+
+        async def embed() -> BatchOutcome:
+            return await encoder.embed(texts, timeout_s=30)
+
+        outcome = asyncio.run(embed())
+        assert outcome.vectors is not None and outcome.vectors.shape == (2, encoder.dim)
+        np.testing.assert_allclose(outcome.vectors, student.encode(texts), atol=1e-5)
+        assert encoder.name == tiny_student.name and outcome.tokens is not None and len(outcome.tokens) == 2
+    finally:
+        encoder.close()

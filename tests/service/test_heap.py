@@ -22,7 +22,7 @@ _FREEZE_THEN_LOAD = """
 import gc, json, sys, weakref
 from pathlib import Path
 from service.heap import freeze_startup_heap
-from service.loader import SearcherLoader
+from service.core.loader import SearcherLoader
 from service.settings import ServiceSettings
 
 freeze_startup_heap()

@@ -7,10 +7,10 @@ import pickle
 import threading
 from pathlib import Path
 
-from service.processes import CHANGE, PROCS, ProcessGroup
+from service.core.processes import CHANGE, PROCS, ProcessGroup
+from service.main import create_worker_app
 from service.server import GuardedConfig, GuardedProtocol, server_config
 from service.settings import ServiceSettings
-from service.workers import create_worker_app
 
 PUBLISHERS, EACH = 4, 10
 

@@ -13,7 +13,7 @@ from indexer.update import UpdateRequest, update
 from models.bundle import Bundle
 from models.manifest import BUNDLE_MANIFEST
 from models.search import Mode, SearchOptions, search
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.metadata import META

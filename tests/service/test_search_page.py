@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.browser import Page
 from tests.fixtures.corpus import DOCS, PROBES

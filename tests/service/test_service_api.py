@@ -158,8 +158,8 @@ def test_openapi_and_docs_are_served(live_server: LiveServer) -> None:
 def test_answers_match_the_response_models_whichever_thread_serializes_them(live_server: LiveServer) -> None:
     """Answers are serialized by orjson from plain dicts, on the event loop when small and on a worker thread when
     over INLINE_RENDER_HITS hits: both must be what the OpenAPI document's models say, and agree."""
-    from service.routes.search import INLINE_RENDER_HITS
-    from service.schemas.search import BatchSearchResponse, SearchResponse
+    from service.http.routes.search import INLINE_RENDER_HITS
+    from service.http.schemas.search import BatchSearchResponse, SearchResponse
 
     queries = sorted(PROBES) * 2
     assert len(queries) * len(DOCS) > INLINE_RENDER_HITS  # the batch below takes the worker thread

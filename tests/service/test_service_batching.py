@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import post_together, serve_app

@@ -11,7 +11,7 @@ from indexer.build import BuildRequest, build
 from models.bundle import Bundle
 from models.search import dense_hits
 from models.student import StudentEncoder
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.server import LiveServer, serve_app

@@ -15,7 +15,7 @@ from indexer.build import BuildRequest, build
 from models.contract import truncate
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.student import StudentEncoder
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, serve_app

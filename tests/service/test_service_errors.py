@@ -9,8 +9,8 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from models.search.vector_index import INDEX_FILE
-from service.app import create_app
-from service.errors import install_error_handlers
+from service.http.app import create_app
+from service.http.exception_handlers import install_error_handlers
 from service.settings import ServiceSettings
 from tests.fixtures.server import READY_TIMEOUT_S, serve_app
 

@@ -33,7 +33,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from models.errors import InputError
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.app import create_app
+from service.http.app import create_app
 from service.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import LONG_BATCH

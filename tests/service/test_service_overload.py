@@ -7,7 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import LONG_BATCH
 from tests.fixtures.server import LiveServer, post_together, serve_app

@@ -12,7 +12,7 @@ import pytest
 
 from models.errors import ContractMismatch
 from models.manifest import STUDENT_MANIFEST
-from service.loader import check_compatible
+from service.core.loader import check_compatible
 from service.settings import ServiceSettings
 
 CLI_TIMEOUT_S = 120

@@ -21,9 +21,9 @@ from models.embedding_store import EmbeddingStore
 from models.manifest import BUNDLE_MANIFEST
 from models.registry import sha256_file
 from models.versions import set_current
-from service.app import create_app
-from service.loader import SearcherLoader, check_compatible
-from service.reload import Reloader
+from service.core.loader import SearcherLoader, check_compatible
+from service.core.reload import Reloader
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, serve_app

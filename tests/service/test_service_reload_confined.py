@@ -15,7 +15,7 @@ from models.docstore import DocStore
 from models.manifest import BUNDLE_MANIFEST
 from models.registry import sha256_file
 from models.versions import set_current
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
 from tests.service.test_service_reload import reload, root, serving, v2_bundle, version, wait_for

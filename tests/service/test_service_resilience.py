@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from service.app import create_app
-from service.engine import DeadlineExceeded, MicroBatcher, Searcher
+from service.core.loader import open_searcher
+from service.core.searcher import DeadlineExceeded, MicroBatcher, Searcher
+from service.http.app import create_app
 from service.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.server import serve_app
@@ -68,7 +69,7 @@ def test_a_refused_version_is_retried_when_its_files_change(root: Path, tiny_stu
 
 
 def test_logged_names_cannot_forge_log_lines(root: Path, tiny_student: Path) -> None:
-    with captured("service.reload") as stream, serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+    with captured("service.core.reload") as stream, serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
         (root / "CURRENT").write_text("v2\nFORGED line\x1b[31m\n")
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "the hostile pointer is refused")
@@ -83,7 +84,7 @@ def test_logged_names_cannot_forge_log_lines(root: Path, tiny_student: Path) -> 
 
 def test_bad_key_warnings_are_rate_limited(tiny_bundle: Path, tiny_student: Path) -> None:
     settings = ServiceSettings(index=tiny_bundle, student=tiny_student, api_keys="good-key-0123456789")
-    with captured("service.security") as stream, serve_app(create_app(settings)) as server:
+    with captured("service.http.auth") as stream, serve_app(create_app(settings)) as server:
         for i in range(100):
             response = server.client.post("/search", json={"query": "tides"},
                                           headers={"Authorization": f"Bearer wrong-{i}"})
@@ -94,7 +95,7 @@ def test_bad_key_warnings_are_rate_limited(tiny_bundle: Path, tiny_student: Path
 
 @pytest.fixture(scope="module")
 def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
-    loaded = Searcher.load(ServiceSettings(index=tiny_bundle, student=tiny_student))
+    loaded = open_searcher(ServiceSettings(index=tiny_bundle, student=tiny_student))
     try:
         yield loaded
     finally:

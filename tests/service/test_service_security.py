@@ -14,7 +14,7 @@ import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
-from service.app import create_app
+from service.http.app import create_app
 from service.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
@@ -57,7 +57,7 @@ def test_search_without_a_key_is_401_with_a_bearer_challenge(keyed: LiveServer) 
 def test_search_with_a_wrong_key_is_403_and_logged_without_the_key(keyed: LiveServer) -> None:
     stream = io.StringIO()
     handler = make_handler("json", stream)
-    logging.getLogger("service.security").addHandler(handler)
+    logging.getLogger("service.http.auth").addHandler(handler)
     try:
         for i, key in enumerate(("nope", FILE_KEYS[0] + "x", FILE_KEYS[0][:-1], f"{ENV_KEYS[0]}-commented")):
             response = keyed.client.post("/search", json={"query": "ocean tides"},
@@ -65,7 +65,7 @@ def test_search_with_a_wrong_key_is_403_and_logged_without_the_key(keyed: LiveSe
             assert response.status_code == 403, key
             assert response.json() == {"error": "forbidden", "message": "the API key is not valid"}
     finally:
-        logging.getLogger("service.security").removeHandler(handler)
+        logging.getLogger("service.http.auth").removeHandler(handler)
     entries = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [e["request_id"] for e in entries] == [f"wrong-{i}" for i in range(4)]
     assert all(e["level"] == "warning" and "key" in e["message"] for e in entries)

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.app import create_app
+from service.http.app import create_app
 from service.settings import ServiceSettings
 from tandem.client import ApiError, AsyncClient, Client, RetryPolicy, SearchResult, TransportError
 from tandem.client._core import SearchOptions, search_body

@@ -16,12 +16,11 @@ from starlette.datastructures import MutableHeaders
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import error_response
+from service.http.auth import ApiKeyMiddleware, ApiKeys
+from service.http.errors import error_response
 from service.logs import new_request_id, request_id_var, valid_request_id
 from service.metrics import Metrics
-from service.openapi import install_openapi
 from service.redact import printable
-from service.security import ApiKeyMiddleware, ApiKeys
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -162,12 +161,11 @@ class BodyLimitMiddleware:
             await self._too_large()(scope, receive, send)
 
 
-def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> None:
+def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics) -> bool:
     """Outermost first: request context → CORS (when configured) → body limit → API keys (when configured).
-    The OpenAPI document is refined here too, since it declares what these middlewares answer."""
+    Returns whether API keys are required, which the OpenAPI document declares (service.http.openapi)."""
     secret = settings.api_keys.get_secret_value() if settings.api_keys is not None else None
     keys = ApiKeys.load(secret, settings.api_keys_file)
-    install_openapi(app, settings, keys_required=bool(len(keys)))
     app.state.api_keys_required = bool(len(keys))  # the search page asks for a key when set
     if len(keys):
         app.add_middleware(ApiKeyMiddleware, keys=keys)
@@ -181,3 +179,4 @@ def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics
             expose_headers=[REQUEST_ID_HEADER, PROCESS_HEADER, "Retry-After"], max_age=600,
         )
     app.add_middleware(RequestContextMiddleware, fastapi_app=app, metrics=metrics, name_process=settings.processes > 1)
+    return bool(len(keys))

@@ -1,4 +1,4 @@
-"""One JSON error shape for every failure; clients never see a traceback.
+"""Which exception becomes which error: the app's exception handlers, all answering with service.http.errors.
 
 Validation problems become 422 with one line per field, an overloaded service 429, a
 service that is not ready or a request past its deadline 503, and anything unexpected a
@@ -8,44 +8,18 @@ generic 500 (the server logs the traceback).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
 from http import HTTPStatus
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.engine import DeadlineExceeded, Overloaded
-from service.loader import LoadState, NotReady
-from service.schemas.common import ErrorBody, FieldError
+from service.core.loader import LoadState, NotReady
+from service.core.searcher import DeadlineExceeded, Overloaded
+from service.http.errors import error_response, field_errors
 
 log = logging.getLogger(__name__)
-
-_LOCATIONS = {"body", "query", "path", "header", "cookie"}
-MAX_REPORTED_ERRORS = 10  # a 422 lists this many problems, then how many more: its size stays bounded
-
-
-def error_response(status: int, code: str, message: str, details: list[FieldError] | None = None,
-                   headers: Mapping[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody(error=code, message=message, details=details)
-    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
-
-
-def field_errors(errors: Sequence[Any]) -> list[FieldError]:
-    """Pydantic/FastAPI error dicts → `field: message`, without echoing the (possibly huge) input."""
-    out = []
-    for err in errors[:MAX_REPORTED_ERRORS]:
-        loc = [str(part) for part in err.get("loc", ())]
-        if err.get("type") == "json_invalid":
-            loc = loc[:1]  # the rest is a character offset, not a field
-        elif len(loc) > 1 and loc[0] in _LOCATIONS:
-            loc = loc[1:]
-        out.append(FieldError(field=".".join(loc) or "body", message=str(err.get("msg", "invalid value"))[:200]))
-    if len(errors) > MAX_REPORTED_ERRORS:
-        out.append(FieldError(field="body", message=f"and {len(errors) - MAX_REPORTED_ERRORS} more problems"))
-    return out
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.schemas.common import Count, QueryText
+from service.http.schemas.common import Count, QueryText
 from service.settings import MAX_BATCH_QUERIES
 
 MAX_OFFSET = 10_000

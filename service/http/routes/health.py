@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from service.deps import LoaderDep
-from service.loader import LoadState
-from service.schemas.common import Liveness, Readiness
+from service.core.loader import LoadState
+from service.http.deps import LoaderDep
+from service.http.schemas.common import Liveness, Readiness
 
 router = APIRouter(tags=["health"])
 

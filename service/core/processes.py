@@ -3,7 +3,7 @@
 An admin request lands on one process only, yet a reload or rollback must reach them all. So the
 process that carried one out records it in a shared log, `change.json`: the newest change only
 (sequence number, action, the bundle directory now served), written under an flock and replaced
-atomically. Every process follows that log (service.follow) and applies a newer change itself;
+atomically. Every process follows that log (service.core.follow) and applies a newer change itself;
 each writes its own status file, `procs/PID.json` (version served, last change applied), which
 `GET /admin/status` lists and the admin call waits on until every process has the change.
 
@@ -30,7 +30,7 @@ from pydantic import BaseModel, ValidationError
 
 from models.atomic import atomic_write
 from models.manifest import utc_now
-from service.schemas.admin import ProcessState, Trigger
+from service.core.outcomes import ProcessState, Trigger
 
 log = logging.getLogger(__name__)
 

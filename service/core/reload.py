@@ -7,7 +7,7 @@ swapped in; any failure leaves the version in service untouched and is recorded 
 Swapped-out versions stay loaded (up to TANDEM_KEEP_VERSIONS), so a rollback is instant and survives
 the indexer pruning their files; older ones are closed once the requests holding them have finished.
 
-With `--processes N` each process has its own Reloader, and one in a ProcessGroup (service.processes)
+With `--processes N` each process has its own Reloader, and one in a ProcessGroup (service.core.processes)
 logs every change it makes (an admin reload or rollback, or its watcher's reload) to the group's shared
 log; `follow` applies a change another process logged, on the same reload thread, so a change and the
 logging of it are never interleaved with another. With one process there is no group and nothing changes.
@@ -30,11 +30,12 @@ from models.errors import ContractMismatch
 from models.manifest import utc_now
 from models.student import StudentEncoder
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
-from service.engine import Searcher
-from service.loader import LoadState, NotReady, SearcherLoader
-from service.processes import Change, ProcessGroup
+from service.core.loader import LoadState, NotReady, SearcherLoader
+from service.core.outcomes import AdminStatus, ReloadOutcome, Trigger, VersionInfo
+from service.core.processes import Change, ProcessGroup
+from service.core.searcher import Searcher
+from service.core.watch import PointerWatcher
 from service.redact import printable, public_error
-from service.schemas.admin import AdminStatus, ReloadOutcome, Trigger, VersionInfo
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -323,74 +324,3 @@ def _is_dir(path: Path) -> bool:
         return Path(path).is_dir()
     except OSError:  # e.g. a name too long: not a directory either
         return False
-
-
-Stamp = tuple[tuple[str, int, int], ...]
-_MAX_BACKOFF_S = 60.0
-
-
-def _stamp(directory: Path) -> Stamp | None:
-    """Names, sizes and mtimes of a version's files: a refused version is tried again when they change."""
-    try:
-        return tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in directory.iterdir()))
-    except (OSError, ValueError):
-        return None
-
-
-class PointerWatcher:
-    """Polls ROOT/CURRENT every `interval_s`; a changed name calls `on_change`, which reloads, waits and returns
-    the outcome ("ok", "rejected", or None to try again later).
-
-    A refused version is not retried every poll, only once its files change (or POST /admin/reload retries it).
-    The thread never dies: an error while polling is logged and the next poll waits longer (up to a minute).
-    """
-
-    def __init__(self, root: Path, interval_s: float, on_change: Callable[[], str | None]) -> None:
-        self.root, self.interval_s, self._on_change = root, interval_s, on_change
-        self._seen = self._read()
-        self._refused = False  # CURRENT still names a version that was refused...
-        self._refused_stamp: Stamp | None = None  # ...when its files looked like this
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tandem-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _read(self) -> str | None:
-        try:
-            raw = (self.root / POINTER).read_bytes()
-        except OSError as exc:
-            log.warning("cannot read %s: %s", printable(self.root / POINTER), printable(exc))
-            return None
-        return raw.decode("utf-8", errors="backslashreplace").strip()
-
-    def _run(self) -> None:
-        failures = 0
-        while not self._stop.wait(min(self.interval_s * 2**failures, max(self.interval_s, _MAX_BACKOFF_S))):
-            try:
-                self._poll()
-                failures = 0
-            except Exception:
-                failures = min(failures + 1, 16)
-                log.exception("watching %s failed; retrying with backoff", printable(self.root / POINTER))
-
-    def _poll(self) -> None:
-        name = self._read()
-        if name is None:
-            return
-        if name == self._seen:
-            if not self._refused or _stamp(self.root / name) == self._refused_stamp:
-                return
-            log.info("%s: the refused version %s changed on disk; trying it again", printable(self.root / POINTER),
-                     printable(name))
-        else:
-            log.info("%s changed: %s → %s", printable(self.root / POINTER), printable(self._seen), printable(name))
-        stamp = _stamp(self.root / name)
-        outcome = self._on_change()
-        if outcome is not None:
-            self._seen = name
-            self._refused, self._refused_stamp = outcome == "rejected", stamp

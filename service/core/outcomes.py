@@ -1,26 +1,17 @@
-"""The admin API (/admin/*): what a reload or rollback is asked, what it answers, and the reload status."""
+"""What the serving core reports of its versions and reloads; /admin/* answers these as they are.
+
+They are pydantic models because they cross a boundary twice: the admin API's answers, and (ProcessState,
+Trigger) the files the processes of `tandem serve --processes N` share (service.core.processes).
+"""
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-# follow: applied because another process of `--processes N` was told to (see service.processes).
+# follow: applied because another process of `--processes N` was told to (see service.core.processes).
 Trigger = Literal["admin", "watch", "follow"]
-
-
-class ReloadRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"path": "/bundles/v20261123T0700"}]})
-
-    path: str | None = Field(None, min_length=1, max_length=4096,
-                             description="Bundle directory (or bundle root) on the server; omitted, the version "
-                             "the root's CURRENT pointer names.")
-
-
-class ReloadPending(BaseModel):
-    outcome: str = "pending"
-    message: str
 
 
 class VersionInfo(BaseModel):

@@ -9,15 +9,16 @@ from importlib import metadata
 
 from fastapi import FastAPI
 
-from service.errors import install_error_handlers
-from service.follow import ChangeFollower
-from service.loader import SearcherLoader
-from service.metrics import Metrics, queue_depth_of
-from service.middleware import install_middleware
-from service.processes import ProcessGroup
-from service.reload import Reloader
-from service.routes import admin, embeddings, health, metrics, search
-from service.routes.page import install_page
+from service.core.follow import ChangeFollower
+from service.core.loader import SearcherLoader
+from service.core.processes import ProcessGroup
+from service.core.reload import Reloader
+from service.http.exception_handlers import install_error_handlers
+from service.http.middleware import install_middleware
+from service.http.openapi import install_openapi
+from service.http.routes import admin, embeddings, health, metrics, search
+from service.http.routes.page import install_page
+from service.metrics import Metrics
 from service.settings import ServiceSettings
 
 
@@ -39,7 +40,7 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
         reloader.start()  # the CURRENT-pointer watcher, when serving a bundle root
         if follower is not None:
             follower.start()  # the changes other processes of the group make
-        index_gauges = asyncio.create_task(app.state.metrics.track_initial_load(loader))
+        index_gauges = asyncio.create_task(metrics.track_initial_load(app.state.metrics, loader))
         try:
             yield
         finally:
@@ -58,10 +59,10 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.metrics = Metrics(queue_depth=queue_depth_of(app))
+    app.state.metrics = Metrics(queue_depth=metrics.queue_depth_of(app))
     install_error_handlers(app)
-    app.add_middleware(search.SearchShortcut, fastapi_app=app)  # added first: the innermost middleware
-    install_middleware(app, settings, app.state.metrics)
+    keys_required = install_middleware(app, settings, app.state.metrics)
+    install_openapi(app, settings, keys_required)  # declares what the middleware answers too
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(search.router)

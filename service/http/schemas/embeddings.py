@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from service.schemas.common import Count, QueryText
+from service.http.schemas.common import Count, QueryText
 
 Texts = Annotated[list[QueryText], Field(min_length=1)]
 

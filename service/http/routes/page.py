@@ -2,7 +2,7 @@
 
 The page calls the same POST /search as any client. It learns from /ui/config whether API keys
 are required, asks for one if so, and keeps it in a JS variable only: never in storage or cookies,
-so it is gone with the tab. The page and its files are open (service.security), the searches are not.
+so it is gone with the tab. The page and its files are open (service.http.auth), the searches are not.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 
-from service.deps import SettingsDep
+from service.http.deps import SettingsDep
 
-STATIC_DIR = Path(__file__).resolve().parents[1] / "static"
+STATIC_DIR = Path(__file__).resolve().parents[2] / "static"
 # Only this origin's own files: a page that tried to load anything from a CDN would break here first.
 CSP = ("default-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'; "
        "object-src 'none'")

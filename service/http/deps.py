@@ -1,9 +1,10 @@
-"""Every dependency the routes declare, read from app.state where create_app and its lifespan put them.
+"""The dependencies the routes declare, read from app.state where create_app and its lifespan put them.
 
 They are `async def`: FastAPI runs a plain `def` dependency on its thread pool, three hand-offs to a thread and
 back per search for what is one attribute read (docs/BENCHMARKS.md, "The request path").
 
-Auth is not here: API keys are a middleware and the admin token a guard, both in service.security.
+Auth is not here: API keys are a middleware and the admin token a guard, both in service.http.auth; the
+reloader, which only the admin routes use, is declared there (service.http.routes.admin).
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.loader import SearcherLoader
+from service.core.loader import SearcherLoader
 from service.metrics import Metrics
-from service.reload import Reloader
 from service.settings import ServiceSettings
 
 
@@ -33,12 +33,6 @@ async def get_metrics(request: Request) -> Metrics:
     return metrics
 
 
-async def get_reloader(request: Request) -> Reloader:
-    reloader: Reloader = request.app.state.reloader
-    return reloader
-
-
 SettingsDep = Annotated[ServiceSettings, Depends(get_settings)]
 LoaderDep = Annotated[SearcherLoader, Depends(get_loader)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-ReloaderDep = Annotated[Reloader, Depends(get_reloader)]

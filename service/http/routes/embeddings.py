@@ -4,6 +4,10 @@ They store the teacher's document vectors (an index export) and need query vecto
 space. The texts go through the same limits, admission control and micro-batches as /search and
 skip only the index: the vectors are the student's, in the teacher's space, never rotated (a
 bundle's PCA rotation is internal to its FAISS index).
+
+The route needs only a QueryEncoder (service.core.searcher), the student behind admission and batching, never
+a bundle; the loader lends it the encoder of the searcher in service, so embed jobs keep sharing /search's
+micro-batches and admission.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from fastapi import APIRouter
 from fastapi.exceptions import RequestValidationError
 
 from models.contract import truncate
-from service.deps import LoaderDep, MetricsDep, SettingsDep
-from service.schemas.common import ErrorBody
-from service.schemas.embeddings import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
+from service.http.deps import LoaderDep, MetricsDep, SettingsDep
+from service.http.schemas.common import ErrorBody
+from service.http.schemas.embeddings import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
 from service.settings import ServiceSettings
 
 router = APIRouter(tags=["embeddings"])
@@ -65,13 +69,12 @@ async def embeddings(
 ) -> EmbeddingsResponse:
     """OpenAI-compatible embeddings of queries, in the teacher's space (cosine with its document vectors)."""
     texts = _texts(request, settings)  # a bad request is a 422 even while loading
-    with loader.lease() as searcher:
-        dim = searcher.student.dim
-        if request.dimensions is not None and request.dimensions > dim:
+    with loader.lease_encoder() as encoder:  # the student alone: no bundle is touched
+        if request.dimensions is not None and request.dimensions > encoder.dim:
             raise RequestValidationError([problem("dimensions", "less_than_equal",
-                                                  f"dimensions must be at most {dim}, the teacher's dim")])
-        outcome = await searcher.embed(texts, settings.request_timeout_ms / 1e3)
-        name = searcher.student.directory.name
+                                                  f"dimensions must be at most {encoder.dim}, the teacher's dim")])
+        outcome = await encoder.embed(texts, settings.request_timeout_ms / 1e3)
+        name = encoder.name
     metrics.observe_timing_ms({k: outcome.timing_ms[k] for k in ("queue", "encode")})
     metrics.batch_queries.observe(outcome.batch_size)
     assert outcome.vectors is not None and outcome.tokens is not None  # an encode-only job carries both

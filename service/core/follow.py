@@ -1,4 +1,4 @@
-"""Each process of `tandem serve --processes N` follows the group's change log (service.processes).
+"""Each process of `tandem serve --processes N` follows the group's change log (service.core.processes).
 
 A daemon thread polls the log every FOLLOW_INTERVAL_S (a read of one small file) and hands a newer
 change to the process's Reloader, which applies it on its reload thread and records it in this
@@ -13,9 +13,9 @@ import logging
 import threading
 from concurrent.futures import CancelledError
 
-from service.loader import LoadState, SearcherLoader
-from service.processes import ProcessGroup
-from service.reload import Reloader
+from service.core.loader import LoadState, SearcherLoader
+from service.core.processes import ProcessGroup
+from service.core.reload import Reloader
 
 log = logging.getLogger(__name__)
 

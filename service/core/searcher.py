@@ -1,17 +1,25 @@
-"""The engine: a loaded bundle and student behind micro-batching with admission control, and no HTTP in sight.
+"""Queries in, hits or vectors out: the student and a bundle behind micro-batching with admission control.
 
-A query's path is four files, route → engine → student → the bundle's search:
-service/routes/search.py `search` → here `Searcher.search`, admitted and queued by `MicroBatcher.submit` and run
-on a worker by `MicroBatcher._run`, which calls `Searcher.encode` → models/student.py
-`StudentEncoder.encode_counted`, then `Searcher.retrieve` → models/retrieve.py `retrieve` → `dense_candidates`
-→ `search_index` (FAISS). service.loader decides which searcher is in service.
+A dense query runs code in two files of the core: service/core/loader.py leases the searcher in service,
+then this module does the rest: `Searcher.search` is admitted and queued by `MicroBatcher.submit` and run
+by `MicroBatcher._run` (on a worker thread, or on the event loop with `workers` 0), which encodes with
+`QueryEncoder.encode` → models/student.py `StudentEncoder.encode_counted`, then searches with
+`Searcher.retrieve` → models/retrieve.py `retrieve` (FAISS). Batching lives here, with the searcher it
+serves, so that path crosses one module of the core rather than three.
+
+Three pieces, each usable without the next:
+- `MicroBatcher`: admission and micro-batching over two plain functions, encode and search (tested
+  without a model).
+- `QueryEncoder`: the student behind a MicroBatcher; what /v1/embeddings needs, and no bundle.
+- `Searcher`: a bundle searched through its own QueryEncoder, so that embed and search jobs share the same
+  micro-batches and the same admission.
 
 Concurrent requests can share one ONNX call and one search per distinct set of options (top_k,
-mode, filter, ...: models.retrieve.SearchOptions), up to `max_batch` queries (TANDEM_BATCH_MAX_QUERIES;
+mode, filter, ...: models.search.SearchOptions), up to `max_batch` queries (TANDEM_BATCH_MAX_QUERIES;
 1 by default, because the int8 student's dynamic quantization scales activations per call, so batchmates
 move a query's vector slightly). A worker waits at most `max_wait_s` for company, and only while other work
 is pending: a lone request never pays the wait. A batch request is one job, whatever its size;
-`Searcher.encode` runs its queries `max_batch` per ONNX call.
+`QueryEncoder.encode` runs its queries `max_batch` per ONNX call.
 
 Admission is bounded twice, and a request refused is refused at once (`Overloaded`, a 429),
 never left to wait without bound:
@@ -39,9 +47,6 @@ A job without options (`embed`, for /v1/embeddings) is encoded like any other, i
 micro-batches and under the same admission, and skips the search: its outcome carries the
 student's vectors and their token counts instead of hits. A lexical job skips the encoding
 instead, but is admitted, batched and timed alike (its BM25 time is `lexical` in the timings).
-
-`MicroBatcher` takes its `encode` and `search` as plain functions (`Searcher` passes its own two methods),
-so the batching is tested without a model.
 """
 
 from __future__ import annotations
@@ -55,135 +60,17 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import faiss
 import numpy as np
 from threadpoolctl import threadpool_limits
 
 from models.bundle import Bundle
 from models.errors import ContractMismatch
-from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, search
+from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, search, set_search_threads
 from models.student import StudentEncoder
 from models.timing import StageObserver
-from models.versions import resolve_bundle
-from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
-
-
-class Searcher:
-    """A loaded bundle and student behind a micro-batcher: `search` and `embed` are what the routes call.
-
-    `leases` and `retired` belong to SearcherLoader: a searcher swapped out by a hot reload
-    is closed only once the requests that leased it have finished.
-    """
-
-    def __init__(self, bundle: Bundle, student: StudentEncoder, settings: ServiceSettings) -> None:
-        bundle.check_student(student.teacher)
-        self.bundle = bundle
-        self.student = student
-        self.leases = 0
-        self.retired = False
-        self.loaded_at = time.time()
-        self._summary: Mapping[str, object] | None = None
-        self.oversample = settings.binary_oversample
-        self.search_threads = settings.search_threads
-        # numpy's BLAS (OpenBLAS) is process-wide and starts a thread per core: a binary bundle's query spin,
-        # one 1×d by d×d product per query, then hands off to threads that spin-wait on the cores ONNX Runtime
-        # and FAISS need. Under load that product took 12% of the server's samples (py-spy, docs/BENCHMARKS.md);
-        # with search_threads BLAS threads, like FAISS, it runs in the calling worker.
-        threadpool_limits(limits=self.search_threads, user_api="blas")
-        # batch_max_queries also caps each ONNX call of a batch request: with the default 1 a query's
-        # vector never depends on the queries it came with (int8 scales activations per call).
-        self.encode_batch = settings.batch_max_queries
-        self.batcher = MicroBatcher(
-            self.encode, self.retrieve, max_batch=settings.batch_max_queries,
-            max_wait_s=settings.batch_wait_ms / 1e3, max_pending=settings.max_pending,
-            max_queue_s=settings.max_queue_ms / 1e3, workers=settings.workers,
-        )
-
-    @classmethod
-    def load(cls, settings: ServiceSettings, directory: Path | None = None,
-             student: StudentEncoder | None = None) -> Searcher:
-        """Open `directory` (default: the bundle settings.index resolves to); a hot reload passes the student
-        in service, which onnxruntime lets several searchers share."""
-        bundle = Bundle(resolve_bundle(settings.index) if directory is None else directory)
-        try:
-            if student is None:
-                student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
-            searcher = cls(bundle, student, settings)
-        except BaseException:
-            bundle.close()
-            raise
-        try:
-            searcher.warmup()
-        except BaseException:
-            searcher.close()
-            raise
-        return searcher
-
-    def warmup(self) -> None:
-        """Run one query end to end: the first ORT run is slow, and the graph's real output width is checked."""
-        vec = self.student.encode(["warmup"])
-        if vec.shape[1] != self.bundle.teacher.dim:
-            raise ContractMismatch(
-                f"student {self.student.directory} outputs {vec.shape[1]}-d vectors but its manifest and the index "
-                f"say {self.bundle.teacher.dim}-d"
-            )
-        self.search_vectors(vec, 1)
-        if self.bundle.lexical is not None:  # touches the memory-mapped BM25 arrays once
-            self.retrieve(None, ["warmup"], SearchOptions(top_k=1, mode=Mode.LEXICAL))
-
-    def observe_stages(self, observe: StageObserver) -> None:
-        """Time tokenization (the student) and int8 rescoring (the index) from now on: service.loader wires the
-        metrics here once per loaded searcher. A shared student is wired again, to the same observer."""
-        self.student.observe = observe
-        self.bundle.vectors.observe = observe
-
-    @property
-    def version(self) -> str:
-        """The bundle directory's name: with the manifest's build_time, what a client sees switch on a reload."""
-        return self.bundle.directory.name
-
-    def index_summary(self) -> Mapping[str, object]:
-        """What every answer says of the bundle that gave it: built once, since a searcher's bundle never changes."""
-        if self._summary is None:
-            self._summary = {**self.bundle.manifest.summary(), "version": self.version}  # read-only: shared
-        return self._summary
-
-    @property
-    def pending(self) -> int:
-        """Queries queued or running (the tandem_queue_depth gauge)."""
-        return self.batcher.pending
-
-    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
-        """The hits of `queries`, once a worker has encoded and searched them in a micro-batch: Overloaded at once
-        when admission refuses, DeadlineExceeded after timeout_s. The event loop only awaits."""
-        return await self.batcher.search(queries, options, timeout_s)
-
-    async def embed(self, texts: Sequence[str], timeout_s: float) -> BatchOutcome:
-        """The student's vectors and token counts of `texts` (outcome.vectors, outcome.tokens), batched alike."""
-        return await self.batcher.embed(texts, timeout_s)
-
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
-        """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers."""
-        return self.student.encode_counted(texts, batch_size=self.encode_batch)
-
-    def retrieve(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
-        """Any mode, filters and pages (models.retrieve) for the queries of one set of options; run on the workers."""
-        # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
-        faiss.omp_set_num_threads(self.search_threads)
-        return search(self.bundle, vectors, queries, options, self.oversample)
-
-    def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
-        """Dense top-k of query vectors, unfiltered (warmup and tests)."""
-        faiss.omp_set_num_threads(self.search_threads)
-        return dense_hits(self.bundle, vectors, top_k, self.oversample)
-
-    def close(self) -> None:
-        self.batcher.close()
-        self.bundle.close()
 
 
 Encode = Callable[[Sequence[str]], tuple[np.ndarray, list[int]]]  # vectors and tokens per text
@@ -240,10 +127,13 @@ _SMOOTHING = 0.1  # weight of the latest batch in the moving average of seconds 
 
 class MicroBatcher:
     """Worker threads (or, with `workers` 0, the event loop) drain a queue of jobs, coalescing up to `max_batch`
-    queries per ONNX call."""
+    queries per ONNX call.
+
+    `encode` and `search` are plain functions (QueryEncoder passes its encode, a Searcher its retrieve), so the
+    batching is tested without a model; without a `search` it takes encode-only jobs alone."""
 
     def __init__(
-        self, encode: Encode, search: Search, *, max_batch: int, max_wait_s: float, max_pending: int,
+        self, encode: Encode, search: Search | None, *, max_batch: int, max_wait_s: float, max_pending: int,
         max_queue_s: float, workers: int,
     ) -> None:
         self._encode, self._search = encode, search
@@ -296,6 +186,8 @@ class MicroBatcher:
     def _submit(self, queries: Sequence[str], options: SearchOptions | int | None, timeout_s: float) -> _Job:
         if isinstance(options, int):
             options = SearchOptions(top_k=options)
+        if options is not None and self._search is None:
+            raise ValueError("this batcher only encodes: it was given no search")
         job = _Job(list(queries), options, time.monotonic() + timeout_s)
         with self._lock:
             if self._closed:
@@ -435,41 +327,12 @@ class MicroBatcher:
     def _run(self, jobs: list[_Job], paced_from: float | None = None) -> None:
         """Run a batch; its seconds per query, from `paced_from` (default: its start), feed the admission's pace."""
         started = time.monotonic()
-        live = []
-        for job in jobs:
-            if not job.future.set_running_or_notify_cancel():
-                continue
-            if job.deadline <= started:
-                job.future.set_exception(DeadlineExceeded("the request expired while queued"))
-            else:
-                live.append(job)
+        live = _live(jobs, started)
         if not live:
             return
         try:
-            encoded_jobs = [i for i, job in enumerate(live) if job.options is None or job.options.needs_vectors]
-            texts = [q for i in encoded_jobs for q in live[i].queries]
-            vectors, tokens = self._encode(texts) if texts else (None, [])
-            encoded = time.monotonic()
-            spans: dict[int, tuple[int, int]] = {}  # each encoded job's rows in `vectors`
-            row = 0
-            for i in encoded_jobs:
-                spans[i] = (row, row + len(live[i].queries))
-                row = spans[i][1]
-            hits: list[list[list[Hit]]] = [[] for _ in live]
-            lexical_s: dict[int, float] = {}
-            groups: dict[SearchOptions, list[int]] = {}
-            for i, job in enumerate(live):
-                if job.options is not None:
-                    groups.setdefault(job.options, []).append(i)
-            for options, members in groups.items():
-                group_vectors = None
-                if options.needs_vectors and vectors is not None:
-                    group_vectors = vectors[np.concatenate([np.arange(*spans[i]) for i in members])]
-                found = self._search(group_vectors, [q for i in members for q in live[i].queries], options)
-                answers = iter(found.hits)
-                for i in members:
-                    hits[i] = [next(answers) for _ in live[i].queries]
-                    lexical_s[i] = found.lexical_s
+            encoded = self._encode_jobs(live)
+            searched = self._search_jobs(live, encoded)
             done = time.monotonic()
         except Exception as exc:  # the requests get a 500; the worker lives on
             log.exception("batch of %d jobs failed", len(live))
@@ -477,20 +340,211 @@ class MicroBatcher:
                 job.future.set_exception(exc)
             return
         size = sum(len(job.queries) for job in live)
-        pace = (done - (started if paced_from is None else paced_from)) / size
+        self._learn_pace((done - (started if paced_from is None else paced_from)) / size)
+        for i, job in enumerate(live):
+            timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded.at - started) * 1e3}
+            if job.options is None:
+                job.future.set_result(_embedded(encoded, i, timing, size))
+            else:
+                job.future.set_result(_found(searched[i], timing, (done - encoded.at) * 1e3, size))
+
+    def _encode_jobs(self, live: list[_Job]) -> _Encoded:
+        """One encode for every query of the batch that needs a vector (embed jobs, dense and hybrid searches)."""
+        spans: dict[int, tuple[int, int]] = {}  # each encoded job's rows in `vectors`
+        texts: list[str] = []
+        for i, job in enumerate(live):
+            if job.options is None or job.options.needs_vectors:
+                spans[i] = (len(texts), len(texts) + len(job.queries))
+                texts += job.queries
+        vectors, tokens = self._encode(texts) if texts else (None, [])
+        return _Encoded(vectors, tokens, spans, time.monotonic())
+
+    def _search_jobs(self, live: list[_Job], encoded: _Encoded) -> dict[int, Retrieved]:
+        """One search per distinct set of options, each job's hits (and the group's BM25 time) cut back out."""
+        groups: dict[SearchOptions, list[int]] = {}
+        for i, job in enumerate(live):
+            if job.options is not None:
+                groups.setdefault(job.options, []).append(i)
+        searched: dict[int, Retrieved] = {}
+        search = self._search
+        for options, members in groups.items():
+            assert search is not None  # _submit admits no search job without one
+            group_vectors = None
+            if options.needs_vectors and encoded.vectors is not None:
+                group_vectors = encoded.vectors[np.concatenate([np.arange(*encoded.spans[i]) for i in members])]
+            found = search(group_vectors, [q for i in members for q in live[i].queries], options)
+            answers = iter(found.hits)
+            for i in members:
+                searched[i] = Retrieved([next(answers) for _ in live[i].queries], found.lexical_s)
+        return searched
+
+    def _learn_pace(self, pace: float) -> None:
         with self._lock:
             previous = self._seconds_per_query
             self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
-        for i, (job, job_hits) in enumerate(zip(live, hits, strict=True)):
-            searched = 0.0 if job.options is None else (done - encoded) * 1e3
-            lexical = lexical_s.get(i, 0.0) * 1e3
-            timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded - started) * 1e3,
-                      "search": max(0.0, searched - lexical), "lexical": lexical}
-            if job.options is None:
-                assert vectors is not None
-                first, last = spans[i]
-                outcome = BatchOutcome(hits=[], timing_ms=timing, batch_size=size,
-                                       vectors=vectors[first:last].copy(), tokens=tokens[first:last])
-            else:
-                outcome = BatchOutcome(hits=job_hits, timing_ms=timing, batch_size=size)
-            job.future.set_result(outcome)
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    vectors: np.ndarray | None  # every encoded query of the batch, jobs in order
+    tokens: list[int]
+    spans: dict[int, tuple[int, int]]  # a job's (index in the batch) first and past-last row
+    at: float  # time.monotonic() when the encode ended
+
+
+def _live(jobs: list[_Job], started: float) -> list[_Job]:
+    """The jobs still wanted: a cancelled one is skipped, one past its deadline fails unrun."""
+    live = []
+    for job in jobs:
+        if not job.future.set_running_or_notify_cancel():
+            continue
+        if job.deadline <= started:
+            job.future.set_exception(DeadlineExceeded("the request expired while queued"))
+        else:
+            live.append(job)
+    return live
+
+
+def _embedded(encoded: _Encoded, i: int, timing: dict[str, float], size: int) -> BatchOutcome:
+    """An embed job's outcome: its rows of the batch's vectors and their token counts; no search time."""
+    assert encoded.vectors is not None
+    first, last = encoded.spans[i]
+    return BatchOutcome(hits=[], timing_ms={**timing, "search": 0.0, "lexical": 0.0}, batch_size=size,
+                        vectors=encoded.vectors[first:last].copy(), tokens=encoded.tokens[first:last])
+
+
+def _found(retrieved: Retrieved, timing: dict[str, float], searched_ms: float, size: int) -> BatchOutcome:
+    """A search job's outcome: its hits; the batch's search time, less its group's BM25 time (`lexical`)."""
+    lexical = retrieved.lexical_s * 1e3
+    return BatchOutcome(hits=retrieved.hits, timing_ms={**timing, "search": max(0.0, searched_ms - lexical),
+                                                        "lexical": lexical}, batch_size=size)
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """How queries are batched and admitted: service.core.loader reads them from the settings
+    (TANDEM_BATCH_MAX_QUERIES, TANDEM_BATCH_WAIT_MS, TANDEM_MAX_PENDING, TANDEM_MAX_QUEUE_MS, TANDEM_WORKERS)."""
+
+    max_batch: int
+    max_wait_s: float
+    max_pending: int
+    max_queue_s: float
+    workers: int
+
+
+class QueryEncoder:
+    """The student behind admission and micro-batching: `embed` is what /v1/embeddings awaits.
+
+    It needs no bundle. A Searcher builds its own, passing its search, so that its searches and the embed
+    jobs share micro-batches and admission as they always have."""
+
+    def __init__(self, student: StudentEncoder, limits: BatchLimits, search: Search | None = None) -> None:
+        self.student = student
+        # max_batch also caps each ONNX call of a batch request: with the default 1 a query's
+        # vector never depends on the queries it came with (int8 scales activations per call).
+        self.encode_batch = limits.max_batch
+        self.batcher = MicroBatcher(
+            self.encode, search, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s,
+            max_pending=limits.max_pending, max_queue_s=limits.max_queue_s, workers=limits.workers,
+        )
+
+    @property
+    def dim(self) -> int:
+        """The width of the vectors: the teacher's dim."""
+        return self.student.dim
+
+    @property
+    def name(self) -> str:
+        """The student's directory name, which /v1/embeddings answers as its `model`."""
+        return self.student.directory.name
+
+    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers."""
+        return self.student.encode_counted(texts, batch_size=self.encode_batch)
+
+    async def embed(self, texts: Sequence[str], timeout_s: float) -> BatchOutcome:
+        """The student's vectors and token counts of `texts` (outcome.vectors, outcome.tokens): Overloaded at once
+        when admission refuses, DeadlineExceeded after timeout_s."""
+        return await self.batcher.embed(texts, timeout_s)
+
+    def close(self) -> None:
+        """Run or drop what is queued and stop the workers; the student stays open (a reload shares it)."""
+        self.batcher.close()
+
+
+class Searcher:
+    """A loaded bundle searched through a QueryEncoder: `search` is what /search awaits.
+
+    Which searcher is in service, who holds it (leases) and when a replaced one closes is service.core.loader's
+    business; a searcher only answers."""
+
+    def __init__(self, bundle: Bundle, student: StudentEncoder, *, limits: BatchLimits, oversample: int,
+                 search_threads: int) -> None:
+        bundle.check_student(student.teacher)
+        self.bundle = bundle
+        self.student = student
+        self.loaded_at = time.time()
+        self._summary: Mapping[str, object] | None = None
+        self.oversample = oversample
+        self.search_threads = search_threads
+        # numpy's BLAS (OpenBLAS) is process-wide and starts a thread per core: a binary bundle's query spin,
+        # one 1×d by d×d product per query, then hands off to threads that spin-wait on the cores ONNX Runtime
+        # and FAISS need. Under load that product took 12% of the server's samples (py-spy, docs/BENCHMARKS.md);
+        # with search_threads BLAS threads, like FAISS, it runs in the calling worker.
+        threadpool_limits(limits=search_threads, user_api="blas")
+        self.encoder = QueryEncoder(student, limits, search=self.retrieve)
+        self.batcher = self.encoder.batcher
+
+    def warmup(self) -> None:
+        """Run one query end to end: the first ORT run is slow, and the graph's real output width is checked."""
+        vec = self.student.encode(["warmup"])
+        if vec.shape[1] != self.bundle.teacher.dim:
+            raise ContractMismatch(
+                f"student {self.student.directory} outputs {vec.shape[1]}-d vectors but its manifest and the index "
+                f"say {self.bundle.teacher.dim}-d"
+            )
+        self.search_vectors(vec, 1)
+        if self.bundle.lexical is not None:  # touches the memory-mapped BM25 arrays once
+            self.retrieve(None, ["warmup"], SearchOptions(top_k=1, mode=Mode.LEXICAL))
+
+    def observe_stages(self, observe: StageObserver) -> None:
+        """Time tokenization (the student) and int8 rescoring (the index) from now on: service.core.loader wires
+        the metrics here once per loaded searcher. A shared student is wired again, to the same observer."""
+        self.student.observe = observe
+        self.bundle.vectors.observe = observe
+
+    @property
+    def version(self) -> str:
+        """The bundle directory's name: with the manifest's build_time, what a client sees switch on a reload."""
+        return self.bundle.directory.name
+
+    def index_summary(self) -> Mapping[str, object]:
+        """What every answer says of the bundle that gave it: built once, since a searcher's bundle never changes."""
+        if self._summary is None:
+            self._summary = {**self.bundle.manifest.summary(), "version": self.version}  # read-only: shared
+        return self._summary
+
+    @property
+    def pending(self) -> int:
+        """Queries queued or running (the tandem_queue_depth gauge)."""
+        return self.batcher.pending
+
+    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
+        """The hits of `queries`, once a worker has encoded and searched them in a micro-batch: Overloaded at once
+        when admission refuses, DeadlineExceeded after timeout_s. The event loop only awaits."""
+        return await self.batcher.search(queries, options, timeout_s)
+
+    def retrieve(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
+        """Any mode, filters and pages (models.search) for the queries of one set of options; run on the workers."""
+        # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
+        set_search_threads(self.search_threads)
+        return search(self.bundle, vectors, queries, options, self.oversample)
+
+    def search_vectors(self, vectors: np.ndarray, top_k: int) -> list[list[Hit]]:
+        """Dense top-k of query vectors, unfiltered (warmup and tests)."""
+        set_search_threads(self.search_threads)
+        return dense_hits(self.bundle, vectors, top_k, self.oversample)
+
+    def close(self) -> None:
+        self.encoder.close()
+        self.bundle.close()

@@ -1,10 +1,14 @@
-"""Which searcher is in service: the background initial load, leases, and the swaps of a hot reload.
+"""Which searcher is in service: the background initial load, leases, retired searchers and the swaps of a hot reload.
 
 `check_compatible` reads only the two manifests, so a student aligned to another teacher is
 refused before anything heavy loads. `SearcherLoader` loads in a background thread so the
 process answers liveness probes while a large bundle is still opening. Every searcher enters
-service through `SearcherLoader.load`, which wires the metrics' stage observers (tokenize,
-rescore) once, when it is loaded, so requests never touch them.
+service through `SearcherLoader.load`, which builds it from the settings and wires the metrics'
+stage observers (tokenize, rescore) once, when it is loaded, so requests never touch them.
+
+A request leases the searcher in service for as long as it uses it; a searcher swapped out by a hot
+reload is retired, and closed only once the last lease on it has ended. The loader keeps both counts:
+a searcher knows nothing of who holds it.
 """
 
 from __future__ import annotations
@@ -17,14 +21,14 @@ from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
-from models.bundle import read_bundle_manifest
+from models.bundle import Bundle, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest import BundleManifest, StudentManifest
 from models.student import StudentEncoder, read_student_manifest
 from models.timing import StageObserver
 from models.versions import resolve_bundle
-from service.engine import Searcher
+from service.core.searcher import BatchLimits, QueryEncoder, Searcher
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
@@ -79,6 +83,8 @@ class SearcherLoader:
         self._state = LoadState.LOADING
         self._error: str | None = None
         self._searcher: Searcher | None = None
+        self._leases: dict[Searcher, int] = {}  # requests holding each searcher (absent: none)
+        self._retired: set[Searcher] = set()  # swapped out, closed when their last lease ends
         self._closed = False
         self._thread = threading.Thread(target=self._load, name="tandem-load", daemon=True)
 
@@ -88,7 +94,7 @@ class SearcherLoader:
     def load(self, directory: Path | None = None, student: StudentEncoder | None = None) -> Searcher:
         """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage timers
         wired after the warm-up (which is not a request); a hot reload passes the student in service."""
-        searcher = Searcher.load(self._settings, directory, student)
+        searcher = open_searcher(self._settings, directory, student)
         if self._observe is not None:
             searcher.observe_stages(self._observe)
         return searcher
@@ -128,15 +134,26 @@ class SearcherLoader:
             searcher = self._searcher
             if searcher is None:
                 raise NotReady(self._state, self._error)
-            searcher.leases += 1
+            self._leases[searcher] = self._leases.get(searcher, 0) + 1
         try:
             yield searcher
         finally:
             with self._lock:
-                searcher.leases -= 1
-                drained = searcher.retired and searcher.leases == 0
+                left = self._leases.pop(searcher) - 1
+                if left:
+                    self._leases[searcher] = left
+                drained = not left and searcher in self._retired
+                if drained:
+                    self._retired.discard(searcher)
             if drained:
                 _close_later(searcher)
+
+    @contextmanager
+    def lease_encoder(self) -> Iterator[QueryEncoder]:
+        """The encoder of the searcher in service (the student, batched and admitted with its searches), leased
+        alike: all /v1/embeddings needs."""
+        with self.lease() as searcher:
+            yield searcher.encoder
 
     def swap(self, searcher: Searcher) -> Searcher | None:
         """Put `searcher` in service at once and return the one it replaces, still open: the caller keeps it
@@ -152,8 +169,9 @@ class SearcherLoader:
         """Close `searcher` as soon as no request holds a lease on it, on a thread of its own (closing drains the
         batcher, which must never block the event loop or the reload thread)."""
         with self._lock:
-            searcher.retired = True
-            drained = searcher.leases == 0
+            drained = searcher not in self._leases
+            if not drained:
+                self._retired.add(searcher)
         if drained:
             _close_later(searcher)
 
@@ -163,6 +181,33 @@ class SearcherLoader:
             searcher, self._searcher = self._searcher, None
         if searcher is not None:
             searcher.close()
+
+
+def open_searcher(settings: ServiceSettings, directory: Path | None = None,
+                  student: StudentEncoder | None = None) -> Searcher:
+    """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to); a hot reload passes
+    the student in service, which onnxruntime lets several searchers share."""
+    bundle = Bundle(resolve_bundle(settings.index) if directory is None else directory)
+    try:
+        if student is None:
+            student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
+        searcher = Searcher(bundle, student, limits=batch_limits(settings), oversample=settings.binary_oversample,
+                            search_threads=settings.search_threads)
+    except BaseException:
+        bundle.close()
+        raise
+    try:
+        searcher.warmup()
+    except BaseException:
+        searcher.close()
+        raise
+    return searcher
+
+
+def batch_limits(settings: ServiceSettings) -> BatchLimits:
+    return BatchLimits(max_batch=settings.batch_max_queries, max_wait_s=settings.batch_wait_ms / 1e3,
+                       max_pending=settings.max_pending, max_queue_s=settings.max_queue_ms / 1e3,
+                       workers=settings.workers)
 
 
 def _close_later(searcher: Searcher) -> None:

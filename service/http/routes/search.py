@@ -1,36 +1,79 @@
 """POST /search: encode the queries with the student, search the bundle, return documents.
 
-The first of a query's four files, route → engine → student → the bundle's search: `search` checks the
-request and awaits `Searcher.search` (service/engine.py), whose worker encodes with
+The first file of a query's path: `search` checks the request, leases the searcher in service
+(service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose batch encodes with
 `StudentEncoder.encode_counted` (models/student.py) and searches with `retrieve` (models/retrieve.py),
 which calls FAISS.
+
+One door: every POST /search is routed by FastAPI to this route. Its handler (`SearchRoute`) takes a JSON
+body that parses and validates straight to `search`, past FastAPI's dependency resolution, which cost more
+server CPU per search than the rest of the route (docs/results/search-door-ab.md); anything else (another
+content type, a body that does not parse or validate) goes through FastAPI's own handler, so every error
+keeps FastAPI's wording. Exceptions take the app's handlers either way, as for any route.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.requests import ClientDisconnect
 
 from models.manifest import FusionMethod
 from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
-from service.deps import LoaderDep, MetricsDep, SettingsDep
-from service.engine import Searcher
-from service.middleware import header
-from service.schemas.common import ErrorBody
-from service.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
+from service.core.searcher import Searcher
+from service.http.deps import LoaderDep, MetricsDep, SettingsDep
+from service.http.schemas.common import ErrorBody
+from service.http.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
 from service.settings import ServiceSettings
 
-router = APIRouter(tags=["search"])
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+class SearchRoute(APIRoute):
+    """/search's route: FastAPI matches it like any other, then a JSON body that parses and validates goes
+    straight to `search` with the app's settings, loader and metrics; the rest to FastAPI's handler.
+
+    It parses and validates as FastAPI does (json.loads, then SearchRequest in Python mode). The body is read
+    once: Starlette's Request keeps it for FastAPI's handler."""
+
+    def get_route_handler(self) -> Handler:
+        standard = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            body = await _json_body(request)
+            if body is None:
+                return await standard(request)
+            state = request.app.state
+            return await search(body, loader=state.loader, settings=state.settings, metrics=state.metrics)
+
+        return handle
+
+
+async def _json_body(request: Request) -> SearchRequest | None:
+    """The request as `search` takes it, or None for FastAPI's handler to answer (or refuse) it."""
+    content_type = request.headers.get("content-type")
+    if content_type is None or content_type.split(";", 1)[0].strip().lower() != "application/json":
+        return None
+    try:
+        raw = await request.body()
+    except ClientDisconnect:  # FastAPI's handler meets it too, and answers as it always has
+        return None
+    try:
+        return SearchRequest.model_validate(json.loads(raw))  # json as FastAPI's: orjson makes 2**70 a float
+    except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+
+
+router = APIRouter(tags=["search"], route_class=SearchRoute)
 
 
 def _problem(field: str, kind: str, message: str) -> dict[str, Any]:
@@ -102,7 +145,7 @@ def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary:
             timing: dict[str, float]) -> Response:
     """The JSON answer of SearchResponse's (or BatchSearchResponse's) shape, serialized once by orjson from plain
     dicts, without building the pydantic models and validating them again (docs/BENCHMARKS.md, "The request
-    path"); tests/service/test_service_api.py checks the answers against the models.
+    path"); tests/test_service_api.py checks the answers against the models.
     A hit carries only the requested `fields`."""
     results: list[Any] = ([_hit(h, fields) for h in hits[0]] if single
                           else [[_hit(h, fields) for h in query_hits] for query_hits in hits])
@@ -127,7 +170,7 @@ def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary:
 async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
-        # Encoding and FAISS run on the engine's worker threads; the event loop only awaits.
+        # Encoding and FAISS run on the searcher's batch workers (or between the loop's I/O rounds with workers 0).
         options = _options(request, top_k, searcher)
         outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3)
         summary = searcher.index_summary()  # names the version that answered
@@ -138,82 +181,3 @@ async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDe
         return _render(*args)  # tens of microseconds: cheaper than a hand-off to a thread and back
     # up to TANDEM_MAX_TOTAL_HITS hits with their texts are megabytes of work that must not stall the event loop
     return await run_in_threadpool(_render, *args)
-
-
-class SearchShortcut:
-    """POST /search with a JSON body, straight to `search` above, past FastAPI's routing, dependency resolution
-    and exception middleware; the innermost middleware, so request ids, access log, metrics, CORS, the body
-    limit and API keys apply as to every route.
-
-    Why: on the 2-core machine a minimal FastAPI app cost 0.17 ms of CPU per request more than a bare ASGI app,
-    and this shortcut saved 0.13 ms of the server's CPU per search, 4% (docs/BENCHMARKS.md, "The request
-    path"). It parses and validates as FastAPI does (json.loads, then SearchRequest in Python mode) and answers
-    errors with the app's own exception handlers. Whatever it does not take as it is (another content type, a
-    body that does not parse or validate) it hands to FastAPI's route, body included, so every error keeps
-    FastAPI's wording.
-    """
-
-    def __init__(self, app: ASGIApp, fastapi_app: FastAPI) -> None:
-        self.app, self.fastapi_app = app, fastapi_app
-        # what the router would set: the request middleware labels metrics with the route's template
-        self.route = next(r for r in router.routes if getattr(r, "path", None) == "/search")
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != "/search" or not _is_json(scope):
-            await self.app(scope, receive, send)
-            return
-        messages: list[Message] = []
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                break
-        request = _parse(messages)
-        if request is None:
-            await self.app(scope, _replay(messages, receive), send)
-            return
-        scope["route"] = self.route
-        state = self.fastapi_app.state
-        try:
-            response = await search(request, loader=state.loader, settings=state.settings, metrics=state.metrics)
-        except Exception as exc:
-            handler = self._handler(exc)
-            if handler is None:
-                raise  # the request middleware answers the generic 500 and logs the traceback
-            response = handler(Request(scope, receive), exc)
-            if inspect.isawaitable(response):  # Starlette allows plain functions as handlers too
-                response = await response
-        await response(scope, receive, send)
-
-    def _handler(self, exc: Exception) -> Any:
-        """The app's handler for this exception's class or its nearest base (Exception's is the server's)."""
-        for kind in type(exc).__mro__:
-            if kind is Exception:
-                return None
-            if (handler := self.fastapi_app.exception_handlers.get(kind)) is not None:
-                return handler
-        return None
-
-
-def _is_json(scope: Scope) -> bool:
-    content_type = header(scope, b"content-type")
-    return content_type is not None and content_type.split(";", 1)[0].strip().lower() == "application/json"
-
-
-def _parse(messages: list[Message]) -> SearchRequest | None:
-    if messages[-1]["type"] != "http.request":
-        return None  # the client left: FastAPI's route sees it
-    try:
-        body = json.loads(b"".join(m.get("body", b"") for m in messages))  # as FastAPI's: orjson makes 2**70 a float
-        return SearchRequest.model_validate(body)
-    except (ValueError, ValidationError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None
-
-
-def _replay(messages: list[Message], receive: Receive) -> Receive:
-    pending = list(messages)
-
-    async def replayed() -> Message:
-        return pending.pop(0) if pending else await receive()
-
-    return replayed

@@ -29,15 +29,15 @@ from fastapi import HTTPException, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
-from service.deps import SettingsDep
-from service.errors import error_response
+from service.http.errors import error_response
 from service.redact import printable
+from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 OPEN_PREFIXES = ("/admin/",)  # TANDEM_ADMIN_TOKEN guards these
-# The search page and its files: it asks for a key itself and sends it with each search (service.routes.page).
+# The search page and its files: it asks for a key itself and sends it with each search (service.http.routes.page).
 PAGE_PATHS = frozenset({"/"})
 PAGE_PREFIXES = ("/ui/",)
 _KEY = re.compile(r"^[\x21-\x7e]{1,512}$")  # visible ASCII, as a header value can carry it
@@ -151,8 +151,9 @@ class ApiKeyMiddleware:
         await response(scope, receive, send)
 
 
-def require_admin(request: Request, settings: SettingsDep) -> None:
+def require_admin(request: Request) -> None:
     """401 without a bearer token, 403 with a wrong one or when admin is disabled."""
+    settings: ServiceSettings = request.app.state.settings
     if settings.admin_token is None:
         raise HTTPException(403, "admin routes are disabled: start the service with --admin-token or "
                                  "TANDEM_ADMIN_TOKEN to enable them")

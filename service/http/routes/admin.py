@@ -1,4 +1,4 @@
-"""Admin routes: hot reload, rollback and reload status, behind the admin token (service.security.require_admin).
+"""Admin routes: hot reload, rollback and reload status, behind the admin token (service.http.auth.require_admin).
 
 Without TANDEM_ADMIN_TOKEN the routes answer 403 (admin disabled): never open by default.
 POST /admin/reload waits for the outcome (up to TANDEM_RELOAD_WAIT_S), because an operator or a
@@ -6,7 +6,7 @@ deploy script wants "did it take?" in one call; past the wait it answers 202 and
 up in GET /admin/status. Validation runs on the reload thread, so the event loop only awaits.
 
 With `--processes N` the process that takes the call validates and swaps first, then logs the change for
-the others (service.processes); the call answers once every process has applied it, listing each one's
+the others (service.core.processes); the call answers once every process has applied it, listing each one's
 version in `processes` (409 if one refused it, 202 if one has not got there within the same wait).
 """
 
@@ -19,17 +19,26 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse
 
-from service.deps import LoaderDep, ReloaderDep, SettingsDep
-from service.errors import error_response
-from service.loader import LoadState, NotReady
-from service.processes import ProcessGroup
-from service.reload import BadReloadRequest, ForbiddenReload, Reloader
-from service.schemas.admin import AdminStatus, ReloadOutcome, ReloadPending, ReloadRequest
-from service.schemas.common import ErrorBody
-from service.security import require_admin
+from service.core.loader import LoadState, NotReady
+from service.core.outcomes import AdminStatus, ReloadOutcome
+from service.core.processes import ProcessGroup
+from service.core.reload import BadReloadRequest, ForbiddenReload, Reloader
+from service.http.auth import require_admin
+from service.http.deps import LoaderDep, SettingsDep
+from service.http.errors import error_response
+from service.http.schemas.admin import ReloadPending, ReloadRequest
+from service.http.schemas.common import ErrorBody
+
+
+async def get_reloader(request: Request) -> Reloader:
+    reloader: Reloader = request.app.state.reloader
+    return reloader
+
+
+ReloaderDep = Annotated[Reloader, Depends(get_reloader)]
 
 router = APIRouter(
     prefix="/admin", tags=["admin"], dependencies=[Depends(require_admin)],

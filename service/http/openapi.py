@@ -13,7 +13,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from service.security import is_open
+from service.http.auth import is_open
 from service.settings import ServiceSettings
 
 # A character str.isspace() is False for (spelled out, so every regex engine reads it the same way).

@@ -1,0 +1,38 @@
+"""One JSON error shape for every failure (ErrorBody); clients never see a traceback.
+
+`error_response` is how every part of the HTTP layer answers an error, middleware and auth included;
+which exception becomes which status is service.http.exception_handlers'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+from service.http.schemas.common import ErrorBody, FieldError
+
+_LOCATIONS = {"body", "query", "path", "header", "cookie"}
+MAX_REPORTED_ERRORS = 10  # a 422 lists this many problems, then how many more: its size stays bounded
+
+
+def error_response(status: int, code: str, message: str, details: list[FieldError] | None = None,
+                   headers: Mapping[str, str] | None = None) -> JSONResponse:
+    body = ErrorBody(error=code, message=message, details=details)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
+
+
+def field_errors(errors: Sequence[Any]) -> list[FieldError]:
+    """Pydantic/FastAPI error dicts → `field: message`, without echoing the (possibly huge) input."""
+    out = []
+    for err in errors[:MAX_REPORTED_ERRORS]:
+        loc = [str(part) for part in err.get("loc", ())]
+        if err.get("type") == "json_invalid":
+            loc = loc[:1]  # the rest is a character offset, not a field
+        elif len(loc) > 1 and loc[0] in _LOCATIONS:
+            loc = loc[1:]
+        out.append(FieldError(field=".".join(loc) or "body", message=str(err.get("msg", "invalid value"))[:200]))
+    if len(errors) > MAX_REPORTED_ERRORS:
+        out.append(FieldError(field="body", message=f"and {len(errors) - MAX_REPORTED_ERRORS} more problems"))
+    return out

@@ -1,0 +1,66 @@
+"""GET /metrics: the app's Prometheus registry (service.metrics) in the text format, and the gauges it reads from
+the loader (the index in service, the queue depth)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.core.loader import LoadState, NotReady, SearcherLoader
+from service.http.deps import MetricsDep
+from service.metrics import Metrics
+
+router = APIRouter(tags=["observability"])
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics_endpoint(request: Request, metrics: MetricsDep) -> Response:
+    """Prometheus text format; open like the probes (restrict it at the network if needed). Scraped before the
+    lifespan has made a loader (no searcher yet), it still answers."""
+    loader: SearcherLoader | None = getattr(request.app.state, "loader", None)
+    if loader is not None:
+        sync_initial_load(metrics, loader)
+    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+async def track_initial_load(metrics: Metrics, loader: SearcherLoader, poll_s: float = 0.05) -> None:
+    """Set the index gauges once the loader (started just before) is ready; hot reloads call set_index.
+
+    The loader has no completion callback, so this polls while it loads (then ends); a scrape in
+    between calls `sync_initial_load` itself, so /metrics never lags behind /readyz.
+    """
+    metrics.load_started = time.perf_counter()
+    while loader.state[0] is LoadState.LOADING:
+        await asyncio.sleep(poll_s)
+    sync_initial_load(metrics, loader)
+
+
+def sync_initial_load(metrics: Metrics, loader: SearcherLoader) -> None:
+    """Set the index gauges from the first searcher, unless they are set already (by this or a reload)."""
+    if metrics.index_set or metrics.load_started is None or loader.state[0] is not LoadState.READY:
+        return
+    try:
+        searcher = loader.searcher()
+    except NotReady:
+        return
+    bundle = searcher.bundle
+    metrics.set_index(bundle.directory.name, bundle.manifest.count, time.perf_counter() - metrics.load_started)
+
+
+def queue_depth_of(app: FastAPI) -> Callable[[], float]:
+    """Read at scrape time from whichever searcher is in service (0 while none is)."""
+
+    def depth() -> float:
+        loader: SearcherLoader | None = getattr(app.state, "loader", None)
+        if loader is None:
+            return 0.0
+        try:
+            return float(loader.searcher().pending)
+        except NotReady:
+            return 0.0
+
+    return depth
