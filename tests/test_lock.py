@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sysconfig
 import tomllib
 from importlib.metadata import distributions
 from pathlib import Path
@@ -99,7 +100,10 @@ def test_models_lock_pins_the_packages_provisioning_unpacks() -> None:
 def test_environment_is_the_lock() -> None:
     """Every locked package is installed at its locked version, and nothing is installed that is not locked."""
     expected = _pins(LOCK) | _pins(MODELS_LOCK)
-    installed = {canonicalize_name(d.metadata["Name"]): Version(d.version) for d in distributions()}
+    # What pip installed into this environment: its site-packages, not sys.path, where Ray puts its vendored
+    # packages (ray/thirdparty_files: psutil, colorama) once imported.
+    site = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {canonicalize_name(d.metadata["Name"]): Version(d.version) for d in distributions(path=site)}
     problems = []
     for name, version in sorted(expected.items()):
         if name not in installed:
