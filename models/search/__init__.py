@@ -15,8 +15,18 @@ but for type annotations, so opening a bundle never needs the search.
 """
 
 from models.search.filters import Filter, FilterError, parse_filter
-from models.search.query import Hit, Mode, Retrieved, SearchOptions, dense_hits, rotate, search, search_index
-from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex, set_search_threads
+from models.search.query import (
+    Hit,
+    Mode,
+    Retrieved,
+    SearchOptions,
+    dense_hits,
+    rotate,
+    search,
+    search_index,
+    set_search_threads,
+)
+from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 __all__ = [
     "DEFAULT_OVERSAMPLE",

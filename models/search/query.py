@@ -44,6 +44,13 @@ BRUTE_FORCE_SHARE = 0.01
 BRUTE_FORCE_CHUNK = 65_536  # rows scored at a time in the exact pass
 
 
+
+def set_search_threads(threads: int) -> None:
+    """FAISS's OpenMP threads for the searches the calling thread runs: the count is per thread, so a worker
+    sets it before it searches (docs/decisions.md#one-blas-thread-per-search-thread)."""
+    faiss.omp_set_num_threads(threads)
+
+
 @dataclass(frozen=True)
 class Hit:
     row: int

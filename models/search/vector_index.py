@@ -40,12 +40,6 @@ SPIN_FILE = "spin.npy"  # binary: the random orthogonal matrix applied after cen
 DEFAULT_OVERSAMPLE = 4
 
 
-def set_search_threads(threads: int) -> None:
-    """FAISS's OpenMP threads for the searches the calling thread runs: the count is per thread, so a worker
-    sets it before it searches (docs/decisions.md#one-blas-thread-per-search-thread)."""
-    faiss.omp_set_num_threads(threads)
-
-
 class VectorIndex:
     """Vectors of one bundle at one dim and quantization."""
 
