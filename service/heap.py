@@ -3,7 +3,7 @@
 Why: a full collection walks every container the collector tracks, and a server process holds about 93,000
 of them once FastAPI, pydantic, onnxruntime, FAISS and bm25s are imported: 20–40 ms per full collection,
 the whole process stopped meanwhile. Under load one such pause queued enough requests for the
-admission to refuse some with 429 (docs/BENCHMARKS.md, "Garbage collection pauses"). Those objects live as
+admission to refuse some with 429 (docs/decisions.md#freeze-the-start-up-heap). Those objects live as
 long as the process, so they are moved to the collector's permanent generation (`gc.freeze`, meant for
 exactly this) once, after the imports and before the first bundle loads: a bundle is loaded later and stays
 collectable, since a retired version's searcher and its batcher refer to each other and only a collection

@@ -4,7 +4,7 @@ A dense query runs code in two files of the core: service/core/loader.py leases 
 then this module does the rest: `Searcher.search` is admitted and queued by `MicroBatcher.submit` and run
 by `MicroBatcher._run` (on a worker thread, or on the event loop with `workers` 0), which encodes with
 `QueryEncoder.encode` → models/student.py `StudentEncoder.encode_counted`, then searches with
-`Searcher.retrieve` → models/retrieve.py `retrieve` (FAISS). Batching lives here, with the searcher it
+`Searcher.retrieve` → models/search/query.py `search` (FAISS). Batching lives here, with the searcher it
 serves, so that path crosses one module of the core rather than three.
 
 Three pieces, each usable without the next:
@@ -33,7 +33,7 @@ With `workers` 0 there are no worker threads: the event loop runs each batch its
 network I/O (`_drain`, one batch per round, so the requests that arrived meanwhile are read and admitted
 between two batches). That saves the two thread hand-offs a query costs, and the cache the loop and a worker
 thread evict from each other on a shared core: measured the cheapest per query with one process per core
-(`--processes`, docs/BENCHMARKS.md, "Batches on the event loop"). The price: while a batch runs, nothing
+(`--processes`, docs/decisions.md#batches-on-the-event-loop). The price: while a batch runs, nothing
 else of that process runs, probes included, and a refusal waits for the batch in progress. The pace the
 admission judges by then runs from the end of one batch to the end of the next behind a backlog, the loop's
 I/O round between them included.
@@ -254,7 +254,7 @@ class MicroBatcher:
     async def _await(self, job: _Job, timeout_s: float) -> BatchOutcome:
         """The job's outcome, relayed to the event loop by one callback, with one timer for the deadline: the same
         as `wait_for(shield(wrap_future(...)))` (a request cancelled by its client leaves the job to run), without
-        their two extra futures and task-level timeout on the event loop (docs/BENCHMARKS.md, "The request path")."""
+        their two extra futures and task-level timeout on the event loop (docs/decisions.md#one-callback-per-job)."""
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[BatchOutcome] = loop.create_future()
         loop_thread = threading.get_ident()
@@ -489,8 +489,9 @@ class Searcher:
         self.search_threads = search_threads
         # numpy's BLAS (OpenBLAS) is process-wide and starts a thread per core: a binary bundle's query spin,
         # one 1×d by d×d product per query, then hands off to threads that spin-wait on the cores ONNX Runtime
-        # and FAISS need. Under load that product took 12% of the server's samples (py-spy, docs/BENCHMARKS.md);
-        # with search_threads BLAS threads, like FAISS, it runs in the calling worker.
+        # and FAISS need. Under load that product took 12% of the server's samples (py-spy);
+        # with search_threads BLAS threads, like FAISS, it runs in the calling worker
+        # (docs/decisions.md#one-blas-thread-per-search-thread).
         threadpool_limits(limits=search_threads, user_api="blas")
         self.encoder = QueryEncoder(student, limits, search=self.retrieve)
         self.batcher = self.encoder.batcher

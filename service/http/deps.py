@@ -1,7 +1,7 @@
 """The dependencies the routes declare, read from app.state where create_app and its lifespan put them.
 
 They are `async def`: FastAPI runs a plain `def` dependency on its thread pool, three hand-offs to a thread and
-back per search for what is one attribute read (docs/BENCHMARKS.md, "The request path").
+back per search for what is one attribute read (docs/decisions.md#async-dependencies).
 
 Auth is not here: API keys are a middleware and the admin token a guard, both in service.http.auth; the
 reloader, which only the admin routes use, is declared there (service.http.routes.admin).

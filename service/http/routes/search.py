@@ -2,8 +2,8 @@
 
 The first file of a query's path: `search` checks the request, leases the searcher in service
 (service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose batch encodes with
-`StudentEncoder.encode_counted` (models/student.py) and searches with `retrieve` (models/retrieve.py),
-which calls FAISS.
+`StudentEncoder.encode_counted` (models/student.py) and searches with `search` (models/search/query.py),
+which calls FAISS; docs/architecture.md#the-query-path lists every file it runs code in.
 
 One door: every POST /search is routed by FastAPI to this route. Its handler (`SearchRoute`) takes a JSON
 body that parses and validates straight to `search`, past FastAPI's dependency resolution, which cost more
@@ -144,8 +144,9 @@ def _hit(h: Hit, fields: Sequence[str]) -> dict[str, Any]:
 def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary: Mapping[str, object],
             timing: dict[str, float]) -> Response:
     """The JSON answer of SearchResponse's (or BatchSearchResponse's) shape, serialized once by orjson from plain
-    dicts, without building the pydantic models and validating them again (docs/BENCHMARKS.md, "The request
-    path"); tests/test_service_api.py checks the answers against the models.
+    dicts, without building the pydantic models and validating them again
+    (docs/decisions.md#answers-rendered-once-by-orjson); tests/service/test_service_api.py checks the answers
+    against the models.
     A hit carries only the requested `fields`."""
     results: list[Any] = ([_hit(h, fields) for h in hits[0]] if single
                           else [[_hit(h, fields) for h in query_hits] for query_hits in hits])
