@@ -10,6 +10,7 @@ import ast
 import re
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -105,9 +106,16 @@ def _recording() -> Iterator[_Recorder]:
 def test_a_dense_search_runs_code_in_the_files_the_page_lists(service_settings: ServiceSettings,
                                                               workers: int) -> None:
     settings = service_settings.model_copy(update={"workers": workers})
-    with _recording() as recorder, serve_app(create_app(settings)) as server:
+    app = create_app(settings)
+    with _recording() as recorder, serve_app(app) as server:
         for _ in range(3):  # warm: first calls build caches that a steady request never touches
             assert server.client.post("/search", json={"query": "tides", "top_k": 3}).status_code == 200
+        # The app's one background task, which sets the index gauges once the first load is done, polls until
+        # then: let it end first, so that only the request runs while recording.
+        deadline = time.monotonic() + 30
+        while not app.state.metrics.index_set and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert app.state.metrics.index_set
         recorder.on = True
         response = server.client.post("/search", json={"query": "how do tides work", "top_k": 3})
         recorder.on = False
