@@ -152,20 +152,20 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
         if opts.min_score is not None:
             keep = scores >= opts.min_score
             scores, rows = scores[keep], rows[keep]
-        docs = bundle.docs.get([int(r) for r in rows])
-        out.append([Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)])
+        out.append(_hits(bundle, scores, rows))
     return Retrieved(out, lexical_s)
 
 
 def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
     """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests); `search` does the rest."""
     scores, rows = search_index(bundle.vectors, rotate(vectors, bundle.rotation), k, oversample)
-    out: list[list[Hit]] = []
-    for srow, rrow in zip(scores, rows, strict=True):
-        valid = [(int(r), float(s)) for r, s in zip(rrow, srow, strict=True) if r >= 0]
-        docs = bundle.docs.get([r for r, _ in valid])
-        out.append([Hit(row=r, score=s, doc=d) for (r, s), d in zip(valid, docs, strict=True)])
-    return out
+    return [_hits(bundle, srow[rrow >= 0], rrow[rrow >= 0]) for srow, rrow in zip(scores, rows, strict=True)]
+
+
+def _hits(bundle: Bundle, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
+    """Ranked rows with their documents from the bundle's docstore, in one read."""
+    docs = bundle.docs.get([int(r) for r in rows])
+    return [Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)]
 
 
 def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
