@@ -35,7 +35,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16")
+KERNEL_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 
 def cpu_flag_map() -> dict[str, bool]:

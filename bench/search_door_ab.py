@@ -23,14 +23,13 @@ import logging
 import os
 import statistics
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 from benchdoc import cpu_flags, cpu_model, start_logging
-from servers import free_port, stop, wait_ready
+from servers import cpu_seconds, free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.search_door_ab")
 
@@ -38,7 +37,6 @@ QUERIES = ("how do tides work", "protein folding", "vitamin d deficiency", "gene
 PINNED = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TANDEM_WORKERS": "0",
           "TANDEM_ENCODE_THREADS": "1", "TANDEM_SEARCH_THREADS": "1", "TANDEM_PROCESSES": "1",
           "TANDEM_LOG_LEVEL": "warning"}
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass
@@ -48,18 +46,10 @@ class Tree:
     ms_per_request: list[float] = field(default_factory=list)  # one figure per block
 
 
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the whole process (all its threads) so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # fields 14 and 15 of stat(5)
-
-
 def start(tree: Tree, index: Path, student: Path, port: int, logs: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **PINNED, "PYTHONPATH": str(tree.root)}
-    cmd = [sys.executable, "-m", "tandem", "serve", "--index", str(index), "--student", str(student),
-           "--host", "127.0.0.1", "--port", str(port)]
-    with (logs / f"{tree.label}-{port}.log").open("wb") as fh:
-        return subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=tree.root)
+    """The tree's own `tandem serve`: run in the tree, with the tree first on PYTHONPATH."""
+    return start_process(tandem_serve_cmd(index, student, port), logs / f"{tree.label}-{port}.log",
+                         env={**PINNED, "PYTHONPATH": str(tree.root)}, cwd=tree.root)
 
 
 def send(client: httpx.Client, count: int, top_k: int) -> None:
@@ -97,17 +87,12 @@ def run_round(trees: list[Tree], args: argparse.Namespace, logs: Path) -> None:
             stop(server)
 
 
-def amx() -> str:
-    flags = Path("/proc/cpuinfo").read_text()
-    return "amx yes" if "amx_tile" in flags else "amx no"
-
-
 def report(trees: list[Tree]) -> str:
     """Per tree: the blocks' mean, spread and ratio to the first tree's; and the paired difference, each block
     minus the first tree's block of the same cycle (adjacent in time, so the machine's drift cancels), as its
     mean ± standard error."""
     base = trees[0]
-    lines = [f"CPU: {cpu_model()} ({os.cpu_count()} cores); {cpu_flags()}, {amx()}",
+    lines = [f"CPU: {cpu_model()} ({os.cpu_count()} cores); {cpu_flags()}",
              f"tree | blocks | mean ms/search | stdev | min | max | ratio to {base.label} | "
              f"paired Δ ms vs {base.label} (± s.e.)"]
     for tree in trees:

@@ -28,14 +28,13 @@ from pathlib import Path
 from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 from serve_load import Server
-from servers import process_tree, stop
+from servers import cpu_seconds, stop
 
 from tandem.loadtest import LoadReport, format_report, run_loadtest
 
 log = logging.getLogger("bench.serve_settings")
 
 SECTION = "serve-settings"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -59,18 +58,6 @@ class Run:
     report: LoadReport
     server_cpu_ms: float  # per request answered (any status)
     client_cpu_ms: float
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process and its live children (the workers of `--processes N`), in seconds."""
-    total = 0
-    for process in process_tree(pid):
-        try:
-            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # a worker that exited meanwhile
-        total += int(fields[11]) + int(fields[12])
-    return total / CLOCK_TICKS
 
 
 def measure(server: Server, variant: Variant, rps: float, duration: float, queries: list[str]) -> Run:

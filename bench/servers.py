@@ -28,6 +28,7 @@ log = logging.getLogger("bench.servers")
 
 READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 30.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -36,12 +37,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_process(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
-    """`cmd` in the repository root, stdout and stderr into `log_path`, with `env` added to this environment."""
+def start_process(cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
+                  cwd: Path = REPO) -> subprocess.Popen[bytes]:
+    """`cmd` in `cwd` (the repository root; another source tree's, to serve that tree's code: `python -m` puts
+    the working directory first on sys.path), stdout and stderr into `log_path`, with `env` added to this
+    environment."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("wb") as fh:
         return subprocess.Popen(list(cmd), stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})},
-                                cwd=REPO)
+                                cwd=cwd)
 
 
 def tandem_serve_cmd(index: Path, student: Path, port: int) -> list[str]:
@@ -72,6 +76,18 @@ def process_tree(pid: int) -> list[int]:
         return [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
     except OSError:
         return [pid]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, every thread, and of its live children (the workers of `--processes N`)."""
+    total = 0
+    for process in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a worker that exited meanwhile
+        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5)
+    return total / CLOCK_TICKS
 
 
 def rss_mib(pid: int, field: str = "VmHWM") -> float | None:
