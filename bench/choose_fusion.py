@@ -23,7 +23,7 @@ from models.evaluation.metrics import NDCG, score_run
 from models.manifest import FusionMethod, FusionSpec
 from models.search import DEFAULT_OVERSAMPLE
 from models.search.fusion import fuse
-from models.search.query import dense_candidates
+from models.search.query import dense_candidates, lexical_candidates
 from models.student import StudentEncoder
 
 log = logging.getLogger("bench.choose_fusion")
@@ -45,16 +45,16 @@ def main() -> None:
     dataset = load_beir(args.data, args.split)
     bundle = Bundle(args.index)
     student = StudentEncoder(args.student, precision=args.precision, threads=os.cpu_count() or 1)
-    lexical = bundle.require_lexical()
+    bundle.require_lexical()
     depth = bundle.fusion.depth
     qids = list(dataset.queries)
-    ids = bundle.docs.ids()
+    everywhere = [None] * len(bundle.segments)
     dense, sparse = [], []
     for qid in qids:
         text = dataset.queries[qid]
         vector = student.encode([text], batch_size=1)[0]
-        dense.append(dense_candidates(bundle, vector, depth, None, DEFAULT_OVERSAMPLE))
-        sparse.append(lexical.search(text, depth))
+        dense.append(dense_candidates(bundle, vector, depth, everywhere, DEFAULT_OVERSAMPLE))
+        sparse.append(lexical_candidates(bundle, text, depth, everywhere))
     specs = {"dense": None, "lexical": None, "rrf": FusionSpec(method=FusionMethod.RRF, depth=depth)}
     specs |= {f"convex {a}": FusionSpec(method=FusionMethod.CONVEX, alpha=a, depth=depth) for a in ALPHAS}
     results: dict[str, float] = {}
@@ -62,7 +62,8 @@ def main() -> None:
         run = {}
         for qid, d, s in zip(qids, dense, sparse, strict=True):
             scores, rows = d if name == "dense" else s if name == "lexical" else fuse(d, s, spec)  # type: ignore[arg-type]
-            run[qid] = {ids[int(r)]: float(x) for r, x in zip(rows[:100], scores[:100], strict=True)}
+            docs = bundle.documents(rows[:100])
+            run[qid] = {d.id: float(x) for d, x in zip(docs, scores[:100], strict=True)}
         results[name] = score_run(dataset.qrels, run)[NDCG]
     best = max((n for n in results if n not in ("dense", "lexical")), key=lambda n: results[n])
     print(f"{args.data.name} [{args.split}], {len(qids)} queries, student {args.student.name} ({args.precision})")

@@ -19,12 +19,13 @@ import numpy as np
 
 from indexer.options import ExportFormat
 from models.atomic import atomic_write
-from models.bundle import read_bundle_manifest
+from models.bundle import in_segment, read_bundle_manifest, tombstone_masks
+from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.embedding_store import EmbeddingStore
 from models.errors import InputError
 from models.index_spec import Quantization
-from models.manifest import BundleManifest
+from models.manifest import BundleManifest, SegmentInfo
 from models.rotation import Rotation
 from models.search.vector_index import float_vectors
 from models.versions import resolve_bundle
@@ -34,34 +35,42 @@ log = logging.getLogger(__name__)
 CHUNK = 4096
 
 
-def _vectors(directory: Path, manifest: BundleManifest, store: EmbeddingStore) -> Iterator[np.ndarray]:
-    key = manifest.embeddings.store_key
+def segment_vectors(directory: Path, manifest: BundleManifest, segment: SegmentInfo,
+                    store: EmbeddingStore) -> Iterator[np.ndarray]:
+    """Every row's full-dimension teacher vector of one segment, deleted rows included, in row order: from its
+    embedding-store entry, else (a first segment of a 768-d float index without rotation) from the index."""
+    key = segment.embeddings.store_key if segment.embeddings is not None else None
     if key and store.complete(key):
         yield from store.iter_chunks(key)
         return
     full = manifest.dim == manifest.teacher.dim
     if manifest.quantization is Quantization.FLOAT and full and manifest.rotation is Rotation.NONE:
-        yield from float_vectors(directory, manifest.count, CHUNK)
+        yield from float_vectors(directory / segment.path, segment.count, CHUNK)
         return
-    raise InputError(f"{directory}: its full-dimension teacher vectors are not in the embedding store at "
-                     f"{store.root} (key {key}), and its index is {manifest.dim}-d {manifest.quantization.value}; "
-                     "run the export where the bundle was built, or set TANDEM_HOME to that store")
+    raise InputError(f"{directory}: the full-dimension teacher vectors of segment {segment.name} are not in the "
+                     f"embedding store at {store.root} (key {key}), and its index is {manifest.dim}-d "
+                     f"{manifest.quantization.value}; run this where the bundle was built, or set TANDEM_HOME to "
+                     "that store")
 
 
-def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple[list[dict[str, str]], np.ndarray]]:
-    """(documents, float32 vectors) chunks of a bundle, in row order."""
+def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
+    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order."""
     manifest = read_bundle_manifest(directory)
-    docs = DocStore(directory / DOCSTORE_FILE)
-    try:
-        start = 0
-        for chunk in _vectors(directory, manifest, store or EmbeddingStore()):
-            got = docs.range(start, start + len(chunk))
-            yield [{"id": d.id, "title": d.title, "text": d.text} for d in got], np.asarray(chunk, dtype=np.float32)
-            start += len(chunk)
-        if start != manifest.count:
-            raise InputError(f"{directory}: exported {start} vectors, the manifest counts {manifest.count}")
-    finally:
-        docs.close()
+    store = store or EmbeddingStore()
+    for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
+        docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
+        try:
+            start = 0
+            for chunk in segment_vectors(directory, manifest, segment, store):
+                got = docs.range(start, start + len(chunk))
+                live = ~deleted[start : start + len(chunk)]
+                yield [d for d, keep in zip(got, live, strict=True) if keep], np.asarray(chunk[live], dtype=np.float32)
+                start += len(chunk)
+            if start != segment.count:
+                raise InputError(f"{directory}: {start} vectors for segment {segment.name}, the manifest counts "
+                                 f"{segment.count}")
+        finally:
+            docs.close()
 
 
 def export(path: Path, out: Path, fmt: ExportFormat, store: EmbeddingStore | None = None) -> int:
@@ -91,8 +100,8 @@ def _write_parquet(directory: Path, out: BinaryIO, store: EmbeddingStore | None)
         for docs, vectors in rows(directory, store):
             flat = pa.array(vectors.ravel(), type=pa.float32())
             writer.write_table(pa.table({
-                "id": [d["id"] for d in docs], "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
-                "title": [d["title"] for d in docs], "text": [d["text"] for d in docs]}, schema=schema))
+                "id": [d.id for d in docs], "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+                "title": [d.title for d in docs], "text": [d.text for d in docs]}, schema=schema))
             count += len(docs)
     return count
 
@@ -103,7 +112,7 @@ def _write_jsonl(directory: Path, out: BinaryIO, store: EmbeddingStore | None) -
     try:
         for docs, vectors in rows(directory, store):
             for doc, vector in zip(docs, vectors.tolist(), strict=True):
-                fh.write(json.dumps({"id": doc["id"], "vector": vector, "title": doc["title"], "text": doc["text"]},
+                fh.write(json.dumps({"id": doc.id, "vector": vector, "title": doc.title, "text": doc.text},
                                     ensure_ascii=False) + "\n")
             count += len(docs)
     finally:

@@ -1,277 +1,127 @@
-"""`tandem index update`: a new bundle version from a base bundle plus upserts and deletes.
+"""`tandem index update`: a new version from a base version plus upserts and deletes, in one new segment.
 
-Unchanged documents keep their vectors (from the embedding store entry of the base corpus,
-else from a full-dimension float index); only new or changed texts go through the teacher.
-Replaced documents keep their position, new ones are appended, deleted ones are gone for good
-because every later update starts from a version that no longer has them. The new corpus is
-materialized as corpus.jsonl inside the bundle and its full vectors are stored under its own
-corpus key, so `tandem distill`, `tandem eval` and other dims reuse them.
+The new version hard-links every file of its base and adds one segment holding the added and replaced
+documents (only those go through the teacher) with tombstones for the rows they replace and the deleted ones
+(indexer.segments). Its time, memory and new disk space follow the number of changes, not the corpus: nothing
+of the base is read but the rows the changes name, by id, in each segment's docstore.
+
+A bundle built before segments is rewritten whole by its first update (indexer.rewrite): its lexical index
+cannot take another segment. Every later update is a segment; `tandem index compact` merges them back into one.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from array import array
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
 
 import numpy as np
 
 from indexer.changes import Changes, read_changes
 from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.ingest import Passages
-from indexer.publish import Target, publish
-from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
-from models.bundle import Bundle, read_bundle_manifest
+from indexer.publish import publish
+from indexer.request import UpdateRequest, base_dir
+from indexer.rewrite import rewrite
+from indexer.segments import Applied, Vectors, apply_changes, link_version, write_version_manifest
+from indexer.writer import Space
+from models.bundle import read_bundle_manifest
 from models.contract import check_same_teacher
-from models.corpus import CorpusHasher, Document, corpus_key
-from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
-from models.embedding_store import SHARD_SIZE, EmbeddingStore, store_key
-from models.errors import InputError
-from models.index_spec import Quantization
-from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.registry import ModelCard, load_card, resolve, sha256_file
-from models.rotation import Rotation
-from models.search.query import stored_vectors
-from models.versions import is_bundle_root, resolve_bundle
+from models.corpus import Document, corpus_key
+from models.embedding_store import EmbeddingStore, store_key
+from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, utc_now
+from models.registry import ModelCard, load_card, resolve
+from models.versions import new_version_name
 
 log = logging.getLogger(__name__)
 
-READ_CHUNK = 10_000  # docstore rows read, and new rows merged, at a time
 
-
-@dataclass(frozen=True)
-class UpdateRequest:
-    changes: Path | None = None
-    delete_ids: Path | None = None
-    base: Path | None = None
-    root: Path | None = None
-    out: Path | None = None
-    version: str | None = None
-    keep: int | None = None
-    force: bool = False
-    teacher: Path | None = None
-    batch_size: int = 32
-    device: str | None = None
-    store: Path | None = None
-    shard_size: int = SHARD_SIZE
-
-    @property
-    def target(self) -> Target:
-        return Target(out=self.out, root=self.root, version=self.version, keep=self.keep, force=self.force)
-
-
-def base_dir(req: UpdateRequest) -> Path:
-    """--base as a version name under --root, a bundle dir or a root; default: --root's CURRENT."""
-    if req.base is None:
-        if req.root is None:
-            raise InputError("--out needs --base (the bundle to update)")
-        if not is_bundle_root(req.root):
-            raise InputError(f"{req.root} has no CURRENT version to update; publish one with "
-                             "`tandem index build --root`")
-        return resolve_bundle(req.root)
-    if req.root is not None and len(req.base.parts) == 1 and (req.root / req.base).is_dir():
-        return req.root / req.base
-    if not Path(req.base).is_dir():
-        raise InputError(f"--base {req.base}: not a bundle directory, bundle root or version under --root")
-    return resolve_bundle(req.base)
-
-
-@dataclass
-class Plan:
-    """Where each row of the new corpus gets its vector: a base row (>= 0) or fresh text -(i + 1)."""
-
-    sources: np.ndarray
-    fresh: list[Document]
-    counts: dict[str, int]
-    base_key: str
-    new_key: str
-
-
-def plan_changes(bundle: Bundle, changes: Changes, out: DocstoreWriter, corpus_fh: TextIO) -> Plan:
-    """Stream the base documents, apply the changes, write the new docstore and corpus.jsonl; plan the vectors."""
-    deletes, upserts = dict(changes.deletes), {d.id: d for d in changes.upserts}
-    counts = {"added": 0, "replaced": 0, "deleted": len(deletes), "unchanged": 0}
-    base_hasher, new_hasher = CorpusHasher(), CorpusHasher()
-    sources = array("q")  # 8 bytes a row, not a Python int each
-    fresh: list[Document] = []
-    batch: list[Document] = []
-
-    def emit(doc: Document, source: int | None) -> None:
-        if source is None:
-            fresh.append(doc)
-            source = -len(fresh)
-        sources.append(source)
-        new_hasher.update(doc)
-        batch.append(doc)
-        corpus_fh.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
-        if len(batch) >= READ_CHUNK:
-            out.add(batch)
-            batch.clear()
-
-    count = bundle.manifest.count
-    for start in range(0, count, READ_CHUNK):
-        for row, doc in enumerate(bundle.docs.range(start, min(start + READ_CHUNK, count)), start):
-            base_hasher.update(doc)
-            if deletes.pop(doc.id, None) is not None:
-                continue
-            new = upserts.pop(doc.id, None)
-            if new is None:
-                emit(doc, row)
-                continue
-            counts["replaced" if new != doc else "unchanged"] += 1
-            emit(new, row if new.passage() == doc.passage() else None)
-    for doc_id, where in deletes.items():
-        raise InputError(f"{where}: cannot delete {doc_id!r}: no such document in the base version")
-    counts["added"] = len(upserts)
-    for doc in upserts.values():  # dicts keep the changes file's order
-        emit(doc, None)
-    if not sources:
-        raise InputError("the update would delete every document; build a new bundle instead")
-    if batch:
-        out.add(batch)
-    return Plan(np.frombuffer(sources, dtype=np.int64), fresh, counts, base_hasher.hexdigest(),
-                new_hasher.hexdigest())
-
-
-class BaseVectors:
-    """Full-dimension vectors of base rows, without the teacher: the store entry, or a 768-d float index."""
-
-    def __init__(self, bundle: Bundle, card: ModelCard, store: EmbeddingStore, base_key: str) -> None:
-        m = bundle.manifest
-        keys = [k for k in (m.embeddings.store_key, store_key(card.fingerprint, card.max_seq_length, base_key)) if k]
-        self.key = next((k for k in keys if store.complete(k)), None)
-        self.store, self.bundle, self.dim = store, bundle, card.dim
-        self.from_index = False
-        self._cache: tuple[int, np.ndarray] | None = None
-        if self.key is not None:
-            self.shard_size = int(store.meta(self.key)["shard_size"])
-            log.info("base vectors: %d from the embedding store (key %s)", m.count, self.key)
-        elif m.quantization is Quantization.FLOAT and m.dim == card.dim and m.rotation is Rotation.NONE:
-            self.from_index = True
-            log.info("base vectors: not in the embedding store; reconstructed from the %d-d float index", m.dim)
-        else:
-            log.warning("base vectors: not in the embedding store and the index is %d-d %s; re-encoding every "
-                        "document", m.dim, m.quantization.value)
-
-    @property
-    def available(self) -> bool:
-        return self.key is not None or self.from_index
-
-    def take(self, rows: np.ndarray) -> np.ndarray:
-        """Vectors of base `rows` (ascending, as kept documents are), loading each shard once."""
-        if self.key is None:
-            return stored_vectors(self.bundle.vectors, rows)  # a float index: its vectors as they were added
-        out = np.empty((len(rows), self.dim), dtype=np.float32)
-        shard_of = rows // self.shard_size
-        for shard in np.unique(shard_of):
-            pick = shard_of == shard
-            out[pick] = self._shard(int(shard))[rows[pick] - shard * self.shard_size]
-        return out
-
-    def _shard(self, index: int) -> np.ndarray:
-        if self._cache is None or self._cache[0] != index:
-            self._cache = (index, self.store.shard(self.key or "", index))
-        return self._cache[1]
-
-
-def merged(plan: Plan, base: BaseVectors, fresh: np.ndarray) -> Iterator[np.ndarray]:
-    """The new corpus's vectors in row order, chunk by chunk."""
-    for start in range(0, len(plan.sources), READ_CHUNK):
-        src = plan.sources[start : start + READ_CHUNK]
-        out = np.empty((len(src), fresh.shape[1]), dtype=np.float32)
-        kept = src >= 0
-        if kept.any():
-            out[kept] = base.take(src[kept])
-        if (~kept).any():
-            out[~kept] = fresh[-src[~kept] - 1]
-        yield out
+def takes_segments(manifest: BundleManifest) -> bool:
+    """Whether a version can take a new segment: every segment's lexical index is postings (or none has one)."""
+    kinds = {s.lexical.engine if s.lexical is not None else None for s in manifest.parts}
+    return kinds == {"postings"}
 
 
 def update(req: UpdateRequest) -> BundleManifest:
     started = time.perf_counter()
-    if req.shard_size < 1:
-        raise InputError(f"--shard-size must be at least 1, got {req.shard_size}")
-    req.target.check()
+    req.check()
     source_dir = base_dir(req)
+    base = read_bundle_manifest(source_dir)
+    if not takes_segments(base):
+        log.warning("%s was built before segments: this update rewrites it whole, once; later updates add segments",
+                    source_dir)
+        return rewrite(req, source_dir)
     # Change lines are parsed as the base corpus was: with --metadata-extra, a line's other keys stay metadata.
-    extra = read_bundle_manifest(source_dir).corpus.metadata_extra
-    changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra)
-    bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
+    changes = read_changes(req.changes, req.delete_ids, extra_metadata=base.corpus.metadata_extra)
+    card = load_card(resolve("teacher", req.teacher))
+    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
     run = TeacherRun(device=req.device, batch_size=req.batch_size)
-    try:
-        base = bundle.manifest
-        card = load_card(resolve("teacher", req.teacher))
-        check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-        with publish(req.target) as (staging, version):
-            writer = DocstoreWriter(staging / DOCSTORE_FILE)
-            try:
-                with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus_fh:
-                    plan = plan_changes(bundle, changes, writer, corpus_fh)
-            finally:
-                writer.close()
-            count = len(plan.sources)
-            nlist = base.index.ivf_nlist
-            if nlist is not None and nlist > count:
-                raise InputError(f"the update leaves {count} documents, fewer than the base's {nlist} IVF cells; "
-                                 "build a new bundle with a smaller --ivf-nlist")
-            docs = DocStore(staging / DOCSTORE_FILE)
-            try:
-                new_key, encoded = _new_vectors(plan, bundle, card, store, docs, run)
-            finally:
-                docs.close()
-            log.info("update of %s: %d added, %d replaced, %d deleted; encoded %d", source_dir,
-                     plan.counts["added"], plan.counts["replaced"], plan.counts["deleted"], encoded)
-            source = EmbeddingSource(kind="encoded" if encoded else base.embeddings.kind, store_key=new_key,
-                                     precision=store.meta(new_key).get("precision", base.embeddings.precision),
-                                     device=base.embeddings.device, engine=base.embeddings.engine)
-            info = BaseInfo(version=base.version or source_dir.name, build_time=base.build_time, count=base.count,
-                            added=plan.counts["added"], replaced=plan.counts["replaced"],
-                            deleted=plan.counts["deleted"], encoded=encoded)
-            names = write_vectors(staging, count, lambda: store.iter_chunks(new_key), dim=base.dim,
-                                  quantization=base.quantization, rotation=base.rotation, index=base.index,
-                                  center=base.binary_center, spin=base.binary_spin)
-            described, lexical_names = write_lexical(staging, count)  # rebuilt: BM25 statistics are corpus-wide
-            if base.fusion is not None:
-                described["fusion"] = base.fusion  # a default chosen for this corpus survives its updates
-            corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
-                                metadata_extra=extra)  # the next update parses its lines the same way
-            manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *lexical_names],
-                                      teacher=card.teacher_ref(),
-                                      dim=base.dim, quantization=base.quantization, count=count,
-                                      build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,
-                                      embeddings=source, version=version, base=info, rotation=base.rotation,
-                                      index=base.index, binary_center=base.binary_center,
-                                      binary_spin=base.binary_spin, **described)
-    finally:
-        bundle.close()
-    log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
+    with publish(req.target) as (staging, version):
+        link_version(source_dir, base, staging)
+        applied = apply_to(staging, base, changes, version or new_version_name(), source_dir,
+                           teacher_vectors(card, store, run, base, source_dir))
+        manifest = finish(applied, base, source_dir, version, started)
+        write_version_manifest(staging, manifest)
+    c = applied.counts
+    log.info("update of %s: %d added, %d replaced, %d deleted, %d unchanged; encoded %d; published %s in %.1fs",
+             source_dir, c["added"], c["replaced"], c["deleted"], c["unchanged"], applied.encoded,
+             req.target.describe(version), time.perf_counter() - started)
     return manifest
 
 
-def _new_vectors(
-    plan: Plan, bundle: Bundle, card: ModelCard, store: EmbeddingStore, docs: DocStore, run: TeacherRun
-) -> tuple[str, int]:
-    """Store the new corpus's vectors under its own key; returns the key and how many texts were encoded."""
-    new_key = store_key(card.fingerprint, card.max_seq_length, plan.new_key)
-    base = BaseVectors(bundle, card, store, plan.base_key)
-    if not base.available:
-        encode_into(store, new_key, len(plan.sources),
-                    local_teacher(Passages(docs, len(plan.sources)), card, run, "fp32"), card, run, "fp32")
-        return new_key, len(plan.sources)
-    fresh = np.zeros((0, card.dim), dtype=np.float32)
-    if plan.fresh:
-        key = store_key(card.fingerprint, card.max_seq_length, corpus_key(plan.fresh))
-        texts = [d.passage() for d in plan.fresh]
-        encode_into(store, key, len(texts), local_teacher(texts, card, run, "fp32"), card, run, "fp32")
-        fresh = np.concatenate(list(store.iter_chunks(key)))
-    if not store.complete(new_key):
-        store.put_stream(new_key, merged(plan, base, fresh), {
-            "source": "updated", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
-            "base": bundle.manifest.embeddings.store_key, "precision": "fp32"})
-    return new_key, len(plan.fresh)
+def apply_to(staging: Path, base: BundleManifest, changes: Changes, name: str, source_dir: Path,
+             vectors: Vectors) -> Applied:
+    """One change set applied to the version being written in `staging`, as segment `name`."""
+    return apply_changes(staging, base, changes, name=name, space=Space.of(source_dir, base), vectors=vectors)
+
+
+def finish(applied: Applied, base: BundleManifest, source_dir: Path, version: str | None,
+           started: float) -> BundleManifest:
+    """The new version's manifest: what it started from and what changed."""
+    c = applied.counts
+    info = BaseInfo(version=base.version or source_dir.name, build_time=base.build_time, count=base.count,
+                    added=c["added"], replaced=c["replaced"], deleted=c["deleted"], encoded=applied.encoded)
+    return applied.manifest.model_copy(update={
+        "version": version, "base": info, "build_time": utc_now(),
+        "build_seconds": round(time.perf_counter() - started, 3)})
+
+
+def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun, base: BundleManifest,
+                    source_dir: Path) -> Vectors:
+    """How a new segment gets its vectors: the teacher encodes the fresh texts; a document whose text did not
+    change keeps its vector from its segment's embedding-store entry (else the teacher encodes it again).
+    The segment's vectors are kept in the store under its own key, for `tandem index compact`."""
+
+    def vectors(fresh: list[Document], reused: list[Document],
+                rows: list[tuple[int, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
+        kept = _stored(store, base, rows) if rows else None
+        encode = fresh if kept is not None else fresh + reused  # not in the store: encoded again
+        x = np.zeros((0, card.dim), dtype=np.float32)
+        if encode:
+            key = store_key(card.fingerprint, card.max_seq_length, corpus_key(encode))
+            texts = [d.passage() for d in encode]
+            encode_into(store, key, len(texts), local_teacher(texts, card, run, "fp32"), card, run, "fp32")
+            x = np.concatenate(list(store.iter_chunks(key)))
+        if kept is not None:
+            x = np.concatenate([x, kept])
+        key = store_key(card.fingerprint, card.max_seq_length, corpus_key(fresh + reused))
+        if not store.complete(key):
+            store.put_stream(key, [x], {"source": "updated", "teacher": card.fingerprint,
+                                        "max_seq_length": card.max_seq_length, "precision": "fp32"})
+        return x, EmbeddingSource(kind="encoded", store_key=key, precision="fp32", device=run.device or "cpu",
+                                  engine="local"), len(encode)
+
+    return vectors
+
+
+def _stored(store: EmbeddingStore, base: BundleManifest, rows: list[tuple[int, int]]) -> np.ndarray | None:
+    """Full vectors of (segment, row)s from their segments' embedding-store entries; None if one is missing."""
+    out: list[np.ndarray] = []
+    for seg, row in rows:
+        source = base.parts[seg].embeddings
+        key = source.store_key if source is not None else None
+        if key is None or not store.complete(key):
+            return None
+        size = int(store.meta(key)["shard_size"])
+        out.append(store.shard(key, row // size)[row % size])
+    return np.asarray(out, dtype=np.float32) if out else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,7 @@ from models.search.fusion import DEFAULT_FUSION
 from models.search.lexical import build_lexical
 from models.search.quantize import Int8Calibration
 from models.search.query import rotate
-from models.search.vector_index import IndexWriter
+from models.search.vector_index import CALIBRATION_FILE, CENTER_FILE, SPIN_FILE, IndexWriter
 
 CORPUS_FILE = "corpus.jsonl"
 
@@ -57,45 +58,97 @@ def write_lexical(staging: Path, count: int) -> tuple[dict[str, object], list[st
     return {"lexical": info, "fusion": DEFAULT_FUSION, "metadata_fields": fields}, names
 
 
-def write_vectors(
-    staging: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
-    rotation: Rotation, index: IndexSpec, center: bool = False, spin: bool = False,
-) -> list[str]:
-    """Write rotation.npy (pca), the index and its int8 files from streamed vectors; returns the names.
+@dataclass(frozen=True)
+class Space:
+    """What makes scores comparable across a version's segments: fitted on the first segment's vectors (a build,
+    a compaction), then shared by every later one (an update), whose vectors are scored in it unchanged
+    (docs/decisions.md#segments-share-the-first-segments-space)."""
 
-    `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
-    only): the codes are taken after a random orthogonal rotation (models.search.first_stage.sign_codes)."""
-    names: list[str] = []
+    rotation: np.ndarray | None = None  # pca: [768, 768]
+    calibration: Int8Calibration | None = None  # int8 and binary
+    center: np.ndarray | None = None  # binary: the first segment's mean
+    spin: np.ndarray | None = None  # binary
+
+    def save(self, staging: Path) -> list[str]:
+        names = []
+        for name, array in ((ROTATION_FILE, self.rotation), (CENTER_FILE, self.center), (SPIN_FILE, self.spin)):
+            if array is not None:
+                np.save(staging / name, array)
+                names.append(name)
+        if self.calibration is not None:
+            np.save(staging / CALIBRATION_FILE, self.calibration.to_array())
+            names.append(CALIBRATION_FILE)
+        return names
+
+    @classmethod
+    def of(cls, bundle: Path, manifest: BundleManifest) -> Space:
+        """The space a published version's segments share (its top-level files)."""
+        def load(name: str, wanted: bool) -> np.ndarray | None:
+            return np.asarray(np.load(bundle / name), dtype=np.float32) if wanted else None
+
+        cal = None
+        if manifest.quantization is not Quantization.FLOAT:
+            cal = Int8Calibration.from_array(np.load(bundle / CALIBRATION_FILE))
+        return cls(rotation=load(ROTATION_FILE, manifest.rotation is not Rotation.NONE), calibration=cal,
+                   center=load(CENTER_FILE, manifest.binary_center), spin=load(SPIN_FILE, manifest.binary_spin))
+
+    def truncated(self, chunks: Iterable[np.ndarray], dim: int) -> Iterator[np.ndarray]:
+        """Full-dimension unit vectors as the index stores them: rotated, then MRL-truncated."""
+        for chunk in chunks:
+            yield np.ascontiguousarray(truncate(rotate(chunk, self.rotation), dim), dtype=np.float32)
+
+
+def fit_space(count: int, source: VectorSource, *, dim: int, quantization: Quantization, rotation: Rotation,
+              center: bool = False, spin: bool = False) -> Space:
+    """Fit the space on streamed vectors: the PCA rotation (one pass), the int8 calibration (one pass) and, for
+    binary, the mean the codes leave out (`center`, one pass) and the seeded spin."""
     matrix = None
     if rotation is Rotation.PCA:
         acc = PcaAccumulator()
         for chunk in source():
             acc.add(chunk)
         matrix = acc.matrix()
-        np.save(staging / ROTATION_FILE, matrix)
-        names.append(ROTATION_FILE)
-
-    def truncated() -> Iterator[np.ndarray]:
-        for chunk in source():
-            yield np.ascontiguousarray(truncate(rotate(chunk, matrix), dim), dtype=np.float32)
-
-    cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit_stream(truncated())
+    fitted = Space(rotation=matrix)
+    cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit_stream(
+        fitted.truncated(source(), dim))
     mean = None
     if center and quantization is Quantization.BINARY:
         total = np.zeros(dim, dtype=np.float64)
-        for chunk in truncated():
+        for chunk in fitted.truncated(source(), dim):
             total += chunk.sum(axis=0, dtype=np.float64)
         mean = (total / max(1, count)).astype(np.float32)
     turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
-    writer = IndexWriter(staging, count, dim, quantization, index, cal, mean, turn)
+    return Space(rotation=matrix, calibration=cal, center=mean, spin=turn)
+
+
+def write_index(directory: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
+                index: IndexSpec, space: Space) -> list[str]:
+    """The first stage (and, binary, its rescoring codes) of streamed vectors in a given space; returns the
+    names written (the space's own files are not among them)."""
+    writer = IndexWriter(directory, count, dim, quantization, index, space.calibration, space.center, space.spin)
     try:
         if writer.train_step is not None:
-            writer.train(truncated())
-        for chunk in truncated():
+            writer.train(space.truncated(source(), dim))
+        for chunk in space.truncated(source(), dim):
             writer.add(chunk)
-        return names + writer.finish()
+        return writer.finish(space=False)
     finally:
         writer.close()
+
+
+def write_vectors(
+    staging: Path, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
+    rotation: Rotation, index: IndexSpec, center: bool = False, spin: bool = False,
+) -> list[str]:
+    """Write a one-segment bundle's vectors from streamed ones: its space (rotation.npy for pca, the int8
+    calibration, the binary center and spin) and its index; returns the names.
+
+    `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
+    only): the codes are taken after a random orthogonal rotation (models.search.first_stage.sign_codes)."""
+    space = fit_space(count, source, dim=dim, quantization=quantization, rotation=rotation, center=center, spin=spin)
+    names = space.save(staging)
+    return names + write_index(staging, count, source, dim=dim, quantization=quantization, index=index,
+                               space=space)
 
 
 def write_manifest(staging: Path, names: list[str], **fields: object) -> BundleManifest:

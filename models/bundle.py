@@ -1,21 +1,45 @@
-"""Opening an index bundle: manifest, vectors and documents, checked against each other."""
+"""Opening an index bundle (a version): its segments, their tombstones and the space they share, checked.
+
+A version is an ordered list of immutable segments (models.manifest.SegmentInfo): the first is the bundle's own
+top level (all there is in a fresh build and in bundles made before segments), later ones live under
+`segments/NAME/`, each with its own first stage, rescore codes, docstore and lexical postings. Rows a later
+change replaced or deleted are tombstones: `tombstones/NAME.npy`, per segment, as of this version. What makes
+scores comparable across segments (the rotation, the int8 calibration, the binary center and spin) is the
+version's, fixed by its first segment, at its top level.
+
+Rows are numbered across the whole version: segment i's rows follow segment i-1's (deleted ones included), so a
+row names one document of one version. A loaded `Segment` is shared by every loaded version that lists it
+(`Bundle(..., reuse=...)`): a hot reload to a version that adds one segment loads only that one.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import sqlite3
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from models.contract import TeacherRef, check_same_teacher
+from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
 from models.index_spec import Quantization
-from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, read_manifest
+from models.manifest import (
+    BUNDLE_MANIFEST,
+    TOMBSTONES_DIRECTORY,
+    BundleManifest,
+    FusionSpec,
+    SegmentInfo,
+    read_manifest,
+)
 from models.registry import sha256_file
 from models.rotation import ROTATION_FILE, Rotation
-from models.search.lexical import LEXICAL_DIR, LexicalIndex
+from models.search.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
 from models.search.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
@@ -27,6 +51,8 @@ from models.search.vector_index import (
 
 log = logging.getLogger(__name__)
 
+SPACE_FILES = (ROTATION_FILE, CALIBRATION_FILE, CENTER_FILE, SPIN_FILE)  # the version's, shared by its segments
+
 
 class NoLexicalIndex(ValueError):
     """Lexical or hybrid search asked of a bundle without a lexical index."""
@@ -36,28 +62,44 @@ def read_bundle_manifest(directory: Path) -> BundleManifest:
     return read_manifest(Path(directory) / BUNDLE_MANIFEST, BundleManifest, "index bundle")
 
 
+def in_segment(segment: SegmentInfo, name: str) -> str:
+    """A segment's file `name` as the version's manifest names it."""
+    return name if segment.path == "." else f"{segment.path}/{name}"
+
+
+def tombstones_name(segment: SegmentInfo) -> str:
+    return f"{TOMBSTONES_DIRECTORY}/{segment.name}.npy"
+
+
 def required_files(manifest: BundleManifest) -> list[str]:
     """Every file the loader reads for this manifest: each must be listed (and so checksummed) in `files`."""
-    names = [INDEX_FILE, DOCSTORE_FILE]
+    names = []
     if manifest.quantization is not Quantization.FLOAT:
         names.append(CALIBRATION_FILE)
-    if manifest.quantization is Quantization.BINARY:
-        names.append(RESCORE_FILE)
     if manifest.rotation is not Rotation.NONE:
         names.append(ROTATION_FILE)
     if manifest.binary_center:
         names.append(CENTER_FILE)
     if manifest.binary_spin:
         names.append(SPIN_FILE)
+    for segment in manifest.parts:
+        names += [in_segment(segment, INDEX_FILE), in_segment(segment, DOCSTORE_FILE)]
+        if manifest.quantization is Quantization.BINARY:
+            names.append(in_segment(segment, RESCORE_FILE))
+        if segment.tombstones is not None:
+            names.append(segment.tombstones)
     return names
 
 
 def _lexical_files(directory: Path, manifest: BundleManifest) -> list[str]:
-    """The files of the lexical index on disk: the BM25 loader reads its directory, so each must be listed."""
-    lexical = directory / LEXICAL_DIR
-    if manifest.lexical is None or not lexical.is_dir():
-        return []
-    return sorted(f"{LEXICAL_DIR}/{p.name}" for p in lexical.iterdir())
+    """The files of the segments' lexical indexes on disk: the loader reads those directories, so each must be
+    listed."""
+    names = []
+    for segment in manifest.parts:
+        lexical = directory / segment.path / LEXICAL_DIR
+        if segment.lexical is not None and lexical.is_dir():
+            names += sorted(in_segment(segment, f"{LEXICAL_DIR}/{p.name}") for p in lexical.iterdir())
+    return names
 
 
 def _check_listed(directory: Path, manifest: BundleManifest) -> None:
@@ -66,18 +108,26 @@ def _check_listed(directory: Path, manifest: BundleManifest) -> None:
     if unlisted:
         raise ContractMismatch(f"{directory}: the manifest does not list {', '.join(unlisted)}, which the loader "
                                "reads; an unlisted file is never checksummed")
+    names = [s.name for s in manifest.parts]
+    if len(set(names)) != len(names) or manifest.parts[0].path != "." or any(s.path == "." for s in manifest.parts[1:]):
+        raise ContractMismatch(f"{directory}: the manifest's segments must have distinct names, the first at the "
+                               "version's top level ('.') and no other")
+    if sum(s.live for s in manifest.parts) != manifest.count:
+        raise ContractMismatch(f"{directory}: the segments hold {sum(s.live for s in manifest.parts)} live documents, "
+                               f"the manifest says {manifest.count}")
     for name in manifest.files:
         path = directory / name
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise ContractMismatch(f"{directory}: {name} is not a regular file of the bundle")
 
 
-def verify_bundle(directory: Path) -> BundleManifest:
+def verify_bundle(directory: Path, skip: frozenset[str] = frozenset()) -> BundleManifest:
     """Check every file the manifest lists against its recorded sha256; raise naming the first bad one.
 
     Reading every byte is slow for large bundles, so loading does not do it; operators run
-    `tandem index verify`, and a hot reload does it before swapping a bundle in. The manifest must list
-    every file the loader reads, each a regular file inside the bundle (no link out of it).
+    `tandem index verify`, and a hot reload does it before swapping a bundle in, skipping (`skip`) the files of
+    segments it already serves, which it verified when it first loaded them. The manifest must list every file
+    the loader reads, each a regular file inside the bundle (no link out of it).
     """
     directory = Path(directory)
     manifest = read_bundle_manifest(directory)
@@ -86,6 +136,8 @@ def verify_bundle(directory: Path) -> BundleManifest:
         path = directory / name
         if not path.is_file():
             raise ContractMismatch(f"{directory}: bundle is incomplete, missing {name}")
+        if name in skip:
+            continue
         actual = sha256_file(path)
         if actual != expected:
             log.warning("%s: sha256 %s, the manifest says %s", path, actual, expected)
@@ -95,32 +147,47 @@ def verify_bundle(directory: Path) -> BundleManifest:
     return manifest
 
 
-class Bundle:
-    """A loaded, read-only bundle, its files checked against its manifest; models.search searches it."""
+def segment_key(manifest: BundleManifest, segment: SegmentInfo) -> str:
+    """What a loaded segment is, whatever version lists it: its name, the sha256 of its files and of the space
+    they are scored in. Two versions that give a segment the same key can share one loaded copy."""
+    base = "" if segment.path == "." else f"{segment.path}/"
+    files = {name[len(base):]: sha for name, sha in manifest.segment_files(segment).items()}
+    space = {name: manifest.files.get(name) for name in SPACE_FILES}
+    payload = {"name": segment.name, "files": files, "space": space, "dim": manifest.dim,
+               "quantization": manifest.quantization.value, "index": segment.index.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
-    def __init__(self, directory: Path, lexical: bool = True) -> None:
-        """Load the bundle; `lexical=False` skips the BM25 index (an update rebuilds it: it needs no vocabulary)."""
-        self.directory = Path(directory).resolve()
-        self.manifest = read_bundle_manifest(self.directory)
-        _check_listed(self.directory, self.manifest)
-        missing = [name for name in self.manifest.files if not (self.directory / name).is_file()]
-        if missing:
-            raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
+
+def shared_files(manifest: BundleManifest, keys: set[str]) -> frozenset[str]:
+    """The files of the segments whose keys are in `keys` (those a service already serves, verified then)."""
+    out: set[str] = set()
+    for segment in manifest.parts:
+        if segment_key(manifest, segment) in keys:
+            out.update(manifest.segment_files(segment))
+    return frozenset(out)
+
+
+class Segment:
+    """One loaded segment: its first stage, rescore codes, docstore and lexical index. Shared by the versions
+    that list it; `release` by the last one closes it."""
+
+    def __init__(self, version: Path, manifest: BundleManifest, info: SegmentInfo, key: str, lexical: bool) -> None:
+        self.info, self.key, self.with_lexical = info, key, lexical
+        self.directory = version if info.path == "." else version / info.path
+        self._lock = threading.Lock()
+        self._users = 1
         try:
-            self.vectors = VectorIndex.load(self.directory, self.manifest.dim, self.manifest.quantization,
-                                            self.manifest.index, centered=self.manifest.binary_center,
-                                            spun=self.manifest.binary_spin)
-            self.rotation = self._load_rotation()
+            self.vectors = VectorIndex.load(self.directory, manifest.dim, manifest.quantization, info.index,
+                                            centered=manifest.binary_center, spun=manifest.binary_spin, space=version)
         except ValueError as exc:  # ours: says what does not match
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
         except (RuntimeError, OSError) as exc:
             # FAISS's or the OS's text (source paths, internals) goes to the log, not into the error.
             log.error("%s: unreadable index files: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable index files ({type(exc).__name__})") from exc
-        if self.vectors.count != self.manifest.count:
-            raise ContractMismatch(
-                f"{self.directory}: index holds {self.vectors.count} vectors, manifest says {self.manifest.count}"
-            )
+        if self.vectors.count != info.count:
+            raise ContractMismatch(f"{self.directory}: index holds {self.vectors.count} vectors, manifest says "
+                                   f"{info.count}")
         self.docs = DocStore(self.directory / DOCSTORE_FILE)
         try:
             rows = self.docs.count()
@@ -128,19 +195,107 @@ class Bundle:
             self.docs.close()
             log.error("%s: unreadable docstore: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable {DOCSTORE_FILE} ({type(exc).__name__})") from exc
-        if rows != self.manifest.count:
+        if rows != info.count:
             self.docs.close()
-            raise ContractMismatch(f"{self.directory}: {DOCSTORE_FILE} holds {rows} documents, "
-                                   f"manifest says {self.manifest.count}")
+            raise ContractMismatch(f"{self.directory}: {DOCSTORE_FILE} holds {rows} documents, manifest says "
+                                   f"{info.count}")
         try:
-            self.lexical = None if self.manifest.lexical is None or not lexical else LexicalIndex(
-                self.directory, self.manifest.lexical)
+            self.lexical = _open_lexical(self.directory, info) if lexical else None
         except (ValueError, OSError, KeyError) as exc:
             self.docs.close()
             log.error("%s: unreadable lexical index: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable lexical index ({type(exc).__name__})") from exc
+
+    @property
+    def count(self) -> int:
+        return self.info.count
+
+    def acquire(self) -> bool:
+        """Take one more user; False once the segment is closed (its last user released it)."""
+        with self._lock:
+            if self._users == 0:
+                return False
+            self._users += 1
+            return True
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+        if last:
+            self.docs.close()
+
+
+def _open_lexical(directory: Path, info: SegmentInfo) -> PostingsIndex | Bm25sIndex | None:
+    if info.lexical is None or not (directory / LEXICAL_DIR).is_dir():
+        return None
+    if info.lexical.engine == "postings":
+        return PostingsIndex(directory, info.lexical)
+    return Bm25sIndex(directory, info.lexical)
+
+
+def _tombstones(directory: Path, info: SegmentInfo) -> np.ndarray | None:
+    """The mask of the segment's deleted rows (None when it has none), checked against the manifest."""
+    if info.tombstones is None:
+        if info.deleted:
+            raise ContractMismatch(f"{directory}: segment {info.name} has {info.deleted} deleted rows but no "
+                                   "tombstones file")
+        return None
+    try:
+        rows = np.load(directory / info.tombstones)
+    except (OSError, ValueError) as exc:
+        raise ContractMismatch(f"{directory / info.tombstones}: unreadable tombstones ({type(exc).__name__})") from exc
+    if rows.ndim != 1 or len(rows) != info.deleted or (len(rows) and (
+            rows.dtype.kind not in "iu" or rows[0] < 0 or rows[-1] >= info.count or np.any(np.diff(rows) <= 0))):
+        raise ContractMismatch(f"{directory / info.tombstones}: expected {info.deleted} distinct ascending rows of "
+                               f"segment {info.name} (0 to {info.count - 1})")
+    mask = np.zeros(info.count, dtype=bool)
+    mask[rows] = True
+    return mask if len(rows) else None
+
+
+def tombstone_masks(directory: Path, manifest: BundleManifest) -> list[np.ndarray]:
+    """Each segment's mask of deleted rows as of `manifest` (all False where it has none), checked."""
+    return [np.zeros(s.count, dtype=bool) if (m := _tombstones(directory, s)) is None else m for s in manifest.parts]
+
+
+class Bundle:
+    """A loaded, read-only version: its segments with their tombstones, checked against the manifest;
+    models.search searches it."""
+
+    def __init__(self, directory: Path, lexical: bool = True, reuse: Bundle | None = None) -> None:
+        """Load the version; `lexical=False` skips the lexical indexes; segments that `reuse` (a loaded version)
+        already holds are shared with it, not loaded again."""
+        self.directory = Path(directory).resolve()
+        self.manifest = read_bundle_manifest(self.directory)
+        _check_listed(self.directory, self.manifest)
+        missing = [name for name in self.manifest.files if not (self.directory / name).is_file()]
+        if missing:
+            raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
+        try:
+            self.rotation = self._load_rotation()
+        except (ValueError, OSError) as exc:
+            raise ContractMismatch(f"{self.directory}: unreadable {ROTATION_FILE} ({exc})") from exc
+        self.segments: list[Segment] = []
+        self.reused = 0
+        try:
+            for info in self.manifest.parts:
+                key = segment_key(self.manifest, info)
+                shared = reuse.shared(key, lexical) if reuse is not None else None
+                self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical))
+                self.reused += shared is not None
+            self.deleted = [_tombstones(self.directory, info) for info in self.manifest.parts]
+        except BaseException:
+            self.close()
+            raise
+        self.bases = np.cumsum([0] + [s.count for s in self.segments[:-1]]).astype(np.int64)
+        # per segment, the packed bits of its live rows (FAISS's ID selector), when some are deleted
+        self.live_bits = [None if d is None else np.packbits(~d, bitorder="little") for d in self.deleted]
+        self.count = self.manifest.count
+        self.lexical = self._lexical() if lexical else None
         self.fusion = self.manifest.fusion or FusionSpec()
-        log.info("bundle %s: %d docs, %d-d %s %s", self.directory, self.manifest.count, self.manifest.dim,
+        log.info("bundle %s: %d docs in %d segments (%d shared with the version in service), %d-d %s %s",
+                 self.directory, self.count, len(self.segments), self.reused, self.manifest.dim,
                  self.manifest.quantization.value, self.manifest.index.type.value)
 
     def _load_rotation(self) -> np.ndarray | None:
@@ -152,6 +307,28 @@ class Bundle:
             raise ValueError(f"{ROTATION_FILE} has shape {matrix.shape}, expected {(width, width)}")
         return np.asarray(matrix, dtype=np.float32)
 
+    def _lexical(self) -> Lexical | Bm25sIndex | None:
+        indexes = [s.lexical for s in self.segments]
+        if any(i is None for i in indexes):
+            return None
+        if len(indexes) == 1 and isinstance(indexes[0], Bm25sIndex):
+            return indexes[0]
+        if not all(isinstance(i, PostingsIndex) for i in indexes):
+            raise ContractMismatch(f"{self.directory}: a version of several segments needs postings in each (its "
+                                   "first was built before segments): compact it with `tandem index compact`")
+        info = self.manifest.lexical or self.manifest.parts[0].lexical
+        assert info is not None
+        parts = [LexicalPart(i, d) for i, d in zip(indexes, self.deleted, strict=True)]  # type: ignore[arg-type]
+        return Lexical(info, parts)
+
+    def shared(self, key: str, lexical: bool = True) -> Segment | None:
+        """This version's segment with `key` (loaded with its lexical index or not, as asked), with one more user,
+        for a version that lists it too."""
+        for segment in self.segments:
+            if segment.key == key and segment.with_lexical == lexical and segment.acquire():
+                return segment
+        return None
+
     @property
     def teacher(self) -> TeacherRef:
         return self.manifest.teacher
@@ -161,12 +338,41 @@ class Bundle:
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
 
-    def require_lexical(self) -> LexicalIndex:
+    def require_lexical(self) -> Lexical | Bm25sIndex:
         """The lexical index, or NoLexicalIndex (a 422 in the service) for a bundle built without one."""
         if self.lexical is None:
             raise NoLexicalIndex(f"bundle {self.directory.name} has no lexical index (built before lexical "
                                  "search existed); rebuild it with `tandem index build` for mode lexical or hybrid")
         return self.lexical
 
+    def documents(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
+        """The documents at these version rows, in the order asked, one docstore read per segment."""
+        rows = np.asarray(rows, dtype=np.int64)
+        where = np.searchsorted(self.bases, rows, side="right") - 1
+        out: list[Document | None] = [None] * len(rows)
+        for i in np.unique(where):
+            picked = np.flatnonzero(where == i)
+            docs = self.segments[i].docs.get([int(r) for r in rows[picked] - self.bases[i]])
+            for j, doc in zip(picked, docs, strict=True):
+                out[j] = doc
+        return out  # type: ignore[return-value]
+
+    def live_rows(self) -> np.ndarray:
+        """The version rows of the live documents, ascending."""
+        deleted = np.concatenate([np.zeros(s.count, dtype=bool) if d is None else d
+                                  for s, d in zip(self.segments, self.deleted, strict=True)])
+        return np.flatnonzero(~deleted)
+
+    def ids(self) -> list[str]:
+        """The live documents' ids, in row order."""
+        out: list[str] = []
+        for segment, deleted in zip(self.segments, self.deleted, strict=True):
+            ids = segment.docs.ids()
+            out += ids if deleted is None else [i for i, gone in zip(ids, deleted, strict=True) if not gone]
+        return out
+
     def close(self) -> None:
-        self.docs.close()
+        """Let go of the segments: each closes once no loaded version uses it."""
+        segments, self.segments = self.segments, []
+        for segment in segments:
+            segment.release()

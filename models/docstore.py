@@ -7,6 +7,7 @@ serves them without metadata. Filters are SQL over it (models.search.filters), s
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
@@ -41,12 +42,14 @@ class DocstoreWriter:
     """
 
     def __init__(self, path: Path) -> None:
+        self.path = Path(path)
         self._con = sqlite3.connect(path)
         self._con.execute(_SCHEMA)
         self.count = 0
 
     def add(self, docs: Sequence[Document]) -> None:
-        """Append `docs` as the next rows; raise DuplicateId (nothing of this call kept) on a repeated id."""
+        """Append `docs` as the next rows; raise DuplicateId (nothing of this call kept) on a repeated id, and
+        OSError when SQLite cannot write (a full disk, a quota or file size limit: SQLite only says "disk I/O")."""
         rows = [(self.count + i, d.id, d.title, d.text, d.metadata) for i, d in enumerate(docs)]
         try:
             with self._con:
@@ -54,6 +57,9 @@ class DocstoreWriter:
         except sqlite3.IntegrityError:
             self._raise_duplicate(docs)
             raise
+        except sqlite3.OperationalError as exc:
+            raise OSError(errno.EIO, f"cannot write the docstore ({exc}: a full disk, or a quota or file size "
+                          "limit?)", str(self.path)) from exc
         self.count += len(docs)
 
     def _raise_duplicate(self, docs: Sequence[Document]) -> None:
@@ -68,12 +74,7 @@ class DocstoreWriter:
 
     def rows_of(self, ids: Sequence[str]) -> dict[str, int]:
         """Row of each id that is in the store (for imports keyed by id)."""
-        out: dict[str, int] = {}
-        for start in range(0, len(ids), _LOOKUP_CHUNK):
-            part = list(ids[start : start + _LOOKUP_CHUNK])
-            marks = ",".join("?" * len(part))
-            out.update(self._con.execute(f"SELECT id, row FROM docs WHERE id IN ({marks})", part).fetchall())
-        return out
+        return _rows_of(self._con, ids)
 
     def ids_at(self, rows: Sequence[int]) -> list[str]:
         marks = ",".join("?" * len(rows))
@@ -82,6 +83,15 @@ class DocstoreWriter:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _rows_of(con: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for start in range(0, len(ids), _LOOKUP_CHUNK):
+        part = list(ids[start : start + _LOOKUP_CHUNK])
+        marks = ",".join("?" * len(part))
+        out.update(con.execute(f"SELECT id, row FROM docs WHERE id IN ({marks})", part).fetchall())
+    return out
 
 
 def write_docstore(path: Path, docs: Iterable[Document], chunk: int = 10_000) -> int:
@@ -154,6 +164,11 @@ class DocStore:
             return [r[0] for r in self._con.execute(
                 "SELECT DISTINCT j.key FROM docs, json_each(docs.metadata) AS j WHERE docs.metadata IS NOT NULL "
                 "ORDER BY j.key")]
+
+    def rows_of(self, ids: Sequence[str]) -> dict[str, int]:
+        """Row of each id that is in the store (an update finds what it replaces or deletes)."""
+        with self._lock:
+            return _rows_of(self._con, ids)
 
     def ids(self) -> list[str]:
         with self._lock:

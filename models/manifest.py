@@ -22,7 +22,9 @@ from models.rotation import Rotation
 BUNDLE_FORMAT = 1
 STUDENT_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
-BUNDLE_SUBDIRECTORY = "lexical"  # the one directory a bundle may hold (models.search.lexical writes it)
+BUNDLE_SUBDIRECTORY = "lexical"  # a segment's one subdirectory (models.search.lexical writes it)
+SEGMENTS_DIRECTORY = "segments"  # a version's later segments: segments/NAME/, each laid out as a bundle is
+TOMBSTONES_DIRECTORY = "tombstones"  # a version's deleted rows: tombstones/NAME.npy for segment NAME
 STUDENT_MANIFEST = "student.json"
 
 M = TypeVar("M", bound=BaseModel)
@@ -86,13 +88,17 @@ class BaseInfo(BaseModel):
 class LexicalInfo(BaseModel):
     """The BM25 index over the passages the teacher saw (files under lexical/, listed in `files`)."""
 
-    engine: Literal["bm25s"] = "bm25s"
+    engine: Literal["bm25s", "postings"] = Field(default="bm25s", description="postings: per-segment postings scored at "
+                                                 "query time with the version's statistics; bm25s: bundles built "
+                                                 "before segments (scores precomputed, one segment only)")
     method: str = "lucene"
     k1: float = 1.5
     b: float = 0.75
     stemmer: str = Field(default="english", description="PyStemmer algorithm; queries are stemmed alike")
     stopwords: str = "en"
     vocab: int = 0
+    documents: int | None = Field(default=None, description="postings: the rows the segment indexed")
+    total_length: int | None = Field(default=None, description="postings: the stems of all its rows, for the average length")
 
 
 class FusionMethod(StrEnum):
@@ -111,6 +117,31 @@ class FusionSpec(BaseModel):
                          description="convex: weight of the dense (min-max normalized) score")
     rrf_k: int = Field(default=60, ge=1, description="rrf: the constant k in 1 / (k + rank)")
     depth: int = Field(default=100, ge=1, description="candidates taken from each side before fusing")
+
+
+class SegmentInfo(BaseModel):
+    """One immutable segment of a version: its files live at `path` (\".\" for the first, the version's own
+    top level; `segments/NAME` for later ones), its deleted rows in `tombstones` (a file of the version)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="unique within a bundle root's history; a later version that shares the segment "
+                      "names it alike")
+    path: str = "."
+    count: int = Field(description="rows in the segment, deleted ones included")
+    deleted: int = Field(default=0, description="rows of the segment deleted as of this version")
+    tombstones: str | None = Field(default=None, description="tombstones/NAME.npy: the deleted rows, ascending (int64)")
+    index: IndexSpec = Field(default_factory=IndexSpec)
+    lexical: LexicalInfo | None = None
+    embeddings: EmbeddingSource | None = Field(default=None, description="where the segment's vectors came from (its "
+                                                "embedding-store key)")
+    build_time: str = Field(default_factory=utc_now)
+    changes: list[str] = Field(default_factory=list, description="the change files folded into this segment "
+                               "(`tandem index follow`)")
+
+    @property
+    def live(self) -> int:
+        return self.count - self.deleted
 
 
 class BundleManifest(BaseModel):
@@ -144,20 +175,38 @@ class BundleManifest(BaseModel):
     lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
     fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
     metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")
+    segments: list[SegmentInfo] | None = Field(None, description="the version's segments, oldest first; absent: "
+                                               "one segment, the bundle's own top level, nothing deleted")
+    applied: list[str] = Field(default_factory=list, description="`tandem index follow`: every change file "
+                               "folded into this version since its root was first followed, in order")
 
     @field_validator("files")
     @classmethod
     def _plain_names(cls, files: dict[str, str]) -> dict[str, str]:
         # Names are joined to the bundle directory: `../x` or `/x` would make a reload hash any file on the host.
-        # One subdirectory is known, the lexical index's (`lexical/NAME`); nothing else has a '/'.
         for name in files:
-            parts = name.split("/")
-            nested = len(parts) == 2 and parts[0] == BUNDLE_SUBDIRECTORY
-            if (len(parts) > 1 and not nested) or any(
-                    not p or p in {".", ".."} or p.startswith("..") or any(c in p for c in "\\\0") for p in parts):
-                raise ValueError("every name must be a plain file name in the bundle directory, or in its "
-                                 f"{BUNDLE_SUBDIRECTORY}/ (no other '/', no '\\' or '..')")
+            if not _known_place(name.split("/")):
+                raise ValueError("every name must be a plain file name in the bundle directory, its "
+                                 f"{BUNDLE_SUBDIRECTORY}/ or {TOMBSTONES_DIRECTORY}/, or the same in a "
+                                 f"{SEGMENTS_DIRECTORY}/NAME/ (no other '/', no '\\' or '..')")
         return files
+
+    @property
+    def parts(self) -> list[SegmentInfo]:
+        """The segments, the first standing for the whole bundle when the manifest lists none (older bundles and
+        fresh builds)."""
+        if self.segments is not None:
+            return self.segments
+        return [SegmentInfo(name=self.version or "base", count=self.count, index=self.index, lexical=self.lexical,
+                            embeddings=self.embeddings, build_time=self.build_time)]
+
+    def segment_files(self, segment: SegmentInfo) -> dict[str, str]:
+        """The files of one segment (names relative to the version), with their sha256."""
+        if segment.path == ".":
+            return {n: h for n, h in self.files.items()
+                    if n.count("/") == 0 or n.startswith(f"{BUNDLE_SUBDIRECTORY}/")}
+        prefix = f"{segment.path}/"
+        return {n: h for n, h in self.files.items() if n.startswith(prefix)}
 
     def summary(self) -> dict[str, object]:
         """What the service reports about the index it answers from."""
@@ -198,6 +247,21 @@ class StudentManifest(BaseModel):
     created: str = Field(default_factory=utc_now)
     parity: ParityReport | None = None
     training: dict[str, object] = Field(default_factory=dict)
+
+
+def _safe(part: str) -> bool:
+    return bool(part) and part not in {".", ".."} and not part.startswith("..") and not any(c in part for c in "\\\0")
+
+
+def _known_place(parts: list[str]) -> bool:
+    """NAME, lexical/NAME, tombstones/NAME, segments/SEG/NAME or segments/SEG/lexical/NAME."""
+    if not all(_safe(p) for p in parts):
+        return False
+    if len(parts) >= 3 and parts[0] == SEGMENTS_DIRECTORY:
+        parts = parts[2:]
+    elif len(parts) == 2 and parts[0] == TOMBSTONES_DIRECTORY:
+        return True
+    return len(parts) == 1 or (len(parts) == 2 and parts[0] == BUNDLE_SUBDIRECTORY)
 
 
 def read_manifest(path: Path, model: type[M], what: str) -> M:

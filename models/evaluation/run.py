@@ -82,7 +82,7 @@ def mode_run(bundle: Bundle, qids: Sequence[str], texts: list[str], vectors: np.
 
 
 def _check_corpus(bundle: Bundle, dataset: BeirDataset) -> None:
-    bundle_ids, corpus_ids = set(bundle.docs.ids()), {d.id for d in dataset.corpus}
+    bundle_ids, corpus_ids = set(bundle.ids()), {d.id for d in dataset.corpus}
     if bundle_ids != corpus_ids:
         only_bundle, only_corpus = sorted(bundle_ids - corpus_ids), sorted(corpus_ids - bundle_ids)
         raise ContractMismatch(

@@ -1,24 +1,34 @@
-"""The bundle's lexical index: BM25 (bm25s) over the passages the teacher saw, memory-mapped when served.
+"""The bundle's lexical index: BM25 over the passages the teacher saw, with corpus-wide statistics.
+
+Each segment of a bundle (models.bundle) keeps its own postings: for every stem, the rows that hold it and
+how often, plus every row's length. Scores are computed at query time from statistics summed over the
+segments' *live* rows (documents, document frequencies, average length), the way Lucene sums per-segment
+statistics, so a version made of a base and updates scores exactly as a fresh build of the same documents
+would (docs/decisions.md#bm25-over-segments-postings-scored-at-query-time). The formula is bm25s's Lucene
+variant (k1 1.5, b 0.75), which older bundles were built with and which tests check these scores against.
+
+Bundles built before segments hold bm25s's own index (scores precomputed with that bundle's statistics):
+they still serve, as one segment, through `Bm25sIndex`.
 
 Tokenization is ours (lowercase, bm25s's word pattern and English stopwords, PyStemmer), the same for
-documents and queries: bm25s's own Tokenizer caches every word a query ever used, which a service
-must not do. Documents are tokenized in chunks read from the docstore, and each chunk's token ids
-are kept as one int32 array, so the build holds the ids and the sparse matrix, never the documents.
+documents and queries: bm25s's own Tokenizer caches every word a query ever used, which a service must not do.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
+import math
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import bm25s
 import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
-from bm25s.tokenization import Tokenized
 
 from models.docstore import DocStore
 from models.manifest import BUNDLE_SUBDIRECTORY, LexicalInfo
@@ -26,11 +36,20 @@ from models.manifest import BUNDLE_SUBDIRECTORY, LexicalInfo
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
 
-LEXICAL_DIR = BUNDLE_SUBDIRECTORY  # the one subdirectory a manifest may name files in
+LEXICAL_DIR = BUNDLE_SUBDIRECTORY  # the one subdirectory of a segment
 READ_CHUNK = 10_000
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 _STOPWORDS = frozenset(STOPWORDS_EN)
-_EMPTY = ""  # the token of a passage with no word left (id 0), so every document has one
+_EMPTY = ""  # the token of a passage with no word left, so every document has a length of at least 1
+
+TERMS_FILE = "terms.bin"  # the stems, UTF-8, sorted, concatenated
+TERM_OFFSETS_FILE = "terms.offsets.npy"  # int64 [terms + 1]: where each stem starts in terms.bin
+POSTING_OFFSETS_FILE = "postings.offsets.npy"  # int64 [terms + 1]: where each stem's postings start
+POSTING_ROWS_FILE = "postings.rows.npy"  # int32: rows holding the stem, ascending per stem
+POSTING_TF_FILE = "postings.tf.npy"  # float32: how often the stem occurs in that row
+LENGTHS_FILE = "lengths.npy"  # int32 [rows]: stems per row (1 for a passage with none)
+POSTINGS_FILES = (TERMS_FILE, TERM_OFFSETS_FILE, POSTING_OFFSETS_FILE, POSTING_ROWS_FILE, POSTING_TF_FILE,
+                  LENGTHS_FILE)
 
 
 class Analyzer:
@@ -47,98 +66,197 @@ class Analyzer:
             return list(self._stemmer.stemWords(words))
 
 
-class _TokenIds(Sequence[list[int]]):
-    """Per-document token ids held as int32 arrays per chunk: what bm25s indexes, without Python int lists."""
-
-    def __init__(self) -> None:
-        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []  # (flat ids, offsets)
-        self._starts: list[int] = []
-        self._count = 0
-
-    def append_chunk(self, docs: list[list[int]]) -> None:
-        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
-        offsets[1:] = np.cumsum([len(d) for d in docs])
-        flat = np.fromiter((t for d in docs for t in d), dtype=np.int32, count=int(offsets[-1]))
-        self._chunks.append((flat, offsets))
-        self._starts.append(self._count)
-        self._count += len(docs)
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for flat, offsets in self._chunks:
-            for i in range(len(offsets) - 1):
-                yield flat[offsets[i] : offsets[i + 1]].tolist()
-
-    def __getitem__(self, item):
-        if isinstance(item, slice):
-            return [self[i] for i in range(*item.indices(self._count))]
-        chunk = int(np.searchsorted(self._starts, item, side="right")) - 1
-        flat, offsets = self._chunks[chunk]
-        i = item - self._starts[chunk]
-        return flat[offsets[i] : offsets[i + 1]].tolist()
-
-
 def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo | None = None) -> tuple[
         LexicalInfo, list[str]]:
-    """Index rows [0, count) of `docs` into staging/lexical/; returns the parameters and the file names."""
-    info = info or LexicalInfo()
+    """Index rows [0, count) of `docs` into staging/lexical/ as postings; returns the parameters (with this
+    segment's document count and total length) and the file names."""
+    info = (info or LexicalInfo()).model_copy(update={"engine": "postings"})
     analyzer = Analyzer(info)
     vocab: dict[str, int] = {_EMPTY: 0}
-    ids = _TokenIds()
+    pairs: list[tuple[np.ndarray, np.ndarray]] = []  # per chunk: unique (row << 32 | stem id) keys, their counts
+    lengths = np.zeros(count, dtype=np.int32)
     for start in range(0, count, READ_CHUNK):
-        chunk: list[list[int]] = []
-        for doc in docs.range(start, min(start + READ_CHUNK, count)):
-            toks = [vocab.setdefault(s, len(vocab)) for s in analyzer.stems(doc.passage())]
-            chunk.append(toks or [0])
-        ids.append_chunk(chunk)
-    retriever = bm25s.BM25(method=info.method, k1=info.k1, b=info.b)
-    retriever.index(Tokenized(ids=ids, vocab=vocab), create_empty_token=False, show_progress=False)
-    out = staging / LEXICAL_DIR
-    out.mkdir(exist_ok=True)
-    retriever.save(str(out), show_progress=False)
-    names = sorted(f"{LEXICAL_DIR}/{p.name}" for p in out.iterdir() if p.is_file())
-    info = info.model_copy(update={"vocab": len(vocab)})
+        keys: list[int] = []
+        for row, doc in enumerate(docs.range(start, min(start + READ_CHUNK, count)), start):
+            ids = [vocab.setdefault(s, len(vocab)) for s in analyzer.stems(doc.passage())] or [0]
+            lengths[row] = len(ids)
+            keys.extend((row << 32) | i for i in ids)
+        pairs.append(np.unique(np.asarray(keys, dtype=np.int64), return_counts=True))
+    names, total = _write_postings(staging / LEXICAL_DIR, vocab, pairs, lengths)
+    info = info.model_copy(update={"vocab": len(vocab), "documents": count, "total_length": total})
     log.info("lexical index: %d documents, %d stems", count, len(vocab))
     return info, names
 
 
-class LexicalIndex:
-    """A loaded BM25 index; scores are memory-mapped from the bundle, so RAM holds the vocabulary only."""
+def _write_postings(out: Path, vocab: dict[str, int], pairs: list[tuple[np.ndarray, np.ndarray]],
+                    lengths: np.ndarray) -> tuple[list[str], int]:
+    out.mkdir(exist_ok=True)
+    keys = np.concatenate([k for k, _ in pairs]) if pairs else np.zeros(0, dtype=np.int64)
+    tf = np.concatenate([c for _, c in pairs]).astype(np.float32) if pairs else np.zeros(0, dtype=np.float32)
+    rows, ids = (keys >> 32).astype(np.int32), (keys & 0xFFFFFFFF).astype(np.int64)
+    stems = sorted(vocab, key=vocab.__getitem__)  # by provisional id
+    rank = np.empty(len(stems), dtype=np.int64)  # provisional id → position in sorted order
+    order_of_stems = sorted(range(len(stems)), key=stems.__getitem__)
+    rank[order_of_stems] = np.arange(len(stems))
+    term = rank[ids]
+    order = np.argsort(term, kind="stable")  # rows stay ascending within a stem: keys were sorted by row
+    offsets = np.zeros(len(stems) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum(np.bincount(term, minlength=len(stems)))
+    encoded = [stems[i].encode("utf-8") for i in order_of_stems]
+    term_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+    term_offsets[1:] = np.cumsum([len(b) for b in encoded])
+    (out / TERMS_FILE).write_bytes(b"".join(encoded))
+    np.save(out / TERM_OFFSETS_FILE, term_offsets)
+    np.save(out / POSTING_OFFSETS_FILE, offsets)
+    np.save(out / POSTING_ROWS_FILE, rows[order])
+    np.save(out / POSTING_TF_FILE, tf[order])
+    np.save(out / LENGTHS_FILE, lengths)
+    return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES), int(lengths.sum(dtype=np.int64))
+
+
+class _SortedTerms(Sequence[str]):
+    """The memory-mapped sorted stems, as a sequence `bisect` can search: RAM holds none of the vocabulary."""
+
+    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
+        self._blob, self._offsets = blob, offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> str:  # type: ignore[override]
+        return bytes(self._blob[self._offsets[i] : self._offsets[i + 1]]).decode("utf-8")
+
+    def find(self, stem: str) -> int | None:
+        i = bisect.bisect_left(self, stem)
+        return i if i < len(self) and self[i] == stem else None
+
+
+class PostingsIndex:
+    """One segment's postings, memory-mapped: RAM holds none of them."""
+
+    def __init__(self, directory: Path, info: LexicalInfo) -> None:
+        base = Path(directory) / LEXICAL_DIR
+        self.info = info
+        blob = np.memmap(base / TERMS_FILE, dtype=np.uint8, mode="r") if (base / TERMS_FILE).stat().st_size \
+            else np.zeros(0, dtype=np.uint8)
+        self.terms = _SortedTerms(blob, np.load(base / TERM_OFFSETS_FILE, mmap_mode="r"))
+        self.offsets = np.load(base / POSTING_OFFSETS_FILE, mmap_mode="r")
+        self.rows = np.load(base / POSTING_ROWS_FILE, mmap_mode="r")
+        self.tf = np.load(base / POSTING_TF_FILE, mmap_mode="r")
+        self.lengths = np.load(base / LENGTHS_FILE, mmap_mode="r")
+        self.count = len(self.lengths)
+        if len(self.offsets) != len(self.terms) + 1 or len(self.rows) != len(self.tf) or \
+                int(self.offsets[-1]) != len(self.rows):
+            raise ValueError(f"{base}: the postings files do not agree with each other")
+        if info.documents is not None and info.documents != self.count:
+            raise ValueError(f"{base}: {self.count} document lengths, the manifest says {info.documents}")
+
+    def postings(self, stem: str) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, term frequencies) of a stem; empty when the segment never saw it."""
+        i = self.terms.find(stem)
+        if i is None:
+            return _NO_ROWS, _NO_TF
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.rows[start:end], self.tf[start:end]
+
+
+_NO_ROWS, _NO_TF = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
+
+
+@dataclass(frozen=True)
+class LexicalPart:
+    """A segment's postings as one version sees them: `deleted` is the mask of its tombstoned rows."""
+
+    index: PostingsIndex
+    deleted: np.ndarray | None  # bool [rows], or None when no row of the segment is deleted
+
+    @property
+    def live(self) -> int:
+        return self.index.count - (0 if self.deleted is None else int(self.deleted.sum()))
+
+    def live_length(self) -> int:
+        total = self.index.info.total_length
+        if total is None:
+            total = int(np.asarray(self.index.lengths).sum(dtype=np.int64))
+        if self.deleted is None:
+            return total
+        return total - int(np.asarray(self.index.lengths)[self.deleted].sum(dtype=np.int64))
+
+
+class Lexical:
+    """BM25 over a version's segments, scored with the statistics of its live documents (one per part)."""
+
+    def __init__(self, info: LexicalInfo, parts: Sequence[LexicalPart]) -> None:
+        self.info = info
+        self.analyzer = Analyzer(info)
+        self.parts = list(parts)
+        self.documents = sum(p.live for p in self.parts)
+        self.avg_length = sum(p.live_length() for p in self.parts) / max(1, self.documents)
+
+    def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per part, its top-k (scores, rows) among its `allowed` live rows (all live when None), best first;
+        documents that share no stem with the query are not hits."""
+        stems = [s for s in self.analyzer.stems(query) if s != _EMPTY]
+        found = [[p.index.postings(s) for s in stems] for p in self.parts]
+        idf = self._idf(stems, found)
+        k1, b = self.info.k1, self.info.b
+        out = []
+        for part, postings, rows_allowed in zip(self.parts, found, allowed, strict=True):
+            scores = np.zeros(part.index.count, dtype=np.float32)
+            lengths = part.index.lengths
+            for weight, (rows, tf) in zip(idf, postings, strict=True):
+                if len(rows) == 0:
+                    continue
+                norm = k1 * ((1 - b) + b * np.asarray(lengths[rows], dtype=np.float32) / self.avg_length)
+                scores[rows] += np.float32(weight) * (tf / (norm + tf))
+            out.append(_best(scores, part.deleted, rows_allowed, k))
+        return out
+
+    def _idf(self, stems: list[str], found: list[list[tuple[np.ndarray, np.ndarray]]]) -> list[float]:
+        """Lucene's idf of each query stem over the live documents of every part."""
+        weights = []
+        for i in range(len(stems)):
+            df = 0
+            for part, postings in zip(self.parts, found, strict=True):
+                rows = postings[i][0]
+                df += len(rows) - (int(part.deleted[rows].sum()) if part.deleted is not None and len(rows) else 0)
+            weights.append(math.log(1 + (self.documents - df + 0.5) / (df + 0.5)) if df else 0.0)
+        return weights
+
+
+def _best(scores: np.ndarray, deleted: np.ndarray | None, allowed: np.ndarray | None,
+          k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k positive scores among allowed rows that are not deleted."""
+    if allowed is not None:
+        rows = np.asarray(allowed, dtype=np.int64)
+        if deleted is not None:
+            rows = rows[~deleted[rows]]
+        return top_k(scores[rows], rows, k, positive=True)
+    if deleted is not None:
+        scores[deleted] = 0.0
+    return top_k(scores, np.arange(len(scores)), k, positive=True)
+
+
+class Bm25sIndex:
+    """The lexical index of a bundle built before segments (bm25s, scores precomputed for that bundle)."""
 
     def __init__(self, directory: Path, info: LexicalInfo) -> None:
         self.info = info
         self.analyzer = Analyzer(info)
         self.retriever = bm25s.BM25.load(str(Path(directory) / LEXICAL_DIR), mmap=True)
-        # bm25s also keeps every token id in a set, for its own retrieve on id lists, which we never call (token_ids
-        # checks the vocabulary): at a million documents a 32 MiB table, and a container every full garbage
-        # collection walks, which stalled a serving process into 429s
+        # bm25s also keeps every token id in a set, for its own retrieve on id lists, which we never call
         # (docs/decisions.md#drop-bm25ss-token-id-set).
         self.retriever.unique_token_ids_set = None
         self.vocab: dict[str, int] = self.retriever.vocab_dict
         self.count = int(self.retriever.scores["num_docs"])
 
-    def token_ids(self, query: str) -> list[int]:
-        return [self.vocab[s] for s in self.analyzer.stems(query) if s in self.vocab and s != _EMPTY]
-
-    def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document (float32 [count]); all zero when no query word is in the vocabulary."""
-        ids = self.token_ids(query)
-        if not ids:
-            return np.zeros(self.count, dtype=np.float32)
-        return np.asarray(self.retriever.get_scores_from_ids(ids), dtype=np.float32)
-
-    def search(self, query: str, k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top-k (scores, rows) among `allowed` rows (all when None), best first; documents that share no
-        word with the query (score 0) are not hits."""
-        scores = self.scores(query)
-        if allowed is not None:
-            rows = allowed
-            scores = scores[allowed]
-        else:
-            rows = np.arange(self.count)
-        return top_k(scores, rows, k, positive=True)
+    def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """As `Lexical.search`, for the one part such a bundle has."""
+        ids = [self.vocab[s] for s in self.analyzer.stems(query) if s in self.vocab and s != _EMPTY]
+        scores = np.asarray(self.retriever.get_scores_from_ids(ids), dtype=np.float32) if ids \
+            else np.zeros(self.count, dtype=np.float32)
+        (rows_allowed,) = allowed
+        return [_best(scores, None, rows_allowed, k)]
 
 
 def top_k(scores: np.ndarray, rows: np.ndarray, k: int, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:

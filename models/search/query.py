@@ -18,6 +18,7 @@ float query against the int8 vectors (memory-mapped from disk).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 BRUTE_FORCE_ROWS = 2048  # at most this many matching rows (or BRUTE_FORCE_SHARE of the corpus): exact pass
 BRUTE_FORCE_SHARE = 0.01
 BRUTE_FORCE_CHUNK = 65_536  # rows scored at a time in the exact pass
+Allowed = Sequence[np.ndarray | None]  # per segment: the rows a search may return (ascending), None for every live
 
 
 
@@ -94,40 +96,86 @@ def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
     return spec
 
 
-def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: np.ndarray | None,
+def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Allowed,
                      oversample: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top `depth` (scores, rows) of one query vector, restricted to `allowed` rows when given."""
-    index = bundle.vectors
+    """Top `depth` (scores, version rows) of one query vector over every segment, restricted to the `allowed`
+    rows of each segment when given; deleted rows are never candidates."""
     q = rotate(query[None, :], bundle.rotation)
+    found = [_segment_candidates(bundle, i, q, depth, allowed[i], oversample) for i in range(len(bundle.segments))]
+    return merge(found, bundle.bases, depth)
+
+
+def _segment_candidates(bundle: Bundle, i: int, q: np.ndarray, depth: int, allowed: np.ndarray | None,
+                        oversample: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (scores, segment rows) of one rotated query in segment i."""
+    index, deleted = bundle.segments[i].vectors, bundle.deleted[i]
     if allowed is not None and len(allowed) == 0:
-        return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+        return _NONE
     if allowed is not None and len(allowed) <= max(BRUTE_FORCE_ROWS, BRUTE_FORCE_SHARE * index.count):
-        return exact_candidates(bundle, q, depth, allowed)
-    scores, rows = search_index(index, q, depth, oversample, allowed=allowed)
+        return exact_candidates(index, q, depth, allowed)
+    scores, rows = search_index(index, q, depth, oversample, allowed=allowed,
+                                live=bundle.live_bits[i] if allowed is None else None)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
-    wanted = min(depth, index.count if allowed is None else len(allowed))
-    if allowed is not None and len(r) < wanted:  # an approximate index came back short: score them all
-        return exact_candidates(bundle, q, depth, allowed)
+    live = index.count - (0 if deleted is None else int(deleted.sum()))
+    wanted = min(depth, live if allowed is None else len(allowed))
+    if (allowed is not None or deleted is not None) and len(r) < wanted:
+        # an approximate index came back short of the rows it may return: score them all
+        if allowed is None:
+            assert deleted is not None
+            allowed = np.flatnonzero(~deleted)
+        return exact_candidates(index, q, depth, allowed)
     return s, r
 
 
-def exact_candidates(bundle: Bundle, rotated: np.ndarray, depth: int,
+_NONE = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
+
+
+def merge(found: Sequence[tuple[np.ndarray, np.ndarray]], bases: np.ndarray, depth: int) -> tuple[np.ndarray,
+                                                                                                  np.ndarray]:
+    """Each segment's best (scores, segment rows) as one list of the best `depth` (scores, version rows), best
+    first, ties by row; a single segment's list is returned as it came."""
+    if len(found) == 1:
+        scores, rows = found[0]
+        return scores[:depth], rows[:depth] + bases[0]
+    scores = np.concatenate([s for s, _ in found]).astype(np.float32)
+    rows = np.concatenate([r.astype(np.int64) + base for (_, r), base in zip(found, bases, strict=True)])
+    order = np.lexsort((rows, -scores))[:depth]
+    return scores[order], rows[order]
+
+
+def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int,
                      allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Score every allowed row's stored vector, a chunk at a time (bounded memory)."""
-    q = np.ascontiguousarray(truncate(rotated, bundle.vectors.dim), dtype=np.float32)[0]
+    q = np.ascontiguousarray(truncate(rotated, index.dim), dtype=np.float32)[0]
     best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     for start in range(0, len(allowed), BRUTE_FORCE_CHUNK):
         rows = allowed[start : start + BRUTE_FORCE_CHUNK]
-        scores = stored_vectors(bundle.vectors, rows) @ q
+        scores = stored_vectors(index, rows) @ q
         best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, rows]), depth)
     return best_s, best_r
+
+
+def allowed_rows(bundle: Bundle, flt: Filter | None) -> Allowed:
+    """Per segment, the live rows a filter lets through (ascending), or None everywhere without a filter."""
+    if flt is None:
+        return [None] * len(bundle.segments)
+    out = []
+    for segment, deleted in zip(bundle.segments, bundle.deleted, strict=True):
+        rows = segment.docs.rows_where(flt.sql, flt.params)
+        out.append(rows if deleted is None else rows[~deleted[rows]])
+    return out
+
+
+def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Allowed) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (BM25 scores, version rows) over every segment, scored with the version's statistics."""
+    return merge(bundle.require_lexical().search(query, depth, allowed), bundle.bases, depth)
 
 
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
            oversample: int) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical."""
-    allowed = bundle.docs.rows_where(opts.filter.sql, opts.filter.params) if opts.filter is not None else None
+    allowed = allowed_rows(bundle, opts.filter)
     need = opts.offset + opts.top_k
     spec = fusion_spec(bundle, opts)
     depth = max(need, spec.depth) if opts.mode is Mode.HYBRID else need
@@ -140,9 +188,8 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
             assert vectors is not None
             dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample)
         if opts.mode is not Mode.DENSE:
-            lex = bundle.require_lexical()
             began = time.perf_counter()
-            lexical = lex.search(query, depth, allowed)
+            lexical = lexical_candidates(bundle, query, depth, allowed)
             lexical_s += time.perf_counter() - began
         if dense is not None and lexical is not None:
             ranked = fuse(dense, lexical, spec, opts.alpha)
@@ -157,14 +204,21 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
 
 
 def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
-    """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests); `search` does the rest."""
-    scores, rows = search_index(bundle.vectors, rotate(vectors, bundle.rotation), k, oversample)
-    return [_hits(bundle, srow[rrow >= 0], rrow[rrow >= 0]) for srow, rrow in zip(scores, rows, strict=True)]
+    """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests), each segment searched once for all
+    of them; `search` does the rest."""
+    q = rotate(vectors, bundle.rotation)
+    per_segment = [search_index(segment.vectors, q, k, oversample, live=bundle.live_bits[i])
+                   for i, segment in enumerate(bundle.segments)]
+    out = []
+    for j in range(len(q)):
+        found = [(s[j][r[j] >= 0], r[j][r[j] >= 0].astype(np.int64)) for s, r in per_segment]
+        out.append(_hits(bundle, *merge(found, bundle.bases, k)))
+    return out
 
 
 def _hits(bundle: Bundle, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
-    """Ranked rows with their documents from the bundle's docstore, in one read."""
-    docs = bundle.docs.get([int(r) for r in rows])
+    """Ranked rows with their documents from the segments' docstores, one read per segment."""
+    docs = bundle.documents(rows)
     return [Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)]
 
 
@@ -178,13 +232,14 @@ def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
 
 
 def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE,
-                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 allowed: np.ndarray | None = None, live: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, rows) of full-dimension unit queries in one index; rows are -1 past the corpus size.
 
-    `allowed` (ascending rows) restricts the search with a FAISS ID selector, before ranking."""
+    `allowed` (ascending rows), or else `live` (the packed bits of the rows not deleted), restricts the search
+    with a FAISS ID selector, before ranking."""
     q = np.ascontiguousarray(truncate(np.atleast_2d(queries), index.dim))
     k = max(1, min(k, index.count))
-    params = _selector(index, allowed)
+    params = _selector(index, allowed, live)
     if index.quantization is not Quantization.BINARY:
         scores, rows = index.index.search(q, k, params=params)
         return scores, rows
@@ -208,12 +263,16 @@ def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: in
     return out_scores, out_rows
 
 
-def _selector(index: VectorIndex, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
-    """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
-    if allowed is None:
-        return None
+def _selector(index: VectorIndex, allowed: np.ndarray | None, live: np.ndarray | None) -> faiss.SearchParameters | None:
+    """FAISS search parameters restricting the first stage to `allowed` rows, or to the `live` bits (the index's
+    own kind)."""
     lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
-    sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+    if allowed is not None:
+        sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
+    elif live is not None:
+        sel = lib.IDSelectorBitmap(live)
+    else:
+        return None
     typed: Any = index.index
     if hasattr(typed, "hnsw"):
         return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)

@@ -84,8 +84,9 @@ class VectorIndex:
         rescore = int8_encode(x, cal) if quantization is Quantization.BINARY and cal is not None else None
         return cls(quantization, dim, index, cal, rescore, spec, mean, turn)
 
-    def save(self, directory: Path) -> list[str]:
-        """Write the index files into `directory`; returns their names."""
+    def save(self, directory: Path, space: bool = True) -> list[str]:
+        """Write the index files into `directory`; returns their names. `space=False` leaves out the calibration,
+        center and spin: a version's later segment shares its first segment's."""
         names = [INDEX_FILE]
         try:
             if isinstance(self.index, faiss.IndexBinary):
@@ -95,16 +96,16 @@ class VectorIndex:
         except RuntimeError as exc:  # FAISS reports a failed write (a full disk) as a RuntimeError
             raise OSError(errno.EIO, f"cannot write the index: {str(exc).strip().splitlines()[-1]}",
                           str(directory / INDEX_FILE)) from exc
-        if self.calibration is not None:
+        if self.calibration is not None and space:
             np.save(directory / CALIBRATION_FILE, self.calibration.to_array())
             names.append(CALIBRATION_FILE)
         if self.rescore_codes is not None:
             np.save(directory / RESCORE_FILE, self.rescore_codes)
             names.append(RESCORE_FILE)
-        if self.center is not None:
+        if self.center is not None and space:
             np.save(directory / CENTER_FILE, self.center)
             names.append(CENTER_FILE)
-        if self.spin is not None:
+        if self.spin is not None and space:
             np.save(directory / SPIN_FILE, self.spin)
             names.append(SPIN_FILE)
         return names
@@ -112,10 +113,14 @@ class VectorIndex:
     @classmethod
     def load(
         cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
-        centered: bool = False, spun: bool = False,
+        centered: bool = False, spun: bool = False, space: Path | None = None,
     ) -> VectorIndex:
-        """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former."""
+        """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former.
+
+        `space` holds the calibration, center and spin when they are not `directory`'s own: a version's later
+        segments share those of its first (models.bundle)."""
         spec = spec or IndexSpec()
+        space = directory if space is None else space
         path = str(directory / INDEX_FILE)
         if quantization is Quantization.BINARY:
             index: faiss.Index | faiss.IndexBinary = faiss.read_index_binary(path)
@@ -124,7 +129,7 @@ class VectorIndex:
             index, rescore = faiss.read_index(path), None
         cal = None
         if quantization is not Quantization.FLOAT:
-            cal = Int8Calibration.from_array(np.load(directory / CALIBRATION_FILE))
+            cal = Int8Calibration.from_array(np.load(space / CALIBRATION_FILE))
         apply_search_params(index, spec)
         if index.d != dim or (cal is not None and cal.dim != dim):
             raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
@@ -132,12 +137,12 @@ class VectorIndex:
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
         center = None
         if centered:
-            center = np.asarray(np.load(directory / CENTER_FILE), dtype=np.float32)
+            center = np.asarray(np.load(space / CENTER_FILE), dtype=np.float32)
             if center.shape != (dim,):
                 raise ValueError(f"{directory}: {CENTER_FILE} has shape {center.shape}, expected {(dim,)}")
         spin = None
         if spun:
-            spin = np.asarray(np.load(directory / SPIN_FILE), dtype=np.float32)
+            spin = np.asarray(np.load(space / SPIN_FILE), dtype=np.float32)
             if spin.shape != (dim, dim):
                 raise ValueError(f"{directory}: {SPIN_FILE} has shape {spin.shape}, expected {(dim, dim)}")
         return cls(quantization, dim, index, cal, rescore, spec, center, spin)
@@ -200,15 +205,16 @@ class IndexWriter:
             self._rescore.write(int8_encode(x, self.calibration).tobytes())
         self.added += len(x)
 
-    def finish(self) -> list[str]:
-        """Write the index and calibration; returns every file name written."""
+    def finish(self, space: bool = True) -> list[str]:
+        """Write the index and (unless `space` is False) its calibration, center and spin; returns every file
+        name written."""
         if self.added != self.count:
             raise ValueError(f"index writer got {self.added} vectors, expected {self.count}")
         if self._rescore is not None:
             self._rescore.close()
         apply_search_params(self.index, self.spec)
         names = VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
-                            self.center, self.spin).save(self.directory)
+                            self.center, self.spin).save(self.directory, space)
         return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:

@@ -512,7 +512,8 @@ class Searcher:
         """Time tokenization (the student) and int8 rescoring (the index) from now on: service.core.loader wires
         the metrics here once per loaded searcher. A shared student is wired again, to the same observer."""
         self.student.observe = observe
-        self.bundle.vectors.observe = observe
+        for segment in self.bundle.segments:
+            segment.vectors.observe = observe
 
     @property
     def version(self) -> str:

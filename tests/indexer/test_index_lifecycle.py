@@ -21,11 +21,11 @@ from indexer.changes import read_changes
 from indexer.update import UpdateRequest, update
 from indexer.verify import verify
 from models.bundle import Bundle, read_bundle_manifest
-from models.corpus import read_corpus
 from models.embedding_store import EmbeddingStore
 from models.errors import ContractMismatch, InputError
 from models.manifest import BUNDLE_MANIFEST
-from models.search import FilterError, dense_hits, parse_filter
+from models.search import FilterError, Mode, SearchOptions, dense_hits, parse_filter, search
+from models.search.query import allowed_rows
 from models.shard_log import SHARD_LOG, ShardLog
 from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
@@ -86,8 +86,8 @@ def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Pa
     assert reference.wait(timeout=300) == 0, reference.communicate()[1][-2000:]
 
     got, want = Bundle(read_current(root)), Bundle(read_current(ref_root))
-    assert got.docs.ids() == want.docs.ids() == [d[0] for d in DOCS]
-    assert np.array_equal(got.vectors.index.reconstruct_n(0, n), want.vectors.index.reconstruct_n(0, n))
+    assert got.ids() == want.ids() == [d[0] for d in DOCS]
+    assert np.array_equal(got.segments[0].vectors.index.reconstruct_n(0, n), want.segments[0].vectors.index.reconstruct_n(0, n))
     [entry] = list((home / "embeddings").iterdir())
     records = ShardLog(entry).read()
     assert sorted(r.shard for r in records) == list(range(n))  # each shard exactly once
@@ -191,31 +191,38 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
     assert (manifest.base.version, manifest.base.count) == ("v1", len(DOCS))
     assert (manifest.base.added, manifest.base.replaced, manifest.base.deleted, manifest.base.encoded) == (1, 1, 2, 2)
     base, new = Bundle(root / "v1"), Bundle(root / "v2")
-    ids = new.docs.ids()
-    kept = [d[0] for d in DOCS if d[0] not in {"git", "bees"}]
-    assert ids == [*kept, "kites"]  # replaced in place, added at the end
-    old_rows, new_rows = base.docs.ids(), {i: r for r, i in enumerate(ids)}
-    unchanged = [i for i in kept if i != "chess"]
-    old_vecs = base.vectors.index.reconstruct_n(0, base.manifest.count)
-    new_vecs = new.vectors.index.reconstruct_n(0, new.manifest.count)
-    for doc_id in unchanged:  # reused bit for bit
-        assert np.array_equal(new_vecs[new_rows[doc_id]], old_vecs[old_rows.index(doc_id)])
+    ids = new.ids()
+    kept = [d[0] for d in DOCS if d[0] not in {"git", "bees", "chess"}]
+    assert ids == [*kept, "kites", "chess"]  # the replaced and added documents in the new segment
+    assert [s.name for s in manifest.parts] == ["v1", "v2"]
+    assert [(s.count, s.deleted) for s in manifest.parts] == [(len(DOCS), 3), (2, 0)]
+    for name in read_bundle_manifest(root / "v1").files:  # the base segment is shared by hard links, never copied
+        assert os.stat(root / "v1" / name).st_ino == os.stat(root / "v2" / name).st_ino, name
+    assert not (root / "v2" / "corpus.jsonl").exists()  # an update no longer writes the whole corpus
+    new_vecs = new.segments[1].vectors.index.reconstruct_n(0, 2)
     teacher = TeacherEncoder(teacher_dir)
     fresh = teacher.encode(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
-    assert float(fresh[0] @ new_vecs[new_rows["kites"]]) > 0.999
-    assert float(fresh[1] @ new_vecs[new_rows["chess"]]) > 0.999
+    assert float(fresh[0] @ new_vecs[0]) > 0.999
+    assert float(fresh[1] @ new_vecs[1]) > 0.999
     assert [h[0].doc.id for h in dense_hits(new, teacher.encode(["what lifts a kite"]), k=1)] == ["kites"]
+    assert [h[0].doc.id for h in dense_hits(new, teacher.encode(["French defence"]), k=1)] == ["chess"]
+    assert [h[0].doc.id for h in dense_hits(base, teacher.encode(["French defence"]), k=1)] == ["chess"]
+    stored = EmbeddingStore().load(manifest.parts[1].embeddings.store_key or "")  # compaction finds its vectors
+    assert stored is not None and np.allclose(stored, new_vecs, atol=1e-2)
+    base.close()
+    new.close()
 
-    corpus = root / "v2" / manifest.corpus.path  # materialized corpus: eval, distill and later updates use it
-    assert [d.id for d in read_corpus(corpus)] == ids
-    assert EmbeddingStore().load(manifest.embeddings.store_key or "") is not None  # distill finds its targets
-
-    more = _write(tmp_path / "more.jsonl", [{"id": "tea", "text": "Green tea is steamed, black tea oxidised."}])
+    more = _write(tmp_path / "more.jsonl", [{"id": "tea", "text": "Green tea is steamed, black tea oxidised."},
+                                            {"_id": "kites", "delete": True}])
     third = update(UpdateRequest(changes=more, root=root, version="v3"))
     assert third.base is not None and third.base.version == "v2" and third.base.encoded == 1
-    ids3 = Bundle(root / "v3").docs.ids()
-    assert "git" not in ids3 and "bees" not in ids3 and ids3[-2:] == ["kites", "tea"]
+    assert [(s.name, s.count, s.deleted) for s in third.parts] == [("v1", len(DOCS), 3), ("v2", 2, 1), ("v3", 1, 0)]
+    assert (root / "v2" / "tombstones" / "v2.npy").exists() is False  # v2 had no deletes in its own segment
+    assert np.load(root / "v3" / "tombstones" / "v2.npy").tolist() == [0]
+    ids3 = Bundle(root / "v3").ids()
+    assert ids3 == [*kept, "chess", "tea"]
     assert verify(root, all_versions=True)[-1].endswith("[CURRENT]")
+    assert "3 segments, 4 deleted rows" in verify(root)[0]
 
 
 @pytest.mark.slow
@@ -246,13 +253,16 @@ def test_update_parses_change_lines_as_the_base_was_built(tandem_home: Path, tmp
 
     bundle = Bundle(tmp_path / "v3")
     try:
-        meta = {d.id: d.meta() for d in bundle.docs.range(0, third.count)}
+        meta = {d.id: d.meta() for d in bundle.documents(bundle.live_rows())}
         if extra:
             assert {i: m["lang"] for i, m in meta.items()} == {
                 "bake": "fr", "volcano": "en", "chess": "en", "python-json": "en", "kites": "fr", "tea": "de"}
             new_values = parse_filter({"field": "lang", "in": ["fr", "de"]}, set(third.metadata_fields))
-            rows = bundle.docs.rows_where(new_values.sql, new_values.params)
-            assert sorted(d.id for d in bundle.docs.get([int(r) for r in rows])) == ["bake", "kites", "tea"]
+            found = search(bundle, None, ["x"], SearchOptions(top_k=10, mode=Mode.LEXICAL, filter=new_values), 1)
+            assert found.hits == [[]]  # "x" is no word of theirs; the filter itself:
+            rows = np.concatenate([r + b for r, b in zip(allowed_rows(bundle, new_values), bundle.bases,
+                                                         strict=True)])
+            assert sorted(d.id for d in bundle.documents(rows)) == ["bake", "kites", "tea"]
         else:
             assert all(m == {} for m in meta.values()) and "lang" not in third.metadata_fields
             with pytest.raises(FilterError, match="lang"):

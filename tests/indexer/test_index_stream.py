@@ -92,12 +92,12 @@ def test_streamed_bundle_equals_the_in_memory_build(
     queries = reference[:20] + 0.05
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
     want_rows = search_index(memory, queries, 10)[1]
-    got_rows = search_index(bundle.vectors, queries, 10)[1]
+    got_rows = search_index(bundle.segments[0].vectors, queries, 10)[1]
     if index == "flat" and not binary:
         assert np.array_equal(got_rows, want_rows)
     else:  # approximate indexes, and sign bits of a mean summed in another order, may differ in a neighbour
         assert np.array_equal(got_rows[:, 0], want_rows[:, 0])
-    assert bundle.docs.ids() == ids
+    assert bundle.ids() == ids
 
 
 def test_duplicate_id_names_both_lines_and_publishes_nothing(tandem_home: Path, tmp_path: Path) -> None:
@@ -132,10 +132,10 @@ def test_npy_shard_directory_and_parquet_imports_give_the_same_bundle(
                        parquet / f"part-{part}.parquet", row_group_size=100)
     from_parquet = _import(corpus, parquet, tmp_path / "c", tmp_path / "s3", id_column="doc", vector_column="emb")
 
-    reference = Bundle(tmp_path / "b").vectors.index.reconstruct_n(0, N)
+    reference = Bundle(tmp_path / "b").segments[0].vectors.index.reconstruct_n(0, N)
     for name, manifest in (("sharded", sharded), ("c", from_parquet)):
         assert manifest.embeddings.kind == "imported"
-        assert np.array_equal(Bundle(tmp_path / name).vectors.index.reconstruct_n(0, N), reference), name
+        assert np.array_equal(Bundle(tmp_path / name).segments[0].vectors.index.reconstruct_n(0, N), reference), name
     assert single.embeddings.store_key == sharded.embeddings.store_key == from_parquet.embeddings.store_key
 
 

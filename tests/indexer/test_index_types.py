@@ -3,6 +3,7 @@ bundles that build, verify and load, refused combinations, manifests, and update
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -132,7 +133,7 @@ def test_bundles_of_each_type_verify_load_and_find(
     assert manifest.index.type.value == kind
     assert verify_bundle(out) == manifest
     bundle = Bundle(out)
-    queries = Bundle(tiny_bundle).vectors.index.reconstruct_n(0, len(DOCS))  # the documents' own vectors
+    queries = Bundle(tiny_bundle).segments[0].vectors.index.reconstruct_n(0, len(DOCS))  # the documents' own vectors
     hits = dense_hits(bundle, queries, k=3)
     assert sum(h[0].row == i for i, h in enumerate(hits)) >= len(DOCS) - 1
     assert bundle.manifest.summary()["index"] == kind
@@ -156,13 +157,23 @@ def test_update_keeps_the_index_type(tiny_bundle: Path, tiny_corpus: Path, tmp_p
     (tmp_path / "gone.txt").write_text(f"{DOCS[0][0]}\n")
     manifest = update(UpdateRequest(delete_ids=tmp_path / "gone.txt", base=base, out=tmp_path / "next"))
     assert manifest.index == spec and manifest.count == len(DOCS) - 1
-    assert Bundle(tmp_path / "next").vectors.index.hnsw.efSearch == 20  # type: ignore[union-attr]
+    assert Bundle(tmp_path / "next").segments[0].vectors.index.hnsw.efSearch == 20  # type: ignore[union-attr]
 
 
-def test_update_refuses_fewer_documents_than_ivf_cells(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+def test_an_update_of_an_ivf_bundle_keeps_its_cells_and_adds_an_exact_segment(tiny_bundle: Path, tiny_corpus: Path,
+                                                                              tmp_path: Path) -> None:
+    """Fewer documents than IVF cells left is no longer a problem: the cells stay the first segment's, the
+    deleted rows are tombstones, and the new segment (small) is searched exactly."""
     base = tmp_path / "base"
     build(BuildRequest(corpus=tiny_corpus, out=base, dim=128, quantization="binary", index="ivf", ivf_nlist=len(DOCS)))
-    (tmp_path / "gone.txt").write_text(f"{DOCS[0][0]}\n")
-    with pytest.raises(InputError, match="fewer than the base's 20 IVF cells"):
-        update(UpdateRequest(delete_ids=tmp_path / "gone.txt", base=base, out=tmp_path / "next"))
-    assert not (tmp_path / "next").exists()
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text(json.dumps({"_id": DOCS[0][0], "delete": True}) + "\n"
+                       + json.dumps({"_id": "kites", "text": "Wind lifts the kite."}) + "\n")
+    manifest = update(UpdateRequest(changes=changes, base=base, out=tmp_path / "next"))
+    assert [s.index.type.value for s in manifest.parts] == ["ivf", "flat"]
+    assert manifest.parts[0].index.ivf_nlist == len(DOCS) and manifest.count == len(DOCS)
+    bundle = Bundle(tmp_path / "next")
+    try:
+        assert DOCS[0][0] not in bundle.ids() and bundle.ids()[-1] == "kites"
+    finally:
+        bundle.close()

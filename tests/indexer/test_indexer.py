@@ -42,10 +42,11 @@ def test_bundle_round_trip(tiny_bundle: Path, tiny_corpus: Path, probe_vectors: 
     assert manifest.embeddings.kind == "encoded"
     assert {"index.faiss", "docs.sqlite"} <= set(manifest.files)
     assert manifest.lexical is not None and manifest.fusion is not None  # every new bundle has a lexical index
-    assert {n for n in manifest.files if n.startswith("lexical/")} >= {"lexical/params.index.json",
-                                                                      "lexical/vocab.index.json"}
+    assert {n for n in manifest.files if n.startswith("lexical/")} == {
+        f"lexical/{name}" for name in ("terms.bin", "terms.offsets.npy", "postings.offsets.npy", "postings.rows.npy",
+                                       "postings.tf.npy", "lengths.npy")}
     bundle = Bundle(tiny_bundle)
-    assert bundle.docs.ids() == [d.id for d in read_corpus(tiny_corpus)]
+    assert bundle.ids() == [d.id for d in read_corpus(tiny_corpus)]
     hits = dense_hits(bundle, probe_vectors, k=3)
     assert [h[0].doc.id for h in hits] == list(PROBES.values())
     assert all(h[0].score > h[1].score for h in hits)
@@ -189,8 +190,8 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
     assert (reference.precision, reference.engine) == ("fp32", "local")
     assert manifest.embeddings.store_key != reference.store_key
     n = len(DOCS)
-    cosine = (Bundle(tmp_path / "bf16").vectors.index.reconstruct_n(0, n)
-              * Bundle(tiny_bundle).vectors.index.reconstruct_n(0, n)).sum(axis=1)
+    cosine = (Bundle(tmp_path / "bf16").segments[0].vectors.index.reconstruct_n(0, n)
+              * Bundle(tiny_bundle).segments[0].vectors.index.reconstruct_n(0, n)).sum(axis=1)
     assert cosine.min() >= 0.99
     with pytest.raises(InputError, match="fp16 needs a CUDA device"):
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "fp16", precision="fp16", device="cpu"))

@@ -184,9 +184,9 @@ def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Pat
     if command == "build":
         args = ["build", "--corpus", str(work / "corpus.jsonl"), "--root", str(root), "--embeddings",
                 str(work / "vectors.npy"), "--ids", str(work / "ids.json")]
-    else:  # a deletion: nothing to encode, a whole new version to write
-        (tmp_path / "delete.txt").write_text("chess\n")
-        args = ["update", "--root", str(root), "--delete-ids", str(tmp_path / "delete.txt")]
+    else:  # a document larger than the limit: its segment's docstore cannot be written
+        (tmp_path / "big.jsonl").write_text(json.dumps({"_id": "big", "text": "tides of the moon " * 3000}) + "\n")
+        args = ["update", "--root", str(root), "--changes", str(tmp_path / "big.jsonl")]
     done = subprocess.run(
         [sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=_limit_file_size,
@@ -194,7 +194,8 @@ def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Pat
     )
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: ") and "File too large" in lines[-1], done.stderr
+    assert lines[-1].startswith("error: "), done.stderr
+    assert "File too large" in lines[-1] or "disk I/O error" in lines[-1], done.stderr
     assert "Traceback" not in done.stderr
     assert sorted(p.name for p in root.iterdir()) == before  # no staging directory, no new version
     assert read_current(root).name == "v1"

@@ -65,9 +65,9 @@ def test_ray_engine_builds_the_local_bundle(ray_address: str, tiny_corpus: Path,
     assert (remote.embeddings.engine, remote.embeddings.precision, remote.embeddings.device) == ("ray", "fp32", "cpu")
     assert local.embeddings.engine == "local"
     a, b = Bundle(tmp_path / "local"), Bundle(tmp_path / "ray")
-    assert a.docs.ids() == b.docs.ids() == [d[0] for d in DOCS]
+    assert a.ids() == b.ids() == [d[0] for d in DOCS]
     n = len(DOCS)
-    cosine = (a.vectors.index.reconstruct_n(0, n) * b.vectors.index.reconstruct_n(0, n)).sum(axis=1)
+    cosine = (a.segments[0].vectors.index.reconstruct_n(0, n) * b.segments[0].vectors.index.reconstruct_n(0, n)).sum(axis=1)
     assert cosine.min() >= 0.9999
     records = ShardLog(tmp_path / "s2" / (remote.embeddings.store_key or "")).read()
     assert sorted(r.shard for r in records) == list(range(7))  # ceil(20 / 3) shards, each encoded once
@@ -104,7 +104,7 @@ def test_killed_ray_build_resumes_each_shard_once(
     assert {r.event for r in records} <= {"encoded", "adopted"}
     assert len({r.pid for r in records}) == 2  # the killed driver and the resumed one
     bundle = Bundle(read_current(root))
-    assert bundle.docs.count() == n and bundle.manifest.embeddings.engine == "ray"
+    assert bundle.segments[0].docs.count() == n and bundle.manifest.embeddings.engine == "ray"
 
 
 def _actor_pids() -> list[int]:
@@ -137,7 +137,7 @@ def test_a_lost_worker_is_replaced_and_no_shard_is_encoded_twice(
     [entry] = list((home / "embeddings").iterdir())
     records = ShardLog(entry).read()
     assert sorted(r.shard for r in records) == list(range(n // 2))
-    assert Bundle(tmp_path / "out").docs.count() == n
+    assert Bundle(tmp_path / "out").count == n
 
 
 def test_ray_build_of_a_bad_corpus_names_the_line(ray_address: str, tmp_path: Path, teacher_dir: Path) -> None:

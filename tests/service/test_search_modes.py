@@ -49,7 +49,7 @@ def _search(server: LiveServer, **body: object) -> list[dict]:
 
 def test_manifest_lists_the_lexical_index_and_metadata_fields(meta_bundle: Path) -> None:
     manifest = json.loads((meta_bundle / BUNDLE_MANIFEST).read_text())
-    assert manifest["lexical"]["engine"] == "bm25s" and manifest["lexical"]["stemmer"] == "english"
+    assert manifest["lexical"]["engine"] == "postings" and manifest["lexical"]["stemmer"] == "english"
     assert manifest["fusion"]["method"] in ("rrf", "convex")
     assert set(manifest["metadata_fields"]) == {"year", "topic", "published", "open", "doi", "source"}
     assert any(name.startswith("lexical/") for name in manifest["files"])

@@ -150,7 +150,7 @@ def test_docstore_path_with_uri_characters_stays_read_only(tiny_bundle: Path, tm
     shutil.copytree(tiny_bundle, odd)
     bundle = Bundle(odd)
     try:
-        assert bundle.docs.count() == 20
+        assert bundle.count == 20 and bundle.segments[0].docs.count() == 20
     finally:
         bundle.close()
     store = DocStore(odd / "docs.sqlite")

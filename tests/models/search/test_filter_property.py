@@ -1,6 +1,6 @@
 """Property: filtered search equals a brute-force filtered search, over random corpora, filters and k.
 
-Each example writes a real bundle (FAISS, SQLite docstore with metadata, bm25s) and searches it through
+Each example writes a real bundle (FAISS, SQLite docstore with metadata, BM25 postings) and searches it through
 models.search, the service's search path; the reference is numpy over the same vectors and the filter's
 Python semantics (Filter.matches), independent of the SQL the docstore runs.
 """
@@ -86,7 +86,7 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, exact, query) 
         try:
             if not exact:  # the FAISS ID-selector path instead of the exact pass over the matching rows
                 query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE = 0, 0.0
-            assert bundle.docs.rows_where(parsed.sql, parsed.params).tolist() == allowed  # SQL ≡ Python
+            assert bundle.segments[0].docs.rows_where(parsed.sql, parsed.params).tolist() == allowed  # SQL ≡ Python
             text = " ".join(query)
 
             def run(mode: Mode) -> list[tuple[int, float]]:
@@ -100,7 +100,9 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, exact, query) 
             np.testing.assert_allclose([s for _, s in dense], reference, atol=1e-4)
 
             assert bundle.lexical is not None
-            bm25 = bundle.lexical.scores(text)
+            bm25 = np.zeros(len(docs), dtype=np.float32)
+            [(hit_scores, hit_rows)] = bundle.lexical.search(text, len(docs), [None])
+            bm25[hit_rows] = hit_scores
             lexical_ref = np.sort(bm25[allowed][bm25[allowed] > 0])[::-1][:k]
             lexical = run(Mode.LEXICAL)
             assert {r for r, _ in lexical} <= set(allowed)

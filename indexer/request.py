@@ -1,0 +1,54 @@
+"""What `tandem index update`, `compact` and `follow` are asked: the version to start from, where the new one
+goes, and how the teacher runs for the documents they encode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.publish import Target
+from models.embedding_store import SHARD_SIZE
+from models.errors import InputError
+from models.versions import is_bundle_root, resolve_bundle
+
+
+@dataclass(frozen=True)
+class UpdateRequest:
+    changes: Path | None = None
+    delete_ids: Path | None = None
+    base: Path | None = None
+    root: Path | None = None
+    out: Path | None = None
+    version: str | None = None
+    keep: int | None = None
+    force: bool = False
+    teacher: Path | None = None
+    batch_size: int = 32
+    device: str | None = None
+    store: Path | None = None
+    shard_size: int = SHARD_SIZE
+
+    @property
+    def target(self) -> Target:
+        return Target(out=self.out, root=self.root, version=self.version, keep=self.keep, force=self.force)
+
+    def check(self) -> None:
+        if self.shard_size < 1:
+            raise InputError(f"--shard-size must be at least 1, got {self.shard_size}")
+        self.target.check()
+
+
+def base_dir(req: UpdateRequest) -> Path:
+    """--base as a version name under --root, a bundle dir or a root; default: --root's CURRENT."""
+    if req.base is None:
+        if req.root is None:
+            raise InputError("--out needs --base (the bundle to change)")
+        if not is_bundle_root(req.root):
+            raise InputError(f"{req.root} has no CURRENT version to change; publish one with "
+                             "`tandem index build --root`")
+        return resolve_bundle(req.root)
+    if req.root is not None and len(req.base.parts) == 1 and (req.root / req.base).is_dir():
+        return req.root / req.base
+    if not Path(req.base).is_dir():
+        raise InputError(f"--base {req.base}: not a bundle directory, bundle root or version under --root")
+    return resolve_bundle(req.base)

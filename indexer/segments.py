@@ -1,0 +1,186 @@
+"""Changes applied as segments: what `tandem index update` and `tandem index follow` share.
+
+A new version starts as hard links to every file of the version it changes (`link_version`: never a copy, so
+it costs what the changes cost, not what the corpus holds). `apply_changes` then adds one segment with the added
+and replaced documents, and rewrites the tombstones of the segments whose rows were replaced or deleted. Files
+of the base are never opened for writing: a rewritten tombstones file replaces its link by rename, so the base
+version keeps its own (docs/decisions.md#segments-and-tombstones).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from indexer.changes import Changes
+from indexer.writer import Space, write_index
+from models.atomic import atomic_write
+from models.bundle import in_segment, tombstone_masks, tombstones_name
+from models.corpus import Document
+from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.errors import InputError
+from models.index_spec import IndexSpec, IndexType, resolve_spec
+from models.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
+from models.registry import sha256_file
+from models.search.lexical import build_lexical
+
+log = logging.getLogger(__name__)
+
+FLAT_SEGMENT_ROWS = 100_000  # a new segment up to this size is searched exactly, whatever the version's index type
+
+
+def link_version(source: Path, manifest: BundleManifest, staging: Path) -> None:
+    """Hard-link every file `manifest` lists from `source` into `staging`."""
+    for name in manifest.files:
+        target = staging / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source / name, target)
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                raise InputError(f"cannot hard-link {source / name} into {staging.parent} ({exc.strerror}): a new "
+                                 "version shares its base's segments by hard links, never by copy, so it must be "
+                                 "published on the base's file system (under its --root, or an --out beside it)"
+                                 ) from None
+            raise
+
+
+def segment_spec(manifest: BundleManifest, count: int) -> IndexSpec:
+    """A new segment's index: exact up to FLAT_SEGMENT_ROWS rows, else the version's type with its parameters."""
+    spec = manifest.index
+    if count <= FLAT_SEGMENT_ROWS or spec.type is IndexType.FLAT:
+        return IndexSpec()
+    if spec.type is IndexType.HNSW:
+        return spec
+    return resolve_spec(spec.type.value, manifest.quantization, count)
+
+
+# vectors(fresh documents, documents whose text did not change, their old (segment, row)s) → the full-dimension
+# unit vectors of both, fresh ones first; where they came from; how many texts the teacher encoded
+Vectors = Callable[[list[Document], list[Document], list[tuple[int, int]]], tuple[np.ndarray, EmbeddingSource, int]]
+
+
+@dataclass
+class Applied:
+    manifest: BundleManifest
+    counts: dict[str, int] = field(default_factory=dict)  # added, replaced, deleted, unchanged
+    encoded: int = 0
+
+
+def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, name: str, space: Space,
+                  vectors: Vectors) -> Applied:
+    """Apply `changes` to the version in `staging` (described by `manifest`, whose files it holds): one new
+    segment `name` for the added and replaced documents, tombstones for the rows they replace and the deleted
+    ones. Returns the new manifest (not yet written) and what changed."""
+    masks = tombstone_masks(staging, manifest)
+    stores = [DocStore(staging / in_segment(s, DOCSTORE_FILE)) for s in manifest.parts]
+    try:
+        located = _locate(stores, masks, [d.id for d in changes.upserts] + list(changes.deletes))
+        counts = {"added": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
+        for doc_id, where in changes.deletes.items():
+            if doc_id not in located:
+                raise InputError(f"{where}: cannot delete {doc_id!r}: no such document in the base version")
+            seg, row = located[doc_id]
+            masks[seg][row] = True
+            counts["deleted"] += 1
+        fresh: list[Document] = []
+        reused: list[Document] = []
+        reuse_rows: list[tuple[int, int]] = []
+        for doc in changes.upserts:
+            if doc.id not in located:
+                fresh.append(doc)
+                counts["added"] += 1
+                continue
+            seg, row = located[doc.id]
+            (old,) = stores[seg].get([row])
+            if old == doc:
+                counts["unchanged"] += 1
+                continue
+            masks[seg][row] = True
+            counts["replaced"] += 1
+            if old.passage() == doc.passage():  # only the metadata changed: the vector stays
+                reused.append(doc)
+                reuse_rows.append((seg, row))
+            else:
+                fresh.append(doc)
+    finally:
+        for store in stores:
+            store.close()
+    new = fresh + reused
+    live = sum(int((~m).sum()) for m in masks) + len(new)
+    if not live:
+        raise InputError("the update would delete every document; build a new bundle instead")
+    parts = [s.model_copy() for s in manifest.parts]
+    files = dict(manifest.files)
+    for i, (segment, mask) in enumerate(zip(manifest.parts, masks, strict=True)):
+        deleted = int(mask.sum())
+        if deleted != segment.deleted:
+            parts[i] = _tombstone(staging, segment, mask, files)
+    metadata_fields = set(manifest.metadata_fields)
+    encoded = 0
+    if new:
+        x, source, encoded = vectors(fresh, reused, reuse_rows)
+        info, names = write_segment(staging / SEGMENTS_DIRECTORY / name, new, x, manifest, space, name, source)
+        parts.append(info)
+        files.update({f"{info.path}/{n}": sha256_file(staging / info.path / n) for n in names})
+        metadata_fields.update(k for d in new for k in d.meta())
+    updated = manifest.model_copy(update={"segments": parts, "count": live, "files": files,
+                                          "metadata_fields": sorted(metadata_fields)})
+    return Applied(updated, counts, encoded)
+
+
+def _locate(stores: list[DocStore], masks: list[np.ndarray], ids: list[str]) -> dict[str, tuple[int, int]]:
+    """(segment, row) of each id's live document; ids with none are absent."""
+    found: dict[str, tuple[int, int]] = {}
+    for i, (store, mask) in enumerate(zip(stores, masks, strict=True)):
+        for doc_id, row in store.rows_of(ids).items():
+            if not mask[row]:
+                found[doc_id] = (i, row)
+    return found
+
+
+def _tombstone(staging: Path, segment: SegmentInfo, mask: np.ndarray, files: dict[str, str]) -> SegmentInfo:
+    """Write the segment's tombstones as of the new version (replacing, by rename, the link to the base's)."""
+    name = tombstones_name(segment)
+    path = staging / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = np.flatnonzero(mask).astype(np.int64)
+    atomic_write(path, lambda fh: np.save(fh, rows))
+    if segment.tombstones is not None and segment.tombstones != name:
+        files.pop(segment.tombstones, None)
+    files[name] = sha256_file(path)
+    return segment.model_copy(update={"deleted": len(rows), "tombstones": name})
+
+
+def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, manifest: BundleManifest,
+                  space: Space, name: str, source: EmbeddingSource) -> tuple[SegmentInfo, list[str]]:
+    """A segment's files in `directory`, scored in the version's `space`; its info and the file names."""
+    directory.mkdir(parents=True)
+    write_docstore(directory / DOCSTORE_FILE, docs)
+    spec = segment_spec(manifest, len(docs))
+    names = write_index(directory, len(docs), lambda: [vectors], dim=manifest.dim,
+                        quantization=manifest.quantization, index=spec, space=space)
+    names.append(DOCSTORE_FILE)
+    lexical = None
+    if manifest.lexical is not None:
+        store = DocStore(directory / DOCSTORE_FILE)
+        try:
+            lexical, lexical_names = build_lexical(directory, store, len(docs), manifest.lexical)
+        finally:
+            store.close()
+        names += lexical_names
+    log.info("segment %s: %d documents", name, len(docs))
+    return SegmentInfo(name=name, path=f"{SEGMENTS_DIRECTORY}/{name}", count=len(docs), index=spec, lexical=lexical,
+                       embeddings=source, build_time=utc_now()), names
+
+
+def write_version_manifest(staging: Path, manifest: BundleManifest) -> None:
+    """The manifest last: the files it lists carry the sha256 computed as they were written (a linked file's
+    is its base's)."""
+    staging.joinpath("manifest.json").write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")

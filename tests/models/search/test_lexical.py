@@ -1,0 +1,81 @@
+"""BM25 over segments: a fresh index scores as bm25s does, and a version of several segments with deleted rows
+scores every live document exactly as one fresh index of the same live documents (corpus-wide statistics)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import bm25s
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from models.corpus import Document
+from models.docstore import DocStore, write_docstore
+from models.manifest import LexicalInfo
+from models.search.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
+
+WORDS = ["tide", "tides", "moon", "bread", "yeast", "rising", "lava", "chess", "code", "the", "of", "bee", "sun"]
+texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8).map(" ".join)
+
+
+def _index(directory: Path, docs: list[Document]) -> PostingsIndex:
+    directory.mkdir(parents=True)
+    write_docstore(directory / "docs.sqlite", docs)
+    store = DocStore(directory / "docs.sqlite")
+    try:
+        info, _ = build_lexical(directory, store, len(docs))
+    finally:
+        store.close()
+    return PostingsIndex(directory, info)
+
+
+def _scores(lexical: Lexical, query: str) -> list[dict[int, float]]:
+    """Per part, row → score of every hit."""
+    found = lexical.search(query, 10_000, [None] * len(lexical.parts))
+    return [{int(r): float(s) for s, r in zip(*part, strict=True)} for part in found]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(texts, min_size=1, max_size=30), texts)
+def test_one_segment_scores_as_bm25s(corpus: list[str], query: str) -> None:
+    docs = [Document(id=str(i), title="", text=t) for i, t in enumerate(corpus)]
+    with tempfile.TemporaryDirectory() as tmp:
+        index = _index(Path(tmp) / "s", docs)
+        ours = _scores(Lexical(index.info, [LexicalPart(index, None)]), query)[0]
+    analyzer = Analyzer(LexicalInfo())
+    vocab: dict[str, int] = {"": 0}
+    ids = [[vocab.setdefault(s, len(vocab)) for s in analyzer.stems(d.passage())] or [0] for d in docs]
+    reference = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    reference.index(bm25s.tokenization.Tokenized(ids=ids, vocab=vocab), show_progress=False)
+    asked = [vocab[s] for s in analyzer.stems(query) if s in vocab]
+    expected = np.asarray(reference.get_scores_from_ids(asked), dtype=np.float32) if asked else np.zeros(len(docs))
+    assert set(ours) == {i for i, s in enumerate(expected) if s > 0}
+    for row, score in ours.items():
+        assert abs(score - expected[row]) <= 1e-5 * max(1.0, abs(expected[row])), (row, score, expected[row])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(texts, min_size=2, max_size=30), st.lists(texts, min_size=1, max_size=10), st.data(), texts)
+def test_segments_with_deleted_rows_score_as_one_fresh_index(first: list[str], second: list[str],
+                                                             data: st.DataObject, query: str) -> None:
+    docs1 = [Document(id=f"a{i}", title="", text=t) for i, t in enumerate(first)]
+    docs2 = [Document(id=f"b{i}", title="", text=t) for i, t in enumerate(second)]
+    gone1 = data.draw(st.sets(st.integers(0, len(first) - 1), max_size=len(first) - 1))
+    gone2 = data.draw(st.sets(st.integers(0, len(second) - 1), max_size=len(second)))
+    deleted1, deleted2 = np.zeros(len(first), dtype=bool), np.zeros(len(second), dtype=bool)
+    deleted1[list(gone1)], deleted2[list(gone2)] = True, True
+    live = [d for d, g in zip(docs1, deleted1, strict=True) if not g] + \
+        [d for d, g in zip(docs2, deleted2, strict=True) if not g]
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = _index(Path(tmp) / "a", docs1), _index(Path(tmp) / "b", docs2)
+        fresh = _index(Path(tmp) / "fresh", live)
+        parts = [LexicalPart(a, deleted1 if gone1 else None), LexicalPart(b, deleted2 if gone2 else None)]
+        segmented = _scores(Lexical(a.info, parts), query)
+        whole = _scores(Lexical(fresh.info, [LexicalPart(fresh, None)]), query)[0]
+    by_id = {docs1[r].id: s for r, s in segmented[0].items()} | {docs2[r].id: s for r, s in segmented[1].items()}
+    expected = {live[r].id: s for r, s in whole.items()}
+    assert by_id.keys() == expected.keys()
+    for doc_id, score in by_id.items():
+        assert abs(score - expected[doc_id]) <= 1e-5 * max(1.0, abs(expected[doc_id]))
