@@ -53,9 +53,23 @@ def segment_vectors(directory: Path, manifest: BundleManifest, segment: SegmentI
                      "that store")
 
 
-def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
-    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order."""
-    manifest = read_bundle_manifest(directory)
+def live_documents(directory: Path, manifest: BundleManifest) -> Iterator[list[Document]]:
+    """The live documents of a version, in chunks, segment by segment, in row order."""
+    for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
+        docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
+        try:
+            for start in range(0, segment.count, CHUNK):
+                got = docs.range(start, min(start + CHUNK, segment.count))
+                yield [d for d, gone in zip(got, deleted[start : start + len(got)], strict=True) if not gone]
+        finally:
+            docs.close()
+
+
+def rows(directory: Path, store: EmbeddingStore | None = None,
+         manifest: BundleManifest | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
+    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order; `manifest`
+    (default: the version's own) may name other embedding-store entries for its segments."""
+    manifest = manifest or read_bundle_manifest(directory)
     store = store or EmbeddingStore()
     for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
         docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))

@@ -13,9 +13,9 @@ from models.versions import is_bundle_root, resolve_bundle
 
 
 @dataclass(frozen=True)
-class UpdateRequest:
-    changes: Path | None = None
-    delete_ids: Path | None = None
+class VersionRequest:
+    """A new version made from a published one: `compact`'s request, and the part of `update`'s it shares."""
+
     base: Path | None = None
     root: Path | None = None
     out: Path | None = None
@@ -38,7 +38,13 @@ class UpdateRequest:
         self.target.check()
 
 
-def base_dir(req: UpdateRequest) -> Path:
+@dataclass(frozen=True)
+class UpdateRequest(VersionRequest):
+    changes: Path | None = None
+    delete_ids: Path | None = None
+
+
+def base_dir(req: VersionRequest) -> Path:
     """--base as a version name under --root, a bundle dir or a root; default: --root's CURRENT."""
     if req.base is None:
         if req.root is None:

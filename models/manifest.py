@@ -74,8 +74,9 @@ class CorpusInfo(BaseModel):
 
 
 class BaseInfo(BaseModel):
-    """The bundle an update started from, and what it changed."""
+    """The bundle an update (or a compaction, or a follow step) started from, and what it changed."""
 
+    action: Literal["update", "compact", "follow"] = "update"
     version: str
     build_time: str
     count: int
@@ -117,6 +118,14 @@ class FusionSpec(BaseModel):
                          description="convex: weight of the dense (min-max normalized) score")
     rrf_k: int = Field(default=60, ge=1, description="rrf: the constant k in 1 / (k + rank)")
     depth: int = Field(default=100, ge=1, description="candidates taken from each side before fusing")
+
+
+class FollowState(BaseModel):
+    """What `tandem index follow` has applied, recorded in the version it published: files apply in name order,
+    so every file whose name sorts at or before `last` is in this version, and no other."""
+
+    last: str = Field(description="the name of the last change file applied")
+    files: int = Field(description="change files applied since the root was first followed")
 
 
 class SegmentInfo(BaseModel):
@@ -177,8 +186,8 @@ class BundleManifest(BaseModel):
     metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")
     segments: list[SegmentInfo] | None = Field(None, description="the version's segments, oldest first; absent: "
                                                "one segment, the bundle's own top level, nothing deleted")
-    applied: list[str] = Field(default_factory=list, description="`tandem index follow`: every change file "
-                               "folded into this version since its root was first followed, in order")
+    follow: FollowState | None = Field(default=None, description="`tandem index follow`: the change files "
+                                       "this version holds")
 
     @field_validator("files")
     @classmethod

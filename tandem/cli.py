@@ -200,6 +200,63 @@ def index_update(
                f"(+{b.added} added, {b.replaced} replaced, -{b.deleted} deleted, {b.encoded} encoded)")
 
 
+@index_app.command("compact")
+def index_compact(
+    root: RootOpt = None,
+    base: Annotated[
+        Path | None, typer.Option(help="Version to compact: a version under --root, a bundle dir or a root "
+                                       "(default: --root's CURRENT).")
+    ] = None,
+    out: Annotated[Path | None, typer.Option(help="Publish to this directory instead of a new --root version.")] = None,
+    version: VersionOpt = None,
+    keep: KeepOpt = None,
+    teacher: TeacherOpt = None,
+    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    shard_size: ShardSizeOpt = 512,
+    device: DeviceOpt = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
+) -> None:
+    """Merge a version's segments into one, dropping deleted rows and refitting its rotation and quantization."""
+    from indexer.compact import compact
+    from indexer.request import VersionRequest
+
+    req = VersionRequest(base=base, root=root, out=out, version=version, keep=keep, force=force, teacher=teacher,
+                         batch_size=batch_size, shard_size=shard_size, device=device)
+    manifest = compact(req)
+    b = manifest.base
+    assert b is not None
+    typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs in one segment "
+               f"(compacted from {b.version}, {b.deleted} deleted rows dropped)")
+
+
+@index_app.command("follow")
+def index_follow(
+    root: Annotated[Path, typer.Option(help="The bundle root to keep in step (it needs a CURRENT version).")],
+    changes_dir: Annotated[Path, typer.Option(help="Directory of change files (*.jsonl, the `index update "
+                                                   "--changes` format), applied in name order.")],
+    interval: Annotated[float, typer.Option(help="Seconds between publishes, at most one each.")] = 10.0,
+    compact_segments: Annotated[int, typer.Option(help="Compact when a version has more segments than this.")] = 8,
+    compact_deleted: Annotated[float, typer.Option(help="Compact when more than this share of rows is deleted.")
+                               ] = 0.2,
+    no_compact: Annotated[bool, typer.Option("--no-compact", help="Never compact: leave it to `tandem index "
+                                                                   "compact`.")] = False,
+    once: Annotated[bool, typer.Option(help="Apply what is pending, then exit.")] = False,
+    keep: KeepOpt = None,
+    teacher: TeacherOpt = None,
+    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    shard_size: ShardSizeOpt = 512,
+    device: DeviceOpt = None,
+) -> None:
+    """Apply change files as they arrive, one segment each, publishing at most once per --interval."""
+    from indexer.follow import FollowRequest, follow
+
+    applied = follow(FollowRequest(root=root, changes_dir=changes_dir, interval_s=interval,
+                                   max_segments=compact_segments, max_deleted=compact_deleted,
+                                   compact=not no_compact, once=once, keep=keep, teacher=teacher,
+                                   batch_size=batch_size, device=device, shard_size=shard_size))
+    typer.echo(f"applied {applied} change files to {root}")
+
+
 @index_app.command("verify")
 def index_verify(
     path: Annotated[Path, typer.Argument(help="A bundle directory, or a bundle root (checks CURRENT).")],

@@ -91,10 +91,12 @@ class SearcherLoader:
     def start(self) -> None:
         self._thread.start()
 
-    def load(self, directory: Path | None = None, student: StudentEncoder | None = None) -> Searcher:
+    def load(self, directory: Path | None = None, student: StudentEncoder | None = None,
+             reuse: Bundle | None = None) -> Searcher:
         """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage timers
-        wired after the warm-up (which is not a request); a hot reload passes the student in service."""
-        searcher = open_searcher(self._settings, directory, student)
+        wired after the warm-up (which is not a request); a hot reload passes the student in service, and the
+        bundle in service, whose segments the new version shares."""
+        searcher = open_searcher(self._settings, directory, student, reuse)
         if self._observe is not None:
             searcher.observe_stages(self._observe)
         return searcher
@@ -184,10 +186,11 @@ class SearcherLoader:
 
 
 def open_searcher(settings: ServiceSettings, directory: Path | None = None,
-                  student: StudentEncoder | None = None) -> Searcher:
+                  student: StudentEncoder | None = None, reuse: Bundle | None = None) -> Searcher:
     """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to); a hot reload passes
-    the student in service, which onnxruntime lets several searchers share."""
-    bundle = Bundle(resolve_bundle(settings.index) if directory is None else directory)
+    the student in service, which onnxruntime lets several searchers share, and the bundle in service, whose
+    loaded segments the new version shares rather than loads again."""
+    bundle = Bundle(resolve_bundle(settings.index) if directory is None else directory, reuse=reuse)
     try:
         if student is None:
             student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)

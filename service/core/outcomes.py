@@ -20,6 +20,10 @@ class VersionInfo(BaseModel):
     count: int
     path: str
     loaded_at: str
+    segments: int = Field(default=1, description="Segments the version is made of (tandem index update adds one).")
+    deleted: int = Field(default=0, description="Rows of its segments that later changes deleted or replaced.")
+    shared_segments: int = Field(default=0, description="Segments it shares with the version that was in service "
+                                 "when it loaded: verified and loaded then, not again.")
 
 
 class ProcessState(BaseModel):

@@ -25,10 +25,9 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from models.bundle import verify_bundle
+from models.bundle import read_bundle_manifest, shared_files, verify_bundle
 from models.errors import ContractMismatch
 from models.manifest import utc_now
-from models.student import StudentEncoder
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
 from service.core.loader import LoadState, NotReady, SearcherLoader
 from service.core.outcomes import AdminStatus, ReloadOutcome, Trigger, VersionInfo
@@ -61,8 +60,10 @@ def version_info(searcher: Searcher) -> VersionInfo:
     """What /admin/* says of a loaded version."""
     manifest = searcher.bundle.manifest
     loaded = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(searcher.loaded_at))
+    bundle = searcher.bundle
     return VersionInfo(version=searcher.version, build_time=manifest.build_time, count=manifest.count,
-                       path=str(searcher.bundle.directory), loaded_at=loaded)
+                       path=str(bundle.directory), loaded_at=loaded, segments=len(manifest.parts),
+                       deleted=sum(s.deleted for s in manifest.parts), shared_segments=bundle.reused)
 
 
 class Reloader:
@@ -181,9 +182,7 @@ class Reloader:
                 tried = resolve_bundle(path)
             tried = self.confine(tried)  # CURRENT, or a link inside an allowed directory, may point outside
             log.info("reload (%s): validating %s", trigger, printable(tried))
-            verify_bundle(tried)  # sha256 of every file: a corrupted or half-copied bundle stops here
-            student = self._student()
-            candidate = self._loader.load(tried, student)  # teacher check, FAISS load, warm-up, stage timers
+            candidate = self._load_sharing(tried)
         except Exception as exc:
             log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger,
                       printable(tried), printable(exc), exc_info=not isinstance(exc, ContractMismatch | ValueError))
@@ -260,10 +259,19 @@ class Reloader:
         with self._lock:
             return bool(self._history) and _same_dir(str(self._history[0].bundle.directory), path)
 
-    def _student(self) -> StudentEncoder | None:
-        """The student in service, shared by the candidate; None after a failed start (the candidate loads one)."""
+    def _load_sharing(self, directory: Path) -> Searcher:
+        """Verify and load `directory`, sharing the segments the version in service holds: those were verified
+        when they were first loaded, so only the others' files are read for their sha256 (a corrupted or
+        half-copied version stops here), and only they are loaded. The version in service is leased meanwhile,
+        so its segments stay open until the candidate holds them too."""
         state, _ = self._loader.state
-        return self._loader.searcher().student if state is LoadState.READY else None
+        if state is not LoadState.READY:  # after a failed start: nothing to share, and a student to load
+            verify_bundle(directory)
+            return self._loader.load(directory)  # teacher check, FAISS load, warm-up, stage timers
+        with self._loader.lease() as served:
+            keys = {segment.key for segment in served.bundle.segments}
+            verify_bundle(directory, skip=shared_files(read_bundle_manifest(directory), keys))
+            return self._loader.load(directory, served.student, reuse=served.bundle)
 
     def _current(self) -> VersionInfo | None:
         try:

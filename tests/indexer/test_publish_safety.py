@@ -34,7 +34,7 @@ pytestmark = pytest.mark.slow
 
 MAX_KILL_POINTS = 200
 _MUTATIONS = {"os.rename", "os.replace", "os.rmdir", "os.remove", "shutil.rmtree", "ctypes.call_function",
-              "os.mkdir", "os.symlink"}
+              "os.mkdir", "os.symlink", "os.link"}
 
 
 def _copy_into(source: Path, staging: Path) -> None:

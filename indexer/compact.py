@@ -1,0 +1,140 @@
+"""`tandem index compact`: a version's segments merged into one, as a fresh build of its live documents would be.
+
+The live documents are read segment by segment in row order into a new docstore and corpus.jsonl, their
+teacher vectors from each segment's embedding-store entry into one entry of the compacted corpus, and the
+streaming build's writer (indexer.writer) makes the rest from that entry: what the first segment fixed (the
+PCA rotation, the int8 calibration, the binary center) is fitted again on the live documents, the lexical
+postings are rebuilt, tombstones are gone. Memory is the streaming build's: the first stage and a chunk.
+A segment whose vectors are not in the store is encoded again by the teacher (logged).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from indexer.encode import TeacherRun, encode_into, local_teacher
+from indexer.export import live_documents, rows, segment_vectors
+from indexer.ingest import CHUNK as INGEST_CHUNK
+from indexer.ingest import Passages
+from indexer.publish import publish
+from indexer.request import VersionRequest, base_dir
+from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
+from models.bundle import in_segment, read_bundle_manifest
+from models.contract import check_same_teacher
+from models.corpus import CorpusHasher, Document
+from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.embedding_store import EmbeddingStore, store_key
+from models.errors import InputError
+from models.index_spec import IndexSpec, IndexType, resolve_spec
+from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
+from models.registry import ModelCard, load_card, resolve, sha256_file
+
+log = logging.getLogger(__name__)
+
+
+def compact(req: VersionRequest) -> BundleManifest:
+    """Publish the base version's live documents as one segment."""
+    started = time.perf_counter()
+    req.check()
+    source_dir = base_dir(req)
+    base = read_bundle_manifest(source_dir)
+    card = load_card(resolve("teacher", req.teacher))
+    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
+    store = EmbeddingStore(req.store, shard_size=req.shard_size)
+    run = TeacherRun(device=req.device, batch_size=req.batch_size)
+    sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
+    with publish(req.target) as (staging, version):
+        writer = DocstoreWriter(staging / DOCSTORE_FILE)
+        hasher = CorpusHasher()
+        batch: list[Document] = []
+        try:
+            with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
+                for docs in live_documents(source_dir, base):
+                    for doc in docs:
+                        hasher.update(doc)
+                        corpus.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
+                        batch.append(doc)
+                        if len(batch) == INGEST_CHUNK:  # the build's transactions, so the same docstore bytes
+                            writer.add(batch)
+                            batch = []
+                if batch:
+                    writer.add(batch)
+        finally:
+            writer.close()
+        count = writer.count
+        key = store_key(card.fingerprint, card.max_seq_length, hasher.hexdigest())
+        if not store.complete(key):
+            store.put_stream(key, (x for _, x in rows(source_dir, store, sourced)), {
+                "source": "compacted", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
+                "precision": _precision(sourced)})
+        index = _index_spec(base, count)
+        names = write_vectors(staging, count, lambda: store.iter_chunks(key), dim=base.dim,
+                              quantization=base.quantization, rotation=base.rotation, index=index,
+                              center=base.binary_center, spin=base.binary_spin)
+        described, lexical_names = write_lexical(staging, count)
+        if base.fusion is not None:
+            described["fusion"] = base.fusion  # a default chosen for this corpus survives its compactions
+        corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
+                                 metadata_extra=base.corpus.metadata_extra)
+        info = BaseInfo(action="compact", version=base.version or source_dir.name, build_time=base.build_time,
+                        count=base.count, deleted=sum(s.deleted for s in base.parts), encoded=encoded)
+        source = EmbeddingSource(kind="encoded", store_key=key, precision=_precision(sourced),
+                                 device=base.embeddings.device, engine=base.embeddings.engine)
+        manifest = write_manifest(
+            staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *lexical_names], teacher=card.teacher_ref(), dim=base.dim,
+            quantization=base.quantization, count=count, build_seconds=round(time.perf_counter() - started, 3),
+            corpus=corpus_info, embeddings=source, version=version, base=info, rotation=base.rotation, index=index,
+            binary_center=base.binary_center, binary_spin=base.binary_spin, follow=base.follow, **described)
+    log.info("compacted %s (%d segments, %d deleted rows) into %s: %d documents in %.1fs", source_dir,
+             len(base.parts), info.deleted, req.target.describe(version), count, time.perf_counter() - started)
+    return manifest
+
+
+def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingStore, card: ModelCard,
+                        run: TeacherRun) -> tuple[BundleManifest, int]:
+    """`base`, each of whose segments names an embedding-store entry (or a float index) holding its vectors:
+    a segment whose entry is gone is encoded again by the teacher. Returns it and how many texts were encoded."""
+    parts: list[SegmentInfo] = []
+    encoded = 0
+    for segment in base.parts:
+        try:
+            next(iter(segment_vectors(directory, base, segment, store)), None)
+            parts.append(segment)
+            continue
+        except InputError:
+            log.warning("the vectors of segment %s are not in the embedding store: the teacher encodes its %d "
+                        "documents again", segment.name, segment.count)
+        docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
+        try:
+            hasher = CorpusHasher()
+            for start in range(0, segment.count, 10_000):
+                for doc in docs.range(start, min(start + 10_000, segment.count)):
+                    hasher.update(doc)
+            key = store_key(card.fingerprint, card.max_seq_length, hasher.hexdigest())
+            runner = local_teacher(Passages(docs, segment.count), card, run, "fp32")
+            encode_into(store, key, segment.count, runner, card, run, "fp32")
+        finally:
+            docs.close()
+        encoded += segment.count
+        parts.append(segment.model_copy(update={"embeddings": EmbeddingSource(
+            kind="encoded", store_key=key, precision="fp32", device=run.device or "cpu", engine="local")}))
+    return base.model_copy(update={"segments": parts}), encoded
+
+
+def _precision(manifest: BundleManifest) -> str:
+    kinds = {s.embeddings.precision or "fp32" if s.embeddings is not None else "fp32" for s in manifest.parts}
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
+def _index_spec(base: BundleManifest, count: int) -> IndexSpec:
+    """The version's index type for `count` documents: its parameters, but IVF's cells recomputed when the live
+    documents are fewer than the cells it had."""
+    spec = base.index
+    if spec.type is IndexType.IVF and spec.ivf_nlist is not None and spec.ivf_nlist > count:
+        log.warning("%d documents are fewer than the version's %d IVF cells: compacting into the default for them",
+                    count, spec.ivf_nlist)
+        return resolve_spec(spec.type.value, base.quantization, count)
+    return spec

@@ -1,0 +1,150 @@
+"""`tandem index follow`: a root kept in step with a directory of change files, a segment per file.
+
+Change files (`tandem index update --changes` lines) are applied in name order, so name them to sort in the
+order they were written (a timestamp prefix). Every `interval` the files that arrived are applied, each as one
+segment, to the root's CURRENT version, and published as one new version; what was applied is recorded in that
+version's manifest (`follow`: the last file's name), so the record and the version are published in the same
+atomic step. A follower killed at any point and started again applies every file exactly once: a file is either
+in the version CURRENT names, or not yet applied.
+
+When the segments pass `max_segments`, or the deleted rows pass `max_deleted` of all rows, the follower
+compacts (indexer.compact) and publishes the compacted version. With `compact=False` it never does: the
+segments and tombstones accumulate until an operator runs `tandem index compact`. The trade-off is in
+docs/decisions.md#when-to-compact.
+
+A bad change file stops the follower with an error naming its file and line (exit 2), before anything of it
+is published; move or fix the file and start the follower again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.changes import read_changes
+from indexer.compact import compact
+from indexer.encode import TeacherRun
+from indexer.publish import Target, publish
+from indexer.request import VersionRequest
+from indexer.segments import apply_changes, link_version, write_version_manifest
+from indexer.update import teacher_vectors
+from indexer.writer import Space
+from models.bundle import read_bundle_manifest
+from models.contract import check_same_teacher
+from models.embedding_store import SHARD_SIZE, EmbeddingStore
+from models.errors import InputError
+from models.manifest import BaseInfo, BundleManifest, FollowState, utc_now
+from models.registry import load_card, resolve
+from models.versions import is_bundle_root, read_current
+
+log = logging.getLogger(__name__)
+
+CHANGE_SUFFIX = ".jsonl"
+
+
+@dataclass(frozen=True)
+class FollowRequest:
+    root: Path
+    changes_dir: Path
+    interval_s: float = 10.0
+    max_segments: int = 8
+    max_deleted: float = 0.2
+    compact: bool = True
+    once: bool = False
+    keep: int | None = None
+    teacher: Path | None = None
+    batch_size: int = 32
+    device: str | None = None
+    store: Path | None = None
+    shard_size: int = SHARD_SIZE
+
+    def check(self) -> None:
+        if not is_bundle_root(self.root):
+            raise InputError(f"{self.root} has no CURRENT version to follow; publish one with "
+                             "`tandem index build --root`")
+        if not Path(self.changes_dir).is_dir():
+            raise InputError(f"--changes-dir {self.changes_dir}: not a directory")
+        if self.interval_s < 0 or self.max_segments < 1 or not 0 < self.max_deleted <= 1:
+            raise InputError("--interval must be ≥ 0, --compact-segments ≥ 1 and --compact-deleted in (0, 1]")
+
+
+def follow(req: FollowRequest) -> int:
+    """Apply change files as they arrive, until stopped (or, with `once`, until none is pending); returns how
+    many files this run applied."""
+    req.check()
+    applied = 0
+    while True:
+        began = time.monotonic()
+        applied += step(req)
+        if req.once:
+            return applied
+        time.sleep(max(0.0, req.interval_s - (time.monotonic() - began)))
+
+
+def pending(changes_dir: Path, state: FollowState | None) -> list[Path]:
+    """The change files not yet applied, in name order."""
+    last = state.last if state is not None else None
+    files = sorted(p for p in Path(changes_dir).iterdir() if p.is_file() and p.name.endswith(CHANGE_SUFFIX)
+                   and not p.name.startswith("."))
+    return [p for p in files if last is None or p.name > last]
+
+
+def step(req: FollowRequest) -> int:
+    """Publish CURRENT plus every pending file (one segment each) as one version, then compact if due;
+    returns the files applied."""
+    current = read_current(req.root)
+    base = read_bundle_manifest(current)
+    files = pending(req.changes_dir, base.follow)
+    if files:
+        base = _publish(req, current, base, files)
+    if req.compact and due(base, req):
+        log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts),
+                 sum(s.deleted for s in base.parts), sum(s.count for s in base.parts))
+        compact(VersionRequest(root=req.root, keep=req.keep, teacher=req.teacher, batch_size=req.batch_size,
+                               device=req.device, store=req.store, shard_size=req.shard_size))
+    return len(files)
+
+
+def due(manifest: BundleManifest, req: FollowRequest) -> bool:
+    """Whether the version has more segments, or a larger share of deleted rows, than the follower allows."""
+    rows = sum(s.count for s in manifest.parts)
+    deleted = sum(s.deleted for s in manifest.parts)
+    return len(manifest.parts) > req.max_segments or deleted > req.max_deleted * rows
+
+
+def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:
+    started = time.perf_counter()
+    card = load_card(resolve("teacher", req.teacher))
+    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
+    store = EmbeddingStore(req.store, shard_size=req.shard_size)
+    vectors = teacher_vectors(card, store, TeacherRun(device=req.device, batch_size=req.batch_size), base, current)
+    space = Space.of(current, base)
+    totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
+    with publish(Target(root=req.root, keep=req.keep)) as (staging, version):
+        assert version is not None
+        link_version(current, base, staging)
+        manifest = base
+        for i, path in enumerate(files):
+            changes = read_changes(path, None, extra_metadata=base.corpus.metadata_extra)
+            applied = apply_changes(staging, manifest, changes, name=f"{version}-{i:03d}", space=space,
+                                    vectors=vectors)
+            manifest = applied.manifest
+            if manifest.parts[-1].name == f"{version}-{i:03d}":
+                parts = [*manifest.parts[:-1], manifest.parts[-1].model_copy(update={"changes": [path.name]})]
+                manifest = manifest.model_copy(update={"segments": parts})
+            for key in ("added", "replaced", "deleted"):
+                totals[key] += applied.counts[key]
+            totals["encoded"] += applied.encoded
+        done = (base.follow.files if base.follow is not None else 0) + len(files)
+        manifest = manifest.model_copy(update={
+            "version": version, "build_time": utc_now(), "build_seconds": round(time.perf_counter() - started, 3),
+            "follow": FollowState(last=files[-1].name, files=done),
+            "base": BaseInfo(action="follow", version=base.version or current.name, build_time=base.build_time,
+                             count=base.count, **totals)})
+        write_version_manifest(staging, manifest)
+    log.info("applied %d change files (%s … %s) to %s: +%d added, %d replaced, -%d deleted; published %s",
+             len(files), files[0].name, files[-1].name, base.version or current.name, totals["added"],
+             totals["replaced"], totals["deleted"], version)
+    return manifest

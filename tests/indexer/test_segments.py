@@ -1,0 +1,246 @@
+"""Segmented versions (issue 37): a base and its updates search as a fresh build of the same documents, compaction
+makes that fresh build, and a SIGKILL at any file-system step of an update, a compaction or a follower leaves the
+served version intact and the new one whole or absent, with every change file applied once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer.build import BuildRequest, build
+from indexer.compact import compact
+from indexer.follow import FollowRequest, follow
+from indexer.request import VersionRequest
+from indexer.update import UpdateRequest, update
+from indexer.verify import verify_one
+from models.bundle import Bundle, read_bundle_manifest
+from models.errors import InputError
+from models.registry import sha256_file
+from models.search import Mode, SearchOptions, dense_hits, search
+from models.teacher import TeacherEncoder
+from models.versions import list_versions, read_current
+from tests.fixtures.corpus import DOCS, PROBES
+from tests.indexer.test_publish_safety import _kill_everywhere
+
+pytestmark = pytest.mark.slow
+
+QUERIES = [*PROBES, "French chess defence", "wind and kites", "green tea", "honey"]
+
+
+def _lines(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _segmented(root: Path, work: Path, **build_options: object) -> list[str]:
+    """A root whose CURRENT is a base and three updates (adds, a replaced text, a metadata-only change, deletes,
+    one of a document an update added); returns the live ids in row order."""
+    build(BuildRequest(corpus=work / "corpus.jsonl", root=root, version="v1", metadata_extra=True, **build_options))
+    _lines(work / "u1.jsonl", [{"_id": "kites", "text": "Wind lifts the kite over the beach."},
+                               {"_id": "chess", "title": "Chess openings", "text": "The French Defence answers e4 with e6."},
+                               {"_id": "git", "delete": True}])
+    update(UpdateRequest(changes=work / "u1.jsonl", root=root, version="v2"))
+    bake = DOCS[0]
+    _lines(work / "u2.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "fr"},
+                               {"_id": "bees", "delete": True}])
+    update(UpdateRequest(changes=work / "u2.jsonl", root=root, version="v3"))
+    _lines(work / "u3.jsonl", [{"_id": "tea", "text": "Green tea is steamed, black tea oxidised."},
+                               {"_id": "kites", "delete": True}])
+    update(UpdateRequest(changes=work / "u3.jsonl", root=root, version="v4"))
+    return Bundle(read_current(root)).ids()
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    _lines(tmp_path / "corpus.jsonl", [{"_id": i, "title": t, "text": x, "lang": "en"} for i, t, x in DOCS])
+    return tmp_path
+
+
+def _fresh_corpus(version: Path, out: Path) -> Path:
+    """The live documents of a version, in its row order, as a corpus file."""
+    bundle = Bundle(version)
+    try:
+        docs = bundle.documents(bundle.live_rows())
+    finally:
+        bundle.close()
+    return _lines(out, [{"_id": d.id, "title": d.title, "text": d.text, **d.meta()} for d in docs])
+
+
+def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, teacher_dir: Path, work: Path) -> None:
+    ids = _segmented(work / "root", work)
+    assert ids[-3:] == ["chess", "bake", "tea"] and "git" not in ids and "bees" not in ids and "kites" not in ids
+    fresh = work / "fresh"
+    build(BuildRequest(corpus=_fresh_corpus(read_current(work / "root"), work / "live.jsonl"), out=fresh,
+                       metadata_extra=True))
+    segmented, whole = Bundle(read_current(work / "root")), Bundle(fresh)
+    assert [len(segmented.segments), len(whole.segments)] == [4, 1]
+    assert segmented.ids() == whole.ids() == ids
+    vectors = TeacherEncoder(teacher_dir).encode(QUERIES)
+    for got, want in zip(dense_hits(segmented, vectors, 10), dense_hits(whole, vectors, 10), strict=True):
+        assert [h.doc.id for h in got] == [h.doc.id for h in want]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-5)
+    for mode in (Mode.LEXICAL, Mode.HYBRID):
+        for flt in (None, {"field": "lang", "eq": "fr"}):
+            from models.search import parse_filter
+
+            options = SearchOptions(top_k=10, mode=mode, filter=None if flt is None else parse_filter(
+                flt, frozenset(segmented.manifest.metadata_fields)))
+            got = search(segmented, vectors, QUERIES, options, 4).hits
+            want = search(whole, vectors, QUERIES, options, 4).hits
+            for a, b in zip(got, want, strict=True):
+                assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, flt)
+                np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5)
+    segmented.close()
+    whole.close()
+
+
+def test_compaction_is_a_fresh_build_of_the_live_documents(tandem_home: Path, work: Path) -> None:
+    """With the space refitted: binary codes centered and spun, a PCA rotation, all fitted on the live rows."""
+    root = work / "root"
+    ids = _segmented(root, work, quantization="binary", rotation="pca", dim=256)
+    manifest = compact(VersionRequest(root=root, version="v5"))
+    assert manifest.segments is None and manifest.count == len(ids) and manifest.base is not None
+    assert (manifest.base.action, manifest.base.version, manifest.base.deleted) == ("compact", "v4", 5)
+    fresh = work / "fresh"
+    build(BuildRequest(corpus=root / "v5" / "corpus.jsonl", out=fresh, metadata_extra=True, quantization="binary",
+                       rotation="pca", dim=256))
+    compacted = read_bundle_manifest(root / "v5")
+    built = read_bundle_manifest(fresh)
+    assert {n: h for n, h in compacted.files.items() if n != "corpus.jsonl"} == built.files  # byte for byte
+    assert sha256_file(root / "v5" / "corpus.jsonl") == built.corpus.sha256
+    assert Bundle(root / "v5").ids() == ids
+    verify_one(root / "v5")
+    assert "1 segment, 0 deleted rows" in verify_one(root / "v5")
+
+
+def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: Path) -> None:
+    """The changes here need no teacher (a deletion and a metadata-only change), so each run is short."""
+    pristine = work / "pristine"
+    _segmented(pristine, work)
+    root = work / "root"
+    bake = DOCS[0]
+    changes = _lines(work / "changes.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "de"},
+                                             {"_id": "tides", "delete": True}])
+    jobs = {"update": lambda: update(UpdateRequest(changes=changes, root=root, version="v5")),
+            "compact": lambda: compact(VersionRequest(root=root, version="v5"))}
+    for name, job in jobs.items():
+        def reset() -> None:
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.copytree(pristine, root)
+
+        def check() -> None:
+            current = read_current(root)
+            assert current.name in {"v4", "v5"}
+            verify_one(current)
+            for version in list_versions(root):  # a version is whole, or not there at all
+                verify_one(root / version)
+
+        points = _kill_everywhere(job, check, reset)  # type: ignore[arg-type]
+        assert points > 5, name
+        assert read_current(root).name == "v5"
+
+
+def test_a_follower_killed_anywhere_applies_each_change_file_once(tandem_home: Path, work: Path) -> None:
+    pristine = work / "pristine"
+    build(BuildRequest(corpus=work / "corpus.jsonl", root=pristine, version="v1", metadata_extra=True))
+    changes = work / "changes"
+    changes.mkdir()
+    bake, tides = DOCS[0], DOCS[6]
+    _lines(changes / "0001.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "fr"},
+                                    {"_id": "git", "delete": True}])
+    _lines(changes / "0002.jsonl", [{"_id": "bees", "delete": True}])  # applied twice, it would fail
+    _lines(changes / "0003.jsonl", [{"_id": tides[0], "title": tides[1], "text": tides[2], "lang": "es"}])
+    root = work / "root"
+    request = FollowRequest(root=root, changes_dir=changes, once=True, max_segments=2)
+    expected = [d[0] for d in DOCS if d[0] not in {"git", "bees", "bake", "tides"}] + ["bake", "tides"]
+
+    def reset() -> None:
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.copytree(pristine, root)
+
+    def check() -> None:
+        current = read_current(root)
+        verify_one(current)
+        state = read_bundle_manifest(current).follow
+        assert state is None or (state.last, state.files) == ("0003.jsonl", 3)  # all three, or none yet
+
+    points = _kill_everywhere(lambda: follow(request), check, reset)
+    assert points > 10
+    for n in (points // 3, 2 * points // 3):  # killed part way, then started again: each file once
+        reset()
+        from tests.indexer.test_publish_safety import _run_killed_at
+
+        assert not _run_killed_at(n, lambda: follow(request))
+        assert follow(request) in (0, 3)
+        final = read_bundle_manifest(read_current(root))
+        assert final.follow is not None and (final.follow.last, final.follow.files) == ("0003.jsonl", 3)
+        assert final.segments is None  # compacted: 3 segments were more than max_segments
+        bundle = Bundle(read_current(root))
+        assert bundle.ids() == expected
+        assert {d.id: d.meta().get("lang") for d in bundle.documents(bundle.live_rows())}["tides"] == "es"
+        bundle.close()
+        assert follow(request) == 0  # nothing left, nothing applied again
+
+
+def test_a_bad_change_file_stops_the_follower_naming_its_line(tandem_home: Path, work: Path) -> None:
+    root = work / "root"
+    build(BuildRequest(corpus=work / "corpus.jsonl", root=root, version="v1"))
+    changes = work / "changes"
+    changes.mkdir()
+    _lines(changes / "0001.jsonl", [{"_id": "git", "delete": True}])
+    (changes / "0002.jsonl").write_text('{"_id": "x", "text": "fine"}\n{not json\n')
+    with pytest.raises(InputError, match=r"0002\.jsonl:2"):
+        follow(FollowRequest(root=root, changes_dir=changes, once=True))
+    assert read_current(root).name == "v1" and list_versions(root) == ["v1"]  # nothing of the batch published
+
+
+def _as_built_before_segments(bundle: Path, out: Path) -> Path:
+    """A copy of `bundle` whose lexical index is bm25s's, as the code before segments built it."""
+    import bm25s
+    from bm25s.tokenization import Tokenized
+
+    from models.docstore import DocStore
+    from models.manifest import LexicalInfo
+    from models.search.lexical import Analyzer
+
+    shutil.copytree(bundle, out)
+    shutil.rmtree(out / "lexical")
+    store = DocStore(out / "docs.sqlite")
+    docs = store.range(0, store.count())
+    store.close()
+    analyzer, vocab = Analyzer(LexicalInfo()), {"": 0}
+    ids = [[vocab.setdefault(s, len(vocab)) for s in analyzer.stems(d.passage())] or [0] for d in docs]
+    retriever = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
+    retriever.index(Tokenized(ids=ids, vocab=vocab), create_empty_token=False, show_progress=False)
+    retriever.save(str(out / "lexical"), show_progress=False)
+    manifest = read_bundle_manifest(out)
+    files = {n: h for n, h in manifest.files.items() if not n.startswith("lexical/")}
+    files |= {f"lexical/{p.name}": sha256_file(p) for p in (out / "lexical").iterdir()}
+    old = manifest.model_copy(update={"files": files, "lexical": LexicalInfo(engine="bm25s", vocab=len(vocab))})
+    (out / "manifest.json").write_text(old.model_dump_json(exclude_none=True))
+    return out
+
+
+def test_a_bundle_built_before_segments_serves_as_before_and_its_first_update_rewrites_it(
+        tiny_bundle: Path, work: Path) -> None:
+    old = _as_built_before_segments(tiny_bundle, work / "old")
+    verify_one(old)
+    before, now = Bundle(old), Bundle(tiny_bundle)
+    assert type(before.lexical).__name__ == "Bm25sIndex"
+    options = SearchOptions(top_k=5, mode=Mode.LEXICAL)
+    for a, b in zip(search(before, None, QUERIES, options, 4).hits, search(now, None, QUERIES, options, 4).hits,
+                    strict=True):
+        assert [h.doc.id for h in a] == [h.doc.id for h in b]  # bm25s's scores, and the postings' alike
+        np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5)
+    before.close()
+    now.close()
+    (work / "gone.txt").write_text("git\n")
+    rewritten = update(UpdateRequest(delete_ids=work / "gone.txt", base=old, out=work / "v2"))
+    assert rewritten.segments is None and rewritten.lexical is not None and rewritten.lexical.engine == "postings"
+    (work / "more.txt").write_text("bees\n")
+    segmented = update(UpdateRequest(delete_ids=work / "more.txt", base=work / "v2", out=work / "v3"))
+    assert segmented.segments is not None and [s.deleted for s in segmented.parts] == [1]

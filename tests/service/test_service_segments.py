@@ -1,0 +1,81 @@
+"""Hot reloads of segmented versions (issue 37): a version that adds a segment shares the loaded ones and loads
+only its new one, under load, with no failed request; compaction and rollback reload as ever; a corrupted new
+segment is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from indexer.build import BuildRequest, build
+from indexer.compact import compact
+from indexer.request import VersionRequest
+from indexer.update import UpdateRequest, update
+from models.versions import set_current
+from tests.fixtures.corpus import PROBES
+from tests.fixtures.server import LiveServer
+from tests.service.test_service_processes import under_load
+from tests.service.test_service_reload import AUTH, reload, search, serving
+
+pytestmark = pytest.mark.slow
+
+
+def _ids(server_search: dict) -> list[str]:
+    return [h["id"] for h in server_search["results"]]
+
+
+def _lexical(server: LiveServer, query: str) -> list[str]:
+    """The tiny student knows too few words for new documents: BM25 finds them by theirs."""
+    response = server.client.post("/search", json={"query": query, "top_k": 3, "mode": "lexical"})
+    assert response.status_code == 200, response.text
+    return _ids(response.json())
+
+
+def test_reloads_share_loaded_segments_and_load_only_new_ones(tiny_corpus: Path, tiny_student: Path,
+                                                              tmp_path: Path) -> None:
+    root = tmp_path / "bundles"
+    build(BuildRequest(corpus=tiny_corpus, root=root, version="v1"))
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text(json.dumps({"_id": "kites", "text": "Wind lifts the kite over the beach."}) + "\n"
+                       + json.dumps({"_id": "git", "delete": True}) + "\n")
+    with serving(root, tiny_student) as server, under_load(server.url) as answers:
+        update(UpdateRequest(changes=changes, root=root, version="v2"))
+        response = reload(server)
+        assert response.status_code == 200, response.text
+        current = response.json()["current"]
+        assert (current["version"], current["segments"], current["shared_segments"], current["deleted"]) == \
+            ("v2", 2, 1, 1)
+        assert _lexical(server, "kite beach")[0] == "kites"
+        assert "git" not in _lexical(server, "git rebase replays commits")
+
+        compact(VersionRequest(root=root, version="v3"))
+        response = reload(server)
+        assert response.status_code == 200, response.text
+        current = response.json()["current"]
+        assert (current["version"], current["segments"], current["shared_segments"], current["deleted"]) == \
+            ("v3", 1, 0, 0)
+        assert _lexical(server, "kite beach")[0] == "kites"
+
+        rollback = server.client.post("/admin/rollback", headers=AUTH)
+        assert rollback.status_code == 200 and rollback.json()["current"]["version"] == "v2"
+
+        more = tmp_path / "more.jsonl"
+        more.write_text(json.dumps({"_id": "tea", "text": "Green tea is steamed, black tea oxidised."}) + "\n")
+        update(UpdateRequest(changes=more, base=root / "v2", root=root, version="v4"))
+        corrupt = root / "v4" / "segments" / "v4" / "docs.sqlite"
+        data = bytearray(corrupt.read_bytes())
+        data[-10] ^= 0xFF
+        corrupt.write_bytes(bytes(data))
+        set_current(root, "v4")
+        response = reload(server)
+        assert response.status_code == 409, response.text
+        assert response.json()["error"] == "reload_rejected" and "checksum mismatch" in response.json()["message"]
+        assert search(server)["index"]["version"] == "v2"  # still serving what it served
+        for query in PROBES:
+            assert _ids(search(server, query))[0] == PROBES[query]
+    assert answers, "the load ran"
+    failed = [a for a in answers if not isinstance(a, httpx.Response) or a.status_code != 200]
+    assert failed == []
