@@ -23,7 +23,7 @@ from models.evaluation.metrics import NDCG, score_run
 from models.manifest import FusionMethod, FusionSpec
 from models.search import DEFAULT_OVERSAMPLE
 from models.search.fusion import fuse
-from models.search.query import dense_candidates, lexical_candidates
+from models.search.query import dense_candidates, documents, lexical_candidates
 from models.student import StudentEncoder
 
 log = logging.getLogger("bench.choose_fusion")
@@ -62,7 +62,7 @@ def main() -> None:
         run = {}
         for qid, d, s in zip(qids, dense, sparse, strict=True):
             scores, rows = d if name == "dense" else s if name == "lexical" else fuse(d, s, spec)  # type: ignore[arg-type]
-            docs = bundle.documents(rows[:100])
+            docs = documents(bundle, rows[:100])
             run[qid] = {d.id: float(x) for d, x in zip(docs, scores[:100], strict=True)}
         results[name] = score_run(dataset.qrels, run)[NDCG]
     best = max((n for n in results if n not in ("dense", "lexical")), key=lambda n: results[n])

@@ -19,13 +19,11 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from models.contract import TeacherRef, check_same_teacher
-from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
 from models.index_spec import Quantization
@@ -150,23 +148,16 @@ def verify_bundle(directory: Path, skip: frozenset[str] = frozenset()) -> Bundle
 def segment_key(manifest: BundleManifest, segment: SegmentInfo) -> str:
     """What a loaded segment is, whatever version lists it: its name, the sha256 of its files and of the space
     they are scored in. Two versions that give a segment the same key can share one loaded copy."""
-    base = "" if segment.path == "." else f"{segment.path}/"
-    files = {name[len(base):]: sha for name, sha in manifest.segment_files(segment).items()}
+    files = {name[len(_prefix(segment)):]: sha for name, sha in manifest.segment_files(segment).items()}
     space = {name: manifest.files.get(name) for name in SPACE_FILES}
     payload = {"name": segment.name, "files": files, "space": space, "dim": manifest.dim,
                "quantization": manifest.quantization.value, "index": segment.index.model_dump(mode="json")}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def shared_files(manifest: BundleManifest, keys: set[str]) -> frozenset[str]:
-    """The files of the segments whose keys are in `keys` (those a service already serves, verified then)."""
-    out: set[str] = set()
-    for segment in manifest.parts:
-        if segment_key(manifest, segment) in keys:
-            out.update(manifest.segment_files(segment))
-    return frozenset(out)
-
-
+def _identity(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino
 class Segment:
     """One loaded segment: its first stage, rescore codes, docstore and lexical index. Shared by the versions
     that list it; `release` by the last one closes it."""
@@ -174,6 +165,9 @@ class Segment:
     def __init__(self, version: Path, manifest: BundleManifest, info: SegmentInfo, key: str, lexical: bool) -> None:
         self.info, self.key, self.with_lexical = info, key, lexical
         self.directory = version if info.path == "." else version / info.path
+        # the files it was loaded from (device, inode): a later version that hard-links them needs no check
+        self.files = {name[len(_prefix(info)):]: _identity(version / name)
+                      for name in manifest.segment_files(info)}
         self._lock = threading.Lock()
         self._users = 1
         try:
@@ -224,6 +218,10 @@ class Segment:
             last = self._users == 0
         if last:
             self.docs.close()
+
+
+def _prefix(segment: SegmentInfo) -> str:
+    return "" if segment.path == "." else f"{segment.path}/"
 
 
 def _open_lexical(directory: Path, info: SegmentInfo) -> PostingsIndex | Bm25sIndex | None:
@@ -321,6 +319,21 @@ class Bundle:
         parts = [LexicalPart(i, d) for i, d in zip(indexes, self.deleted, strict=True)]  # type: ignore[arg-type]
         return Lexical(info, parts)
 
+    def linked_files(self, directory: Path, manifest: BundleManifest) -> frozenset[str]:
+        """The files of version `directory` that are the very files (hard links) this version's segments were
+        loaded from, verified then: a reload to `directory` need not read them again."""
+        loaded = {segment.key: segment for segment in self.segments}
+        out: set[str] = set()
+        for info in manifest.parts:
+            segment = loaded.get(segment_key(manifest, info))
+            if segment is None:
+                continue
+            for name in manifest.segment_files(info):
+                path = directory / name
+                if path.is_file() and segment.files.get(name[len(_prefix(info)):]) == _identity(path):
+                    out.add(name)
+        return frozenset(out)
+
     def shared(self, key: str, lexical: bool = True) -> Segment | None:
         """This version's segment with `key` (loaded with its lexical index or not, as asked), with one more user,
         for a version that lists it too."""
@@ -344,18 +357,6 @@ class Bundle:
             raise NoLexicalIndex(f"bundle {self.directory.name} has no lexical index (built before lexical "
                                  "search existed); rebuild it with `tandem index build` for mode lexical or hybrid")
         return self.lexical
-
-    def documents(self, rows: Sequence[int] | np.ndarray) -> list[Document]:
-        """The documents at these version rows, in the order asked, one docstore read per segment."""
-        rows = np.asarray(rows, dtype=np.int64)
-        where = np.searchsorted(self.bases, rows, side="right") - 1
-        out: list[Document | None] = [None] * len(rows)
-        for i in np.unique(where):
-            picked = np.flatnonzero(where == i)
-            docs = self.segments[i].docs.get([int(r) for r in rows[picked] - self.bases[i]])
-            for j, doc in zip(picked, docs, strict=True):
-                out[j] = doc
-        return out  # type: ignore[return-value]
 
     def live_rows(self) -> np.ndarray:
         """The version rows of the live documents, ascending."""

@@ -89,9 +89,9 @@ class BaseInfo(BaseModel):
 class LexicalInfo(BaseModel):
     """The BM25 index over the passages the teacher saw (files under lexical/, listed in `files`)."""
 
-    engine: Literal["bm25s", "postings"] = Field(default="bm25s", description="postings: per-segment postings scored at "
-                                                 "query time with the version's statistics; bm25s: bundles built "
-                                                 "before segments (scores precomputed, one segment only)")
+    engine: Literal["bm25s", "postings"] = Field(
+        default="bm25s", description="postings: per-segment postings scored at query time with the version's "
+        "statistics; bm25s: bundles built before segments (scores precomputed, one segment only)")
     method: str = "lucene"
     k1: float = 1.5
     b: float = 0.75
@@ -99,7 +99,7 @@ class LexicalInfo(BaseModel):
     stopwords: str = "en"
     vocab: int = 0
     documents: int | None = Field(default=None, description="postings: the rows the segment indexed")
-    total_length: int | None = Field(default=None, description="postings: the stems of all its rows, for the average length")
+    total_length: int | None = Field(default=None, description="postings: the stems of all its rows (average length)")
 
 
 class FusionMethod(StrEnum):

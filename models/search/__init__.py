@@ -3,6 +3,7 @@
 The service, `tandem eval`, bench/ and tests search through these names:
 - `search`: one search of a bundle in any mode (dense, lexical, hybrid), with filters, pages and a floor;
 - `dense_hits`: a bundle's unfiltered dense top-k (evaluation, warm-up, tests);
+- `documents`: the documents at rows of a version (rows count across its segments);
 - `search_index`: the dense top-k rows of a bare `VectorIndex` (an index built in memory, not a bundle);
 - `parse_filter`: a request's metadata filter, compiled (or `FilterError`);
 - `set_search_threads`: FAISS's threads for the calling thread's searches.
@@ -21,6 +22,7 @@ from models.search.query import (
     Retrieved,
     SearchOptions,
     dense_hits,
+    documents,
     rotate,
     search,
     search_index,
@@ -38,6 +40,7 @@ __all__ = [
     "SearchOptions",
     "VectorIndex",
     "dense_hits",
+    "documents",
     "parse_filter",
     "rotate",
     "search",

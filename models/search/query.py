@@ -216,9 +216,24 @@ def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DE
     return out
 
 
+def documents(bundle: Bundle, rows: Sequence[int] | np.ndarray) -> list[Document]:
+    """The documents at these version rows, in the order asked, one docstore read per segment."""
+    rows = np.asarray(rows, dtype=np.int64)
+    if len(bundle.segments) == 1:
+        return bundle.segments[0].docs.get([int(r) for r in rows])
+    where = np.searchsorted(bundle.bases, rows, side="right") - 1
+    out: list[Document] = [None] * len(rows)  # type: ignore[list-item]
+    for i in np.unique(where):
+        picked = np.flatnonzero(where == i)
+        found = bundle.segments[i].docs.get([int(r) for r in rows[picked] - bundle.bases[i]])
+        for j, doc in zip(picked, found, strict=True):
+            out[j] = doc
+    return out
+
+
 def _hits(bundle: Bundle, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
     """Ranked rows with their documents from the segments' docstores, one read per segment."""
-    docs = bundle.documents(rows)
+    docs = documents(bundle, rows)
     return [Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)]
 
 

@@ -25,7 +25,7 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from models.bundle import read_bundle_manifest, shared_files, verify_bundle
+from models.bundle import read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch
 from models.manifest import utc_now
 from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
@@ -260,17 +260,18 @@ class Reloader:
             return bool(self._history) and _same_dir(str(self._history[0].bundle.directory), path)
 
     def _load_sharing(self, directory: Path) -> Searcher:
-        """Verify and load `directory`, sharing the segments the version in service holds: those were verified
-        when they were first loaded, so only the others' files are read for their sha256 (a corrupted or
-        half-copied version stops here), and only they are loaded. The version in service is leased meanwhile,
-        so its segments stay open until the candidate holds them too."""
+        """Verify and load `directory`, sharing the segments the version in service holds. A file that is the very
+        file (a hard link) a served segment was loaded from, and verified then, is not read again; every other
+        file is checked against its sha256 (a corrupted or half-copied version stops here). Only segments the
+        service does not hold are loaded. The version in service is leased meanwhile, so its segments stay open
+        until the candidate holds them too."""
         state, _ = self._loader.state
         if state is not LoadState.READY:  # after a failed start: nothing to share, and a student to load
             verify_bundle(directory)
             return self._loader.load(directory)  # teacher check, FAISS load, warm-up, stage timers
         with self._loader.lease() as served:
-            keys = {segment.key for segment in served.bundle.segments}
-            verify_bundle(directory, skip=shared_files(read_bundle_manifest(directory), keys))
+            linked = served.bundle.linked_files(directory, read_bundle_manifest(directory))
+            verify_bundle(directory, skip=linked)
             return self._loader.load(directory, served.student, reuse=served.bundle)
 
     def _current(self) -> VersionInfo | None:

@@ -67,7 +67,8 @@ def test_ray_engine_builds_the_local_bundle(ray_address: str, tiny_corpus: Path,
     a, b = Bundle(tmp_path / "local"), Bundle(tmp_path / "ray")
     assert a.ids() == b.ids() == [d[0] for d in DOCS]
     n = len(DOCS)
-    cosine = (a.segments[0].vectors.index.reconstruct_n(0, n) * b.segments[0].vectors.index.reconstruct_n(0, n)).sum(axis=1)
+    first, second = a.segments[0].vectors.index, b.segments[0].vectors.index
+    cosine = (first.reconstruct_n(0, n) * second.reconstruct_n(0, n)).sum(axis=1)
     assert cosine.min() >= 0.9999
     records = ShardLog(tmp_path / "s2" / (remote.embeddings.store_key or "")).read()
     assert sorted(r.shard for r in records) == list(range(7))  # ceil(20 / 3) shards, each encoded once

@@ -20,7 +20,7 @@ from indexer.verify import verify_one
 from models.bundle import Bundle, read_bundle_manifest
 from models.errors import InputError
 from models.registry import sha256_file
-from models.search import Mode, SearchOptions, dense_hits, search
+from models.search import Mode, SearchOptions, dense_hits, documents, search
 from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS, PROBES
@@ -41,7 +41,8 @@ def _segmented(root: Path, work: Path, **build_options: object) -> list[str]:
     one of a document an update added); returns the live ids in row order."""
     build(BuildRequest(corpus=work / "corpus.jsonl", root=root, version="v1", metadata_extra=True, **build_options))
     _lines(work / "u1.jsonl", [{"_id": "kites", "text": "Wind lifts the kite over the beach."},
-                               {"_id": "chess", "title": "Chess openings", "text": "The French Defence answers e4 with e6."},
+                               {"_id": "chess", "title": "Chess openings",
+                                "text": "The French Defence answers e4 with e6."},
                                {"_id": "git", "delete": True}])
     update(UpdateRequest(changes=work / "u1.jsonl", root=root, version="v2"))
     bake = DOCS[0]
@@ -64,7 +65,7 @@ def _fresh_corpus(version: Path, out: Path) -> Path:
     """The live documents of a version, in its row order, as a corpus file."""
     bundle = Bundle(version)
     try:
-        docs = bundle.documents(bundle.live_rows())
+        docs = documents(bundle, bundle.live_rows())
     finally:
         bundle.close()
     return _lines(out, [{"_id": d.id, "title": d.title, "text": d.text, **d.meta()} for d in docs])
@@ -181,7 +182,7 @@ def test_a_follower_killed_anywhere_applies_each_change_file_once(tandem_home: P
         assert final.segments is None  # compacted: 3 segments were more than max_segments
         bundle = Bundle(read_current(root))
         assert bundle.ids() == expected
-        assert {d.id: d.meta().get("lang") for d in bundle.documents(bundle.live_rows())}["tides"] == "es"
+        assert {d.id: d.meta().get("lang") for d in documents(bundle, bundle.live_rows())}["tides"] == "es"
         bundle.close()
         assert follow(request) == 0  # nothing left, nothing applied again
 

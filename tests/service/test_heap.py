@@ -12,8 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from models.bundle import Bundle
+from models.search.lexical import Bm25sIndex, PostingsIndex
 from tests.fixtures.corpus import PROBES
+from tests.indexer.test_segments import _as_built_before_segments
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,14 +55,22 @@ def test_the_startup_heap_is_frozen_and_a_bundle_loaded_after_it_is_freed(tiny_b
     assert state["freed"], "a closed searcher outlived a full collection"
 
 
-def test_the_lexical_index_keeps_no_python_set_of_token_ids(tiny_bundle: Path) -> None:
+def test_the_lexical_index_keeps_no_python_container_of_its_vocabulary(tiny_bundle: Path, tmp_path: Path) -> None:
+    """Its stems and postings stay memory-mapped arrays; a bundle built before segments drops bm25s's set."""
     bundle = Bundle(tiny_bundle)
     try:
-        lexical = bundle.lexical
-        assert lexical is not None
-        assert lexical.retriever.unique_token_ids_set is None
-        query = next(iter(PROBES))
-        scores, rows = lexical.search(query, 3)
+        index = bundle.segments[0].lexical
+        assert isinstance(index, PostingsIndex)
+        for array in (index.terms._blob, index.terms._offsets, index.offsets, index.rows, index.tf, index.lengths):
+            assert isinstance(array, np.memmap)
+        assert bundle.lexical is not None
+        [(scores, rows)] = bundle.lexical.search(next(iter(PROBES)), 3, [None])
         assert len(rows) > 0 and scores[0] > 0
     finally:
         bundle.close()
+    legacy = Bundle(_as_built_before_segments(tiny_bundle, tmp_path / "old"))
+    try:
+        assert isinstance(legacy.lexical, Bm25sIndex)
+        assert legacy.lexical.retriever.unique_token_ids_set is None
+    finally:
+        legacy.close()
