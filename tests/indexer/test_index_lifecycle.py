@@ -201,10 +201,10 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
     for doc_id in unchanged:  # reused bit for bit
         assert np.array_equal(new_vecs[new_rows[doc_id]], old_vecs[old_rows.index(doc_id)])
     teacher = TeacherEncoder(teacher_dir)
-    fresh = teacher.encode(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
+    fresh = teacher.encode_documents(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
     assert float(fresh[0] @ new_vecs[new_rows["kites"]]) > 0.999
     assert float(fresh[1] @ new_vecs[new_rows["chess"]]) > 0.999
-    assert [h[0].doc.id for h in dense_hits(new, teacher.encode(["what lifts a kite"]), k=1)] == ["kites"]
+    assert [h[0].doc.id for h in dense_hits(new, teacher.encode_queries(["what lifts a kite"]), k=1)] == ["kites"]
 
     corpus = root / "v2" / manifest.corpus.path  # materialized corpus: eval, distill and later updates use it
     assert [d.id for d in read_corpus(corpus)] == ids
