@@ -187,7 +187,10 @@ def index_build(
     root: RootOpt = None,
     version: VersionOpt = None,
     keep: KeepOpt = None,
-    dim: Annotated[int, typer.Option(help="MRL dimension: 768, 512, 256 or 128.")] = 768,
+    dim: Annotated[
+        int | None, typer.Option(help="MRL dimension: the teacher's own (the default; 768 for all-mpnet-base-v2), or "
+                                 "512, 384, 256, 128 or 64 below it.", show_default=False)
+    ] = None,
     quantization: Annotated[Quantization, typer.Option(help="Stored codes.")] = Quantization.FLOAT,
     rotation: Annotated[
         Rotation, typer.Option(help="pca: rotate onto the corpus's principal axes before truncating.")

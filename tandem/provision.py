@@ -210,7 +210,7 @@ def _copy_from(source: Path) -> Transfer:
 
 def _hub_download(repo_id: str) -> Transfer:
     def transfer(staging: Path) -> None:
-        from huggingface_hub import snapshot_download
+        from huggingface_hub import constants, snapshot_download
         from huggingface_hub.errors import HFValidationError
 
         log.info("downloading %s from the hub (HF_ENDPOINT, default huggingface.co)", repo_id)
@@ -219,8 +219,7 @@ def _hub_download(repo_id: str) -> Transfer:
         except HFValidationError as exc:
             raise ModelNotFound(f"{repo_id}: not a hub repo id ({exc})") from exc
         except (OSError, ValueError) as exc:  # offline, unreachable, no such repo, gated: the hub's own words
-            offline = " (HF_HUB_OFFLINE is set: no hub is reachable from here)" if os.environ.get(
-                "HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False") else ""
+            offline = " (HF_HUB_OFFLINE is set: no hub is reachable from here)" if constants.is_offline_mode() else ""
             raise ModelNotFound(f"cannot download {repo_id}{offline}: {type(exc).__name__}: {exc}; copy the model "
                                 "directory here and run `tandem models add DIR --role ROLE` instead") from exc
 

@@ -162,7 +162,7 @@ def test_a_student_of_the_same_weights_without_the_prompt_is_refused(
 ) -> None:
     other_bundle = _build(unprompted_teacher, tiny_corpus, tmp_path / "bundle")
     other = _distill(other_bundle, unprompted_teacher, backbone, tiny_corpus, tmp_path / "student")
-    with pytest.raises(ContractMismatch, match="no prompts.*query prompt 'Represent"):
+    with pytest.raises(ContractMismatch, match=r"no prompts.*query prompt 'Represent"):
         check_compatible(ServiceSettings(index=bundle, student=other))
     result = serve_cli(bundle, other)
     assert result.returncode == 2, result.stderr
@@ -175,8 +175,8 @@ def test_a_bundle_of_the_same_weights_pooled_otherwise_is_refused(
 ) -> None:
     assert describe(mean_teacher).weights_sha256 == describe(teacher).weights_sha256
     mean_bundle = _build(mean_teacher, tiny_corpus, tmp_path / "bundle")
-    with pytest.raises(ContractMismatch, match="pooling cls.*pooling mean"):
+    with pytest.raises(ContractMismatch, match=r"pooling cls.*pooling mean"):
         check_compatible(ServiceSettings(index=mean_bundle, student=student))
-    with pytest.raises(ContractMismatch, match="pooling mean.*pooling cls"):  # and distill against it, before training
+    with pytest.raises(ContractMismatch, match=r"pooling mean.*pooling cls"):  # and distill against it, before training
         run_distill(DistillRequest(corpus=tiny_corpus, index=mean_bundle, out=tmp_path / "s", preset=TEST_PRESET,
                                    teacher=teacher, backbone=backbone))
