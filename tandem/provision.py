@@ -151,7 +151,13 @@ def _provision(role: str, name: str, explicit: str | Path | None, store: Path, f
             card = describe(local)
             record_role(role, local)
             return FetchResult(role, card)
-        return install_model(_source(str(explicit)), _store_name(str(explicit)), role, overrides, force)
+        name = _store_name(str(explicit))
+        target = store / name.replace("/", "--")
+        if is_model_dir(target) and not force:  # fetched before: fetch is idempotent, as for the default models
+            if overrides:
+                raise InputError(f"{target} is already provisioned; pass --force to fetch it again with these options")
+            return _adopt(load_card(target), role)
+        return install_model(_source(str(explicit)), name, role, overrides, force)
     if overrides:
         raise InputError("--pooling, --query-prompt and --document-prompt set up the model given by --teacher")
     target = store / name

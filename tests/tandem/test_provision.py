@@ -84,6 +84,8 @@ def test_fetch_teacher_from_a_file_url_takes_the_download_path(store: Path, bge_
     assert teacher.card.document_prompt == "passage: " and (store / bge_like.name / CARD_FILE).is_file()
     assert Path(student.card.path) == backbone.resolve()  # a directory given is used in place
     assert resolve("teacher") == store / bge_like.name
+    again, _ = fetch(teacher=f"file://{bge_like}", backbone=backbone)  # fetched before: kept, as fetch keeps
+    assert again.card == load_card(store / bge_like.name) and again.card.document_prompt == "passage: "
 
 
 def test_fetch_teacher_from_an_unreachable_hub_is_a_clear_error(store: Path, tiny_models: TinyModels,
