@@ -150,14 +150,18 @@ class Overrides(BaseModel):
         return any(v is not None for v in (self.pooling, self.query_prompt, self.document_prompt))
 
 
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelNotFound(f"{path}: not a readable JSON file ({exc})") from exc
+
+
 def read_json(path: Path) -> dict[str, Any]:
     """A JSON object file, {} when absent; a file that is not a JSON object is an error naming it."""
     if not path.is_file():
         return {}
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelNotFound(f"{path}: not a readable JSON file ({exc})") from exc
+    data = _load(path)
     if not isinstance(data, dict):
         raise ModelNotFound(f"{path}: expected a JSON object")
     return data
@@ -168,10 +172,7 @@ def _modules(model_dir: Path) -> list[tuple[str, str]]:
     path = model_dir / MODULES_FILE
     if not path.is_file():
         return []
-    try:
-        entries = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelNotFound(f"{path}: not a readable JSON file ({exc})") from exc
+    entries = _load(path)
     if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("type"), str)
                                                  for e in entries):
         raise ModelNotFound(f"{path}: expected a list of modules, each with a 'type'")
