@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     docs, test = dataset.corpus, list(dataset.queries.values())
     targets = TeacherTargets(card)
     bank = torch.from_numpy(np.ascontiguousarray(targets.documents(docs), dtype=np.float32))
-    test_teacher = TeacherEncoder(card.path).encode(test)
+    test_teacher = TeacherEncoder(card.path).encode_queries(test)
     rows = []
     for directory, manifest in zip(args.students, manifests, strict=True):
         training = manifest.training

@@ -54,7 +54,7 @@ def main() -> None:
     if cache is not None and cache.is_file():
         queries = dict(np.load(cache))
     else:
-        queries = {"teacher": TeacherEncoder(resolve("teacher")).encode(texts),
+        queries = {"teacher": TeacherEncoder(resolve("teacher")).encode_queries(texts),
                    "asymmetric": StudentEncoder(args.student, "int8").encode(texts, batch_size=1)}
         if cache is not None:
             cache.parent.mkdir(parents=True, exist_ok=True)

@@ -239,7 +239,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"student {p} (ONNX, {s.manifest.backbone}{f'; {path.name}' if len(args.student) > 1 else ''})": s.encode
         for (path, p), s in students.items()
     }
-    encoders[teacher_name] = lambda texts: teacher.encode(texts, batch_size=len(texts))
+    encoders[teacher_name] = lambda texts: teacher.encode_queries(texts, batch_size=len(texts))
     log.info("queries: %s", described)
     busy, load_before = load_average()
     note = busy_note(busy, args.threads)

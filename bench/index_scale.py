@@ -203,11 +203,11 @@ def measure_precisions(n: int, device: str, rounds: int, work: Path) -> list[tup
     if device == "cuda":
         for name, precision, budget in (("fp32", "fp32", None), ("fp16", "fp16", 16384)):
             teacher = TeacherEncoder(model_dir, device="cuda", precision=precision, batch_tokens=budget)
-            encoders[name] = functools.partial(teacher.encode, batch_size=32)
+            encoders[name] = functools.partial(teacher.encode_documents, batch_size=32)
     else:
         for name in ("fp32", "bf16"):
             teacher = TeacherEncoder(model_dir, device="cpu", precision=name)
-            encoders[name] = functools.partial(teacher.encode, batch_size=32)
+            encoders[name] = functools.partial(teacher.encode_documents, batch_size=32)
         encoders["onnxruntime fp32"] = onnx_teacher(model_dir, work, torch.get_num_threads())
     best: dict[str, float] = {}
     vectors: dict[str, np.ndarray] = {}

@@ -108,7 +108,7 @@ def reference(queries: list[str], teacher: Path, embeddings: Path, ids: Path, to
 
     torch.set_num_threads(2)
     encoder = TeacherEncoder(teacher, device="cpu")
-    vectors = encoder.encode(queries, batch_size=8)
+    vectors = encoder.encode_queries(queries, batch_size=8)
     del encoder
     docs = np.asarray(np.load(embeddings), dtype=np.float32)
     docs /= np.linalg.norm(docs, axis=1, keepdims=True)

@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     manifest = read_bundle_manifest(segmented)
     queries = list(load_beir(args.data, "test").queries.values())
-    teacher_q = TeacherEncoder(resolve("teacher")).encode(queries)
+    teacher_q = TeacherEncoder(resolve("teacher")).encode_queries(queries)
     student_q = StudentEncoder(args.student).encode(queries, batch_size=1)
     same = {}
     for name, vectors in (("teacher", teacher_q), ("student", student_q)):

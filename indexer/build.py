@@ -36,7 +36,7 @@ class BuildRequest:
 
     corpus: Path
     out: Path | None = None
-    dim: int = 768
+    dim: int | None = None  # None: the teacher's own dim
     quantization: str = "float"
     rotation: str = "none"
     teacher: Path | None = None
@@ -99,10 +99,16 @@ def _rotation(value: str) -> Rotation:
         raise InputError(f"unknown rotation {value!r}; choose one of {', '.join(r.value for r in Rotation)}") from None
 
 
-def _check_dim(dim: int, card: ModelCard) -> None:
-    if dim not in SUPPORTED_DIMS or dim > card.dim:
-        allowed = ", ".join(str(d) for d in SUPPORTED_DIMS if d <= card.dim)
-        raise InputError(f"--dim {dim} is not supported for a {card.dim}-d teacher; choose one of {allowed}")
+def _check_dim(dim: int | None, card: ModelCard, quantization: Quantization) -> int:
+    """The bundle's dim: the teacher's own (the default), or one of the MRL dims below it."""
+    allowed = [card.dim, *(d for d in SUPPORTED_DIMS if d < card.dim)]
+    dim = card.dim if dim is None else dim
+    if dim not in allowed:
+        raise InputError(f"--dim {dim} is not supported for a {card.dim}-d teacher; choose one of "
+                         f"{', '.join(map(str, allowed))}")
+    if quantization is Quantization.BINARY and dim % 8:
+        raise InputError(f"--quantization binary packs 8 dims a byte: --dim {dim} is not a multiple of 8")
+    return dim
 
 
 def import_vectors(
@@ -175,7 +181,7 @@ def build(req: BuildRequest) -> BundleManifest:
     req.run.check()
     req.target.check()
     card = load_card(resolve("teacher", req.teacher))
-    _check_dim(req.dim, card)
+    dim = _check_dim(req.dim, card, quantization)
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
     with publish(req.target) as (staging, version):
         writer = DocstoreWriter(staging / DOCSTORE_FILE)
@@ -197,13 +203,13 @@ def build(req: BuildRequest) -> BundleManifest:
         key = source.store_key
         assert key is not None
         centered = req.binary_center and quantization is Quantization.BINARY
-        names = write_vectors(staging, corpus.count, lambda: store.iter_chunks(key), dim=req.dim,
+        names = write_vectors(staging, corpus.count, lambda: store.iter_chunks(key), dim=dim,
                               quantization=quantization, rotation=rotation, index=index, center=centered,
                               spin=centered)
         info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
                           count=corpus.count, metadata_extra=req.metadata_extra)
         manifest = write_manifest(staging, [*names, DOCSTORE_FILE, *lexical_names], teacher=card.teacher_ref(),
-                                  dim=req.dim,
+                                  dim=dim,
                                   quantization=quantization, count=corpus.count,
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
                                   embeddings=source, version=version, rotation=rotation, index=index,

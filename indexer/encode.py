@@ -69,7 +69,7 @@ def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precis
     encoder = TeacherEncoder(Path(card.path), device=run.device, precision=precision, batch_tokens=run.batch_tokens)
 
     def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        return encoder.encode(batch, batch_size=run.batch_size, on_progress=on_progress)
+        return encoder.encode_documents(batch, batch_size=run.batch_size, on_progress=on_progress)
 
     runner = local_runner(texts, encode)
     runner.device = encoder.device.type  # type: ignore[attr-defined]

@@ -101,7 +101,7 @@ class TeacherActor:
         self.encoder = TeacherEncoder(Path(model_dir), device=device, precision=precision, batch_tokens=batch_tokens)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        vectors = self.encoder.encode([str(t) for t in batch["text"]], batch_size=self.batch_size)
+        vectors = self.encoder.encode_documents([str(t) for t in batch["text"]], batch_size=self.batch_size)
         return {"row": batch["row"], "vector": vectors.astype(np.float16)}
 
 

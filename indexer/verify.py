@@ -2,7 +2,8 @@
 
 Checks every file's sha256 against the manifest (models.bundle.verify_bundle), that the FAISS
 index, the docstore and the manifest agree on the count, and that the manifest's teacher is the
-provisioned (or --teacher) model when one is available. Works on a bundle directory or a root.
+provisioned (or --teacher) model when one is available; says how that teacher pooled and which
+prompts it put before queries and documents. Works on a bundle directory or a root.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import logging
 from pathlib import Path
 
 from models.bundle import Bundle, verify_bundle
+from models.contract import TeacherRef
 from models.errors import ContractMismatch, ModelNotFound, TandemError
 from models.manifest import BundleManifest, EmbeddingSource
 from models.registry import load_card, resolve
@@ -19,19 +21,22 @@ from models.versions import is_bundle_root, list_versions, read_current
 log = logging.getLogger(__name__)
 
 
-def _teacher_note(directory: Path, fingerprint: str, dim: int, teacher: Path | None) -> str:
+def _teacher_note(directory: Path, recorded: TeacherRef, teacher: Path | None) -> str:
+    """The teacher as the manifest records it (pooling, prompts), and whether the provisioned one is that teacher."""
+    setup = recorded.setup_text()
     try:
         card = load_card(resolve("teacher", teacher))
     except ModelNotFound:
         if teacher is not None:
             raise
-        return "teacher not provisioned here, fingerprint not checked"
-    if card.fingerprint != fingerprint or card.dim != dim:
+        return f"teacher {recorded.name} ({setup}) not provisioned here, fingerprint not checked"
+    if card.fingerprint != recorded.fingerprint or card.dim != recorded.dim:
         raise ContractMismatch(
-            f"{directory / 'manifest.json'}: built with teacher fingerprint {fingerprint[:16]}… ({dim}-d) but the "
-            f"teacher model at {card.path} has {card.fingerprint[:16]}… ({card.dim}-d)"
+            f"{directory / 'manifest.json'}: built with teacher fingerprint {recorded.fingerprint[:16]}… "
+            f"({recorded.dim}-d, {setup}) but the teacher model at {card.path} has {card.fingerprint[:16]}… "
+            f"({card.dim}-d, {card.teacher_ref().setup_text()})"
         )
-    return f"teacher {card.name} {card.fingerprint[:12]} matches"
+    return f"teacher {card.name} {card.fingerprint[:12]} matches ({setup})"
 
 
 def verify_one(directory: Path, teacher: Path | None = None) -> str:
@@ -44,7 +49,7 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
     if manifest.corpus.count != first.count:
         raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} "
                                f"differs from the first segment's {first.count}")
-    note = _teacher_note(directory, manifest.teacher.fingerprint, manifest.teacher.dim, teacher)
+    note = _teacher_note(directory, manifest.teacher, teacher)
     return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value} "
             f"{manifest.index.type.value}, {_segments(manifest)}, {len(manifest.files)} files sha256-verified, "
             f"{note}, vectors {_computed_by(manifest.embeddings)}")

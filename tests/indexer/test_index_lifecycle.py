@@ -202,12 +202,12 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
     assert not (root / "v2" / "corpus.jsonl").exists()  # an update no longer writes the whole corpus
     new_vecs = new.segments[1].vectors.index.reconstruct_n(0, 2)
     teacher = TeacherEncoder(teacher_dir)
-    fresh = teacher.encode(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
+    fresh = teacher.encode_documents(["Kite flying " + kite["text"], "Chess openings " + chess["text"]])
     assert float(fresh[0] @ new_vecs[0]) > 0.999
     assert float(fresh[1] @ new_vecs[1]) > 0.999
-    assert [h[0].doc.id for h in dense_hits(new, teacher.encode(["what lifts a kite"]), k=1)] == ["kites"]
-    assert [h[0].doc.id for h in dense_hits(new, teacher.encode(["French defence"]), k=1)] == ["chess"]
-    assert [h[0].doc.id for h in dense_hits(base, teacher.encode(["French defence"]), k=1)] == ["chess"]
+    assert [h[0].doc.id for h in dense_hits(new, teacher.encode_queries(["what lifts a kite"]), k=1)] == ["kites"]
+    assert [h[0].doc.id for h in dense_hits(new, teacher.encode_queries(["French defence"]), k=1)] == ["chess"]
+    assert [h[0].doc.id for h in dense_hits(base, teacher.encode_queries(["French defence"]), k=1)] == ["chess"]
     stored = EmbeddingStore().load(manifest.parts[1].embeddings.store_key or "")  # compaction finds its vectors
     assert stored is not None and np.allclose(stored, new_vecs, atol=1e-2)
     base.close()

@@ -33,7 +33,7 @@ def teacher(teacher_dir: Path) -> TeacherEncoder:
 
 @pytest.fixture(scope="module")
 def probe_vectors(teacher: TeacherEncoder) -> np.ndarray:
-    return teacher.encode(list(PROBES))
+    return teacher.encode_queries(list(PROBES))
 
 
 def test_bundle_round_trip(tiny_bundle: Path, tiny_corpus: Path, probe_vectors: np.ndarray) -> None:
@@ -168,7 +168,7 @@ def test_teacher_reproduces_reference_embeddings(teacher: TeacherEncoder) -> Non
     ref = np.load(SCIFACT / "reference/all-mpnet-base-v2.corpus.f16.npy", mmap_mode="r")
     docs = {d.id: d for d in read_corpus(SCIFACT / "corpus.jsonl")}
     rows = [0, 17, 1000, 2500, 4000, len(ids) - 1]
-    ours = teacher.encode([docs[str(ids[r])].passage() for r in rows])
+    ours = teacher.encode_documents([docs[str(ids[r])].passage() for r in rows])
     theirs = np.asarray(ref[rows], dtype=np.float32)
     cos = (ours * theirs).sum(1) / np.linalg.norm(theirs, axis=1)
     assert cos.min() >= 0.9999
@@ -178,7 +178,7 @@ def test_token_budget_batches_give_the_same_vectors(teacher_dir: Path, teacher: 
     """`--batch-tokens` regroups texts by padded size; each text's vector stays what it was."""
     texts = [d[2] * (1 + i % 4) for i, d in enumerate(DOCS)]
     budget = TeacherEncoder(teacher_dir, batch_tokens=256)
-    assert (budget.encode(texts) * teacher.encode(texts)).sum(axis=1).min() >= 0.9999
+    assert (budget.encode_documents(texts) * teacher.encode_documents(texts)).sum(axis=1).min() >= 0.9999
 
 
 def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:

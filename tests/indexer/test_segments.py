@@ -20,7 +20,7 @@ from indexer.verify import verify_one
 from models.bundle import Bundle, read_bundle_manifest
 from models.errors import InputError
 from models.registry import sha256_file
-from models.search import Mode, SearchOptions, dense_hits, documents, search
+from models.search import Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS, PROBES
@@ -80,21 +80,24 @@ def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, tea
     segmented, whole = Bundle(read_current(work / "root")), Bundle(fresh)
     assert [len(segmented.segments), len(whole.segments)] == [4, 1]
     assert segmented.ids() == whole.ids() == ids
-    vectors = TeacherEncoder(teacher_dir).encode(QUERIES)
+    vectors = TeacherEncoder(teacher_dir).encode_queries(QUERIES)
     for got, want in zip(dense_hits(segmented, vectors, 10), dense_hits(whole, vectors, 10), strict=True):
         assert [h.doc.id for h in got] == [h.doc.id for h in want]
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-5)
-    for mode in (Mode.LEXICAL, Mode.HYBRID):
-        for flt in (None, {"field": "lang", "eq": "fr"}):
-            from models.search import parse_filter
-
-            options = SearchOptions(top_k=10, mode=mode, filter=None if flt is None else parse_filter(
-                flt, frozenset(segmented.manifest.metadata_fields)))
-            got = search(segmented, vectors, QUERIES, options, 4).hits
-            want = search(whole, vectors, QUERIES, options, 4).hits
-            for a, b in zip(got, want, strict=True):
-                assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, flt)
-                np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5)
+    fields = frozenset(segmented.manifest.metadata_fields)
+    for mode, flt, offset, floor in ((Mode.LEXICAL, None, 0, None), (Mode.HYBRID, None, 0, None),
+                                     (Mode.LEXICAL, {"field": "lang", "eq": "fr"}, 0, None),
+                                     (Mode.HYBRID, {"field": "lang", "in": ["fr", "en"]}, 2, None),
+                                     (Mode.DENSE, {"not": {"field": "lang", "eq": "fr"}}, 3, 0.05),
+                                     (Mode.LEXICAL, None, 1, 0.5)):
+        options = SearchOptions(top_k=10, mode=mode, offset=offset, min_score=floor,
+                                filter=None if flt is None else parse_filter(flt, fields))
+        got = search(segmented, vectors, QUERIES, options, 4).hits
+        want = search(whole, vectors, QUERIES, options, 4).hits
+        assert any(got), (mode, flt)
+        for a, b in zip(got, want, strict=True):
+            assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, flt)
+            np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5)
     segmented.close()
     whole.close()
 

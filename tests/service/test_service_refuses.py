@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from models.errors import ContractMismatch
-from models.manifest import STUDENT_MANIFEST
+from models.manifest import BUNDLE_MANIFEST, STUDENT_MANIFEST
 from service.core.loader import check_compatible
 from service.settings import ServiceSettings
 
@@ -87,3 +88,21 @@ def test_serve_cli_names_a_bad_setting(tiny_bundle: Path, tiny_student: Path) ->
     assert result.returncode == 2
     assert "TANDEM_STUDENT_PRECISION" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_manifests_written_before_pooling_and_prompts_were_recorded_still_pair(
+    tiny_bundle: Path, tiny_student: Path, tmp_path: Path
+) -> None:
+    student = altered_student(tiny_student, tmp_path / "student")
+    manifest = json.loads((student / STUDENT_MANIFEST).read_text())
+    del manifest["backbone_pooling"]
+    for key in ("pooling", "query_prompt", "document_prompt"):
+        del manifest["teacher"][key]
+    (student / STUDENT_MANIFEST).write_text(json.dumps(manifest))
+    index = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    recorded = json.loads((index / BUNDLE_MANIFEST).read_text())
+    recorded["teacher"] = {k: recorded["teacher"][k] for k in ("name", "fingerprint", "dim")}
+    (index / BUNDLE_MANIFEST).write_text(json.dumps(recorded))
+    bundle, older = check_compatible(ServiceSettings(index=index, student=student))
+    assert older.backbone_pooling == "mean" and older.teacher.pooling is None and bundle.teacher.pooling is None
+    assert older.teacher.setup_text() == bundle.teacher.setup_text() == "pooling mean, no prompts"

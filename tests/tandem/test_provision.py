@@ -1,11 +1,23 @@
-"""`tandem models fetch` downloads nothing unless asked: a missing model package is an error naming it."""
+"""Provisioning: `tandem models fetch` downloads nothing unless asked (a missing model package is an error naming
+it); `models add` copies a model directory in with its setup; `fetch --teacher` takes a hub id or file:// URL
+through the same path; `models list` shows roles, setups and fingerprints."""
 
 from __future__ import annotations
 
-import pytest
+import json
+from pathlib import Path
 
-from models.errors import ModelNotFound
-from tandem.provision import _dist_file
+import pytest
+from typer.testing import CliRunner
+
+from models.encoder_setup import Overrides
+from models.errors import InputError, ModelNotFound
+from models.registry import CARD_FILE, ROLES_FILE, describe, load_card, resolve
+from tandem.cli import app
+from tandem.provision import _dist_file, add, fetch
+from tests.fixtures.tiny_models import StSpec, TinyModels
+
+runner = CliRunner()
 
 
 def test_a_missing_model_package_is_an_error_without_install() -> None:
@@ -17,3 +29,79 @@ def test_a_missing_model_package_is_an_error_without_install() -> None:
 def test_an_installed_package_is_found_offline() -> None:
     path = _dist_file("pytest", "pytest/__init__.py")
     assert path.is_file()
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty TANDEM_HOME of this test's own (the session's roles stay as they are)."""
+    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
+    return tmp_path / "home" / "models"
+
+
+@pytest.fixture
+def bge_like(tiny_models: TinyModels) -> Path:
+    return tiny_models.st(StSpec(arch="bert", pooling="cls", prompts=(("query", "query: "),)))
+
+
+def test_add_copies_describes_and_gives_the_role(store: Path, bge_like: Path) -> None:
+    result = runner.invoke(app, ["models", "add", str(bge_like), "--role", "teacher", "--name", "bge-like",
+                                 "--document-prompt", "passage: "])
+    assert result.exit_code == 0, result.output
+    card = load_card(resolve("teacher"))
+    assert Path(card.path) == (store / "bge-like").resolve() and (store / "bge-like" / CARD_FILE).is_file()
+    assert (card.pooling, card.query_prompt, card.document_prompt) == ("cls", "query: ", "passage: ")
+    given = Overrides(document_prompt="passage: ")
+    assert card.fingerprint == describe(store / "bge-like", overrides=given).fingerprint
+    assert card.fingerprint != describe(bge_like).fingerprint  # the document prompt is part of the space
+    listed = runner.invoke(app, ["models", "list"])
+    assert listed.exit_code == 0, listed.output
+    (line,) = [row for row in listed.output.splitlines() if "bge-like" in row]
+    assert line.startswith("teacher") and "pooling cls, query prompt 'query: ', document prompt 'passage: '" in line
+    assert f"fingerprint={card.fingerprint}" in line
+
+
+def test_add_refuses_without_leaving_anything_behind(store: Path, bge_like: Path, tiny_models: TinyModels) -> None:
+    add(bge_like, "backbone", name="tiny")
+    with pytest.raises(InputError, match="already provisioned; pass --force"):
+        add(bge_like, "backbone", name="tiny")
+    with pytest.raises(InputError, match=r"--pooling mean: .*1_Pooling/config.json says cls"):
+        add(bge_like, "teacher", name="other", overrides=Overrides(pooling="mean"), force=True)
+    broken = tiny_models.copy(bge_like, "broken-pooling")
+    (broken / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": ["cls", "mean"]}))
+    with pytest.raises(ModelNotFound, match="combined"):
+        add(broken, "teacher")
+    assert sorted(p.name for p in store.iterdir()) == [ROLES_FILE, "tiny"]  # no half-copied model, no staging
+    again = add(store / "tiny", "backbone", overrides=Overrides(query_prompt="q: "), force=True)  # in place
+    assert again.card.query_prompt == "q: " and again.card.path == str((store / "tiny").resolve())
+
+
+def test_fetch_teacher_from_a_file_url_takes_the_download_path(store: Path, bge_like: Path,
+                                                               tiny_models: TinyModels) -> None:
+    backbone = tiny_models.st(StSpec(arch="bert", pooling="mean", hidden=32))
+    teacher, student = fetch(teacher=f"file://{bge_like}", backbone=backbone,
+                             overrides=Overrides(document_prompt="passage: "))
+    assert Path(teacher.card.path) == (store / bge_like.name).resolve()  # copied into the store
+    assert teacher.card.document_prompt == "passage: " and (store / bge_like.name / CARD_FILE).is_file()
+    assert Path(student.card.path) == backbone.resolve()  # a directory given is used in place
+    assert resolve("teacher") == store / bge_like.name
+    again, _ = fetch(teacher=f"file://{bge_like}", backbone=backbone)  # fetched before: kept, as fetch keeps
+    assert again.card == load_card(store / bge_like.name) and again.card.document_prompt == "passage: "
+
+
+def test_fetch_teacher_from_an_unreachable_hub_is_a_clear_error(store: Path, tiny_models: TinyModels,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    backbone = tiny_models.hf("bert", 32)
+    with pytest.raises(ModelNotFound, match=r"cannot download BAAI/bge-small-en-v1.5 \(HF_HUB_OFFLINE is set"):
+        fetch(teacher="BAAI/bge-small-en-v1.5", backbone=backbone)
+    with pytest.raises(ModelNotFound, match="no such model directory"):
+        fetch(teacher="./no/such/dir", backbone=backbone)
+    assert not [p for p in store.iterdir() if p.is_dir()]
+
+
+def test_setup_options_are_refused_for_a_directory_used_in_place(store: Path, bge_like: Path) -> None:
+    with pytest.raises(InputError, match="tandem models add"):
+        fetch(teacher=bge_like, backbone=bge_like, overrides=Overrides(query_prompt="q: "))
