@@ -207,8 +207,10 @@ class Lexical:
             for weight, (rows, tf) in zip(idf, postings, strict=True):
                 if len(rows) == 0:
                     continue
-                norm = k1 * ((1 - b) + b * np.asarray(lengths[rows], dtype=np.float32) / self.avg_length)
-                scores[rows] += np.float32(weight) * (tf / (norm + tf))
+                # bm25s's arithmetic, so that its ties stay ties: each term's score in float64 from a float32 idf,
+                # rounded to float32, then summed in float32 in the query's order
+                norm = k1 * ((1 - b) + b * np.asarray(lengths[rows], dtype=np.float64) / self.avg_length)
+                scores[rows] += (np.float64(np.float32(weight)) * (tf / (norm + tf))).astype(np.float32)
             out.append(_best(scores, part.deleted, rows_allowed, k))
         return out
 
