@@ -12,8 +12,8 @@ bench/index_scale.py makes them) and one change file of 100 changes (50 replaced
   the updated version: the reload's seconds, the server's RSS before and after, failed requests;
 - the compaction (`tandem index compact --root`) of the updated version: wall time and peak RSS.
 
-Each command runs in a fresh process under GNU time (peak RSS), with BLAS/OpenMP at one thread. The server
-and the load generator share the machine's cores.
+Each indexer command runs alone in a fresh process under GNU time (peak RSS), with the machine's threads. The
+server, pinned to one BLAS/OpenMP thread, and the load generator share the machine's cores.
 
     python bench/segments.py --sizes 100000,1000000 [--student DIR] [--rps 50] [--duration 20]
 """
@@ -83,8 +83,9 @@ class Row:
 
 
 def timed(cmd: list[str], home: Path) -> Run:
-    """`cmd` (a Python command line) in a fresh process under GNU time: wall seconds and peak RSS."""
-    env = {"TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "WARNING", **THREADS}
+    """`cmd` (a Python command line) alone in a fresh process under GNU time, with the machine's threads: wall
+    seconds and peak RSS."""
+    env = {"TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "WARNING"}
     log.info("run: %s", shlex.join(cmd))
     began = time.perf_counter()
     proc = subprocess.run([TIME, "-f", "maxrss-kib %M", *cmd], cwd=REPO, env={**os.environ, **env},
@@ -202,8 +203,8 @@ def render(rows: list[Row], command: str, load: str) -> str:
     lines = [f"# Segments: a change costs what it changes ({datetime.now(UTC):%Y-%m-%d})", "",
              f"- Command: `{command}`", f"- CPU: {cpu_line()}", f"- Load average before: {load}",
              "- Roots of imported synthetic unit vectors, flat binary, 768-d; 100 changes: 50 replaced texts, "
-             "25 added, 25 deleted (the teacher, CPU fp32, encodes 75 texts). Each command in a fresh process "
-             "under GNU time, one BLAS/OpenMP thread.", "",
+             "25 added, 25 deleted (the teacher, CPU fp32, encodes 75 texts). Each indexer command alone in a fresh "
+             "process under GNU time, with the machine's threads; the server pinned to one BLAS/OpenMP thread.", "",
              "| documents | full build | update as a segment | its share of the build | disk added (root + store) "
              "| peak RSS | update before segments (rewrite) | its disk | compaction |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]

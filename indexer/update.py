@@ -100,7 +100,8 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun, bas
         if encode:
             key = store_key(card.fingerprint, card.max_seq_length, corpus_key(encode))
             texts = [d.passage() for d in encode]
-            encode_into(store, key, len(texts), local_teacher(texts, card, run, "fp32"), card, run, "fp32")
+            if not store.complete(key):  # a change applied before (a follower's retry) is not encoded again
+                encode_into(store, key, len(texts), local_teacher(texts, card, run, "fp32"), card, run, "fp32")
             x = np.concatenate(list(store.iter_chunks(key)))
         if kept is not None:
             x = np.concatenate([x, kept])
