@@ -43,7 +43,8 @@ class SearchRequest(BaseModel):
     filter: dict[str, Any] | None = Field(
         None, description='Metadata filter, applied before ranking: {"field": F, "eq": V}, "in": [...], '
         '"gt"/"gte"/"lt"/"lte" (numbers or ISO dates), "exists": bool, combined with {"and": [...]}, '
-        '{"or": [...]}, {"not": {...}}. An unknown field is a 422.',
+        '{"or": [...]}, {"not": {...}}. A keyword-list field matches when any element does; a datetime field '
+        'compares instants. An unknown field is a 422.',
         examples=[{"and": [{"field": "year", "gte": 2018}, {"field": "lang", "in": ["en", "de"]}]}])
     offset: Count | None = Field(None, ge=0, le=MAX_OFFSET, description="Hits to skip (pagination).")
     min_score: Annotated[float, Field(strict=True)] | None = Field(
@@ -84,6 +85,8 @@ class Timing(BaseModel):
     encode: float = Field(description="Student encoding of the micro-batch, milliseconds.")
     search: float = Field(description="Index search, fusion and document lookup, milliseconds.")
     lexical: float = Field(0.0, description="BM25 scoring (lexical and hybrid modes), milliseconds.")
+    filter: float = Field(0.0, description="Turning the request's filter into the rows it allows (the bundle's "
+                          "payload index), milliseconds; 0 without a filter.")
 
 
 class SearchResponse(BaseModel):
