@@ -121,7 +121,7 @@ def stored_codes(index: faiss.Index | faiss.IndexBinary) -> np.ndarray | None:
     flat: Any = faiss.downcast_IndexBinary(typed.storage) if hasattr(typed, "hnsw") else typed
     if not isinstance(flat, faiss.IndexBinaryFlat) or flat.ntotal == 0:
         return None
-    stored: Any = flat.xb  # the stubs do not know the codes' vector
+    stored: Any = getattr(flat, "xb")  # noqa: B009 (the stubs do not know the codes' vector)
     return faiss.rev_swig_ptr(stored.data(), flat.ntotal * flat.code_size).reshape(flat.ntotal, flat.code_size)
 
 

@@ -81,9 +81,9 @@ class _Gathered:
             return
         try:
             stored = typed(self.field.type, value)
-        except ValueError as exc:
-            raise InputError(f"row {row}: field {self.field.name!r} is {self.field.origin} {self.field.type.value}: "
-                             f"{exc}") from None
+        except ValueError as exc:  # write_payload names the document
+            raise ValueError(f"field {self.field.name!r} is {self.field.origin} {self.field.type.value}: {exc}, got "
+                             f"{value!r:.60}") from None
         if not self.keyword:
             self.keys.append(stored)  # type: ignore[arg-type]
             self.rows.append(row)
@@ -162,7 +162,10 @@ def write_payload(staging: Path, docs: DocStore, count: int, fixed: Sequence[Pay
     gathered = [_Gathered(f) for f in fields]
     for row, meta in _metadata(docs, count):
         for g in gathered:
-            g.add(row, meta.get(g.field.name))
+            try:
+                g.add(row, meta.get(g.field.name))
+            except ValueError as exc:  # the build and the update check their lines first: this is a last guard
+                raise InputError(f"document {docs.get([row])[0].id!r} (row {row}): {exc}") from None
     out = staging / PAYLOAD_DIR
     out.mkdir(exist_ok=True)
     written = [g.write(out, i, count) for i, g in enumerate(gathered)]

@@ -9,7 +9,8 @@ by every query and mode: its count, its rows in order, and FAISS's bitmap of it.
   int8 rescoring as usual), which costs what matches;
 - many: the index's own search restricted by an ID selector over the bitmap. A graph or cell index then
   over-fetches: HNSW widens its candidate list and IVF probes more cells in proportion to the share of rows
-  filtered out, since the rows it visits are that much less likely to be allowed.
+  filtered out, since the rows it visits are that much less likely to be allowed (FAISS's binary IVF takes
+  no selector: it asks for that many more results, and the search keeps the allowed ones).
 Where the first plan gives way to the second depends on the index type; the shares are set on measurements at
 1M documents (docs/BENCHMARKS.md#filtered-search).
 """
@@ -77,6 +78,11 @@ class Planner:
         """HNSW's candidate list for `k` results when only `allowed.share` of the graph's nodes may be returned."""
         wanted = math.ceil(max(ef, k) / max(allowed.share, 1e-9))
         return max(ef, k, min(MAX_EF_SEARCH, wanted))
+
+    @staticmethod
+    def fetch(k: int, count: int, allowed: Allowed) -> int:
+        """Results to ask of an index that cannot filter (FAISS's binary IVF) for `k` allowed ones among them."""
+        return min(count, math.ceil(k / max(allowed.share, 1e-9)))
 
     @staticmethod
     def nprobe(nprobe: int, nlist: int, allowed: Allowed) -> int:

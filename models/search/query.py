@@ -205,27 +205,26 @@ def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: in
                  allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, rows) of full-dimension unit queries in one index; rows are -1 past the corpus size.
 
-    `allowed` restricts the search with a FAISS ID selector, before ranking."""
+    `allowed` restricts the search to those rows before ranking (`_restricted`)."""
     q = np.ascontiguousarray(truncate(np.atleast_2d(queries), index.dim))
     k = max(1, min(k, index.count))
-    if index.quantization is not Quantization.BINARY:
-        params, selector = _selector(index, allowed, k)
-        scores, rows = index.index.search(q, k, params=params)
-        del selector  # held until FAISS is done with it
+    binary = index.quantization is Quantization.BINARY
+    depth = min(index.count, k * max(1, oversample)) if binary else k
+    params, selector, fetch = _restricted(index, allowed, depth)
+    scores, rows = index.index.search(sign_codes(q, index.center, index.spin) if binary else q, fetch, params=params)
+    if allowed is not None and selector is None:  # over-fetched without a selector: keep the allowed rows
+        scores, rows = _keep_allowed(scores, rows, allowed.mask, depth)
+    del selector  # held until FAISS was done with it
+    if not binary:
         return scores, rows
     assert index.calibration is not None and index.rescore_codes is not None
-    depth = min(index.count, k * max(1, oversample))
-    params, selector = _selector(index, allowed, depth)
-    codes = sign_codes(q, index.center, index.spin)
-    _, candidates = index.index.search(codes, depth, params=params)
-    del selector  # held until FAISS is done with it
     began = time.perf_counter()
     out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
     out_rows = np.full((len(q), k), -1, dtype=np.int64)
-    for i, cand in enumerate(candidates):
-        scores, rows = _rescore(index, q[i], cand[cand >= 0], k)
-        out_scores[i, : len(rows)] = scores
-        out_rows[i, : len(rows)] = rows
+    for i, cand in enumerate(rows):
+        top_scores, top_rows = _rescore(index, q[i], cand[cand >= 0], k)
+        out_scores[i, : len(top_rows)] = top_scores
+        out_rows[i, : len(top_rows)] = top_rows
     if index.observe is not None:
         index.observe("rescore", time.perf_counter() - began)
     return out_scores, out_rows
@@ -239,20 +238,32 @@ def _rescore(index: VectorIndex, query: np.ndarray, candidates: np.ndarray, k: i
     return scores[top], order[top]
 
 
-def _selector(index: VectorIndex, allowed: Allowed | None, k: int) -> tuple[faiss.SearchParameters | None, Any]:
-    """FAISS search parameters restricting a search for `k` results to `allowed` rows, with the index's own kind of
-    parameters, widened by models.search.planner for HNSW and IVF; and the selector, which the caller holds
-    while FAISS searches."""
+def _restricted(index: VectorIndex, allowed: Allowed | None, k: int) -> tuple[faiss.SearchParameters | None, Any, int]:
+    """How FAISS searches for `k` results among `allowed` rows: its search parameters (the index's own kind,
+    widened by models.search.planner for HNSW and IVF), the ID selector they hold (which the caller keeps alive
+    while FAISS searches), and how many results to ask for. FAISS's IVF over binary codes takes no selector:
+    it over-fetches in proportion to the rows filtered out, and the caller keeps the allowed ones."""
     if allowed is None:
-        return None, None
+        return None, None, k
     lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
-    sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
     typed: Any = index.index
-    if hasattr(typed, "hnsw"):
-        return lib.SearchParametersHNSW(sel=sel, efSearch=Planner.ef_search(typed.hnsw.efSearch, k, allowed)), sel
     if hasattr(typed, "nprobe"):
-        return lib.SearchParametersIVF(sel=sel, nprobe=Planner.nprobe(typed.nprobe, typed.nlist, allowed)), sel
-    return lib.SearchParameters(sel=sel), sel
+        nprobe = Planner.nprobe(typed.nprobe, typed.nlist, allowed)
+        return lib.SearchParametersIVF(nprobe=nprobe), None, Planner.fetch(k, index.count, allowed)
+    sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
+    if hasattr(typed, "hnsw"):
+        return lib.SearchParametersHNSW(sel=sel, efSearch=Planner.ef_search(typed.hnsw.efSearch, k, allowed)), sel, k
+    return lib.SearchParameters(sel=sel), sel, k
+
+
+def _keep_allowed(scores: np.ndarray, rows: np.ndarray, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` allowed results of each query, in FAISS's order; -1 rows pad a short one."""
+    out_scores, out_rows = np.zeros((len(rows), k), dtype=scores.dtype), np.full((len(rows), k), -1, dtype=np.int64)
+    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
+        keep = (r >= 0) & mask[np.maximum(r, 0)]
+        kept = r[keep][:k]
+        out_scores[i, : len(kept)], out_rows[i, : len(kept)] = s[keep][:k], kept
+    return out_scores, out_rows
 
 
 def stored_vectors(index: VectorIndex, rows: np.ndarray) -> np.ndarray:
