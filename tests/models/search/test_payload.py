@@ -40,7 +40,8 @@ META = [_meta(i) for i in range(400)]
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[PayloadIndex, DocStore]:
     directory = tmp_path_factory.mktemp("payload")
-    docs = [Document(id=f"d{i}", title="", text="x", metadata=json.dumps(m, sort_keys=True)) for i, m in enumerate(META)]
+    docs = [Document(id=f"d{i}", title="", text="x", metadata=json.dumps(m, sort_keys=True))
+            for i, m in enumerate(META)]
     write_docstore(directory / "docs.sqlite", docs)
     store = DocStore(directory / "docs.sqlite")
     info, names = write_payload(directory, store, len(docs), declared_fields(["when:datetime"]))
@@ -74,10 +75,12 @@ FILTERS = [
     {"field": "open", "eq": 1}, {"field": "open", "gt": 0},
     {"field": "tags", "eq": "b"}, {"field": "tags", "in": ["a", "c"]}, {"field": "tags", "exists": True},
     {"not": {"field": "tags", "eq": "a"}},
-    {"field": "when", "gte": "2020-01-05T00:00:00Z", "lt": "2020-01-09"}, {"field": "when", "eq": "2020-01-02T00:00:00Z"},
+    {"field": "when", "gte": "2020-01-05T00:00:00Z", "lt": "2020-01-09"},
+    {"field": "when", "eq": "2020-01-02T00:00:00Z"},
     {"field": "when", "eq": "2020-01-02T01:00:00+01:00"}, {"field": "when", "gt": 3},
     {"field": "mixed", "eq": 3}, {"field": "mixed", "eq": "4"}, {"field": "nothing", "exists": False},
-    {"and": [{"field": "year", "gte": 2000}, {"or": [{"field": "tag", "eq": "a"}, {"not": {"field": "mixed", "gt": 100}}]}]},
+    {"and": [{"field": "year", "gte": 2000},
+             {"or": [{"field": "tag", "eq": "a"}, {"not": {"field": "mixed", "gt": 100}}]}]},
 ]
 
 
@@ -108,7 +111,7 @@ def test_a_wide_match_is_written_as_its_complement_with_the_same_rows(indexed: t
 
 
 def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
-    payload, store = indexed
+    store = indexed[1]
     info, _ = write_payload(tmp_path, store, len(META), [PayloadField(name="year", type=FieldType.INTEGER)])
     PayloadIndex(tmp_path, info, len(META)).check()
     position = [f.name for f in info.fields].index("year")
@@ -122,6 +125,6 @@ def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadInde
         PayloadIndex(tmp_path, info, len(META))
 
 
-def test_a_value_of_another_type_than_its_field_is_refused(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
-    with pytest.raises(InputError, match=r"document 'd1' \(row 1\): field 'tag' is declared integer: expected a whole number"):
+def test_a_value_of_another_type_is_refused(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
+    with pytest.raises(InputError, match=r"document 'd1' \(row 1\): field 'tag' is declared integer: expected a whole"):
         write_payload(tmp_path, indexed[1], len(META), declared_fields(["tag:integer"]))
