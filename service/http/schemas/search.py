@@ -80,6 +80,21 @@ class IndexSummary(BaseModel):
                          "answered, which changes at a hot reload.")
 
 
+class FieldDescription(BaseModel):
+    name: str
+    type: Literal["keyword", "keyword-list", "integer", "float", "boolean", "datetime"] | None = Field(
+        description="The payload index's type; null for a key it does not hold (older bundles, or values of "
+        "several types), which filters through the docstore.")
+    declared: bool = Field(description="Declared at build (`--field`); else inferred from the values.")
+
+
+class IndexDescription(IndexSummary):
+    """GET /index: the bundle in service, and what a search of it may ask."""
+
+    modes: list[Literal["dense", "lexical", "hybrid"]]
+    fields: list[FieldDescription] = Field(description="The fields a filter may name.")
+
+
 class Timing(BaseModel):
     queue: float = Field(description="Waiting for a worker and for a micro-batch to form, milliseconds.")
     encode: float = Field(description="Student encoding of the micro-batch, milliseconds.")
