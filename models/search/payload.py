@@ -130,8 +130,8 @@ class Column:
             if bound < _INT64[0]:
                 return 0
             return int(np.searchsorted(self.values, np.int64(bound), side=side))  # type: ignore[call-overload]
-        kind = np.float64 if self.type is FieldType.FLOAT else np.int64
-        return int(np.searchsorted(self.values, kind(bound), side=side))  # type: ignore[call-overload]
+        # the bound in the column's own dtype: another would make numpy convert the whole column first
+        return int(np.searchsorted(self.values, self.values.dtype.type(bound), side=side))  # type: ignore[call-overload]
 
     def _range(self, kind: str, bounds: Sequence[tuple[str, Any]]) -> list[tuple[int, int]]:
         wanted = "date" if self.keyword or self.type is FieldType.DATETIME else "number"

@@ -146,11 +146,15 @@ def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int, rows: 
 
 
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
-           oversample: int, planner: Planner | None = None) -> Retrieved:
+           oversample: int, planner: Planner | None = None, live: np.ndarray | None = None) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical.
-    `planner`: how a filtered dense search is run (models.search.planner; default: by the index type)."""
+    `planner`: how a filtered dense search is run (models.search.planner; default: by the index type).
+    `live`: a row mask of the bundle's rows that may be returned at all (None: every row), ANDed with the filter's
+    (a segment's rows less its deletions, say)."""
     began = time.perf_counter()
     allowed = allowed_rows(bundle, opts.filter) if opts.filter is not None else None
+    if live is not None:
+        allowed = Allowed(live.copy() if allowed is None else np.logical_and(allowed.mask, live, out=allowed.mask))
     filter_s = time.perf_counter() - began
     need = opts.offset + opts.top_k
     spec = fusion_spec(bundle, opts)

@@ -110,3 +110,16 @@ def test_the_exact_plan_rescoring_every_allowed_row_is_exact(binary_bundle: Bund
     found = search(binary_bundle, query[None], ["q"], SearchOptions(top_k=5, filter=flt), 10, Planner(1.0))
     expected = rows[np.argsort(-(stored @ query[:256]), kind="stable")[:5]]
     assert [h.row for h in found.hits[0]] == expected.tolist()
+
+
+def test_a_live_mask_restricts_the_search(binary_bundle: Bundle, vectors: np.ndarray) -> None:
+    """Rows outside `live` (a segment's deletions, say) are never returned, with or without a filter."""
+    live = np.ones(N, dtype=bool)
+    live[::2] = False
+    flt = parse_filter({"field": "bucket", "lt": 50}, binary_bundle.filter_fields)
+    for options in (SearchOptions(top_k=20), SearchOptions(top_k=20, filter=flt)):
+        for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):
+            found = search(binary_bundle, vectors[:3], ["q"] * 3, options, 4, plan, live=live)
+            for hits in found.hits:
+                assert len(hits) == 20 and all(h.row % 2 == 1 for h in hits)
+                assert options.filter is None or all(h.row % 100 < 50 for h in hits)
