@@ -23,14 +23,16 @@ from tests.fixtures.server import LiveServer, serve_app
 
 @pytest.fixture(scope="module")
 def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
-    """A bundle as the code before lexical search wrote it: no lexical/, no new manifest fields, no metadata column."""
+    """A bundle as the code before lexical search wrote it: no lexical/ or payload/, no new manifest fields, no
+    metadata column."""
     out = bundles_dir / "tiny-old"
     shutil.copytree(meta_bundle, out)
     shutil.rmtree(out / "lexical")
+    shutil.rmtree(out / "payload")
     manifest = json.loads((out / BUNDLE_MANIFEST).read_text())
-    for key in ("lexical", "fusion", "metadata_fields"):
+    for key in ("lexical", "fusion", "metadata_fields", "payload"):
         manifest.pop(key, None)
-    manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("lexical/")}
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith(("lexical/", "payload/"))}
     con = sqlite3.connect(out / "docs.sqlite")
     with con:
         con.execute("ALTER TABLE docs DROP COLUMN metadata")
