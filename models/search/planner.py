@@ -26,9 +26,10 @@ import numpy as np
 from models.index_spec import IndexType
 
 # At or below this share of the bundle's rows, a filtered dense search scores the matching rows exactly. At 1M binary
-# documents the exact pass was the faster up to 10% (flat) and 3% (HNSW), the index search from 30% and 10%
-# (docs/decisions.md#filtered-search-planned-by-cardinality); IVF, not measured at scale, follows HNSW's order.
-EXACT_SHARE = {IndexType.FLAT: 0.1, IndexType.HNSW: 0.05, IndexType.IVF: 0.05}
+# documents, each search right after its query's encode as served, the exact pass was the faster up to 20% (flat)
+# and 3% (HNSW), the index search from 30% and 5%: the crossovers sit between
+# (docs/decisions.md#filtered-search-planned-by-cardinality). IVF, not measured at scale, follows HNSW.
+EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04, IndexType.IVF: 0.04}
 EXACT_ROWS = 2048  # ... and always at or below this many rows, however large the bundle
 MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan covers the shares below)
 
