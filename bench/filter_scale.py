@@ -448,7 +448,7 @@ def memory_lines(memory: dict[str, object]) -> list[str]:
     fields = int(memory["fields"])  # type: ignore[call-overload]
     lines = ["", "## Memory", "",
               f"A fresh process opening the flat bundle's payload index ({fields} fields) and evaluating every filter "
-              f"above once: anonymous RSS +{memory['opened']:,} bytes on opening, +{memory['after_filters']:,} bytes "
+              f"above once: anonymous RSS {memory['opened']:+,} bytes on opening, {memory['after_filters']:+,} bytes "
               f"after the filters, i.e. {int(memory['after_filters']) / (count * fields):.3f} bytes per document per "  # type: ignore[call-overload]
               f"field in RAM; the columns are memory-mapped: the pages the filters read, {memory['mapped']:,} bytes, "
               "are page cache the kernel may evict, not process memory.", "",
