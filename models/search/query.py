@@ -135,8 +135,8 @@ def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int, rows: 
     q = np.ascontiguousarray(truncate(rotated, index.dim), dtype=np.float32)
     codes = stored_codes(index.index) if index.quantization is Quantization.BINARY else None
     if codes is not None and len(rows) > depth * max(1, oversample):
-        rows = hamming_top(codes, rows, sign_codes(q, index.center, index.spin), depth * max(1, oversample),
-                           EXACT_CHUNK)
+        rows = np.sort(hamming_top(codes, rows, sign_codes(q, index.center, index.spin), depth * max(1, oversample),
+                                   EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
     best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     for start in range(0, len(rows), EXACT_CHUNK):
         chunk = rows[start : start + EXACT_CHUNK]
