@@ -1,7 +1,8 @@
 """`tandem index verify`: prove a published bundle is what its manifest says, before trusting it.
 
 Checks every file's sha256 against the manifest (models.bundle.verify_bundle), that the FAISS
-index, the docstore and the manifest agree on the count, and that the manifest's teacher is the
+index, the docstore and the manifest agree on the count, that the payload index's columns hold what the
+search relies on (sorted values, rows inside the bundle), and that the manifest's teacher is the
 provisioned (or --teacher) model when one is available; says how that teacher pooled and which
 prompts it put before queries and documents. Works on a bundle directory or a root.
 """
@@ -51,6 +52,11 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
             rows = bundle.docs.count()
         except sqlite3.DatabaseError as exc:
             raise ContractMismatch(f"{directory / DOCSTORE_FILE}: unreadable docstore ({exc})") from exc
+        if bundle.payload is not None:
+            try:
+                bundle.payload.check()
+            except ValueError as exc:
+                raise ContractMismatch(f"{directory}: {exc}") from exc
     finally:
         bundle.close()
     if rows != manifest.count:
@@ -59,8 +65,9 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
         raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} "
                                f"differs from the bundle count {manifest.count}")
     note = _teacher_note(directory, manifest.teacher, teacher)
+    fields = f", {len(manifest.payload.fields)} payload fields" if manifest.payload is not None else ""
     return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value} "
-            f"{manifest.index.type.value}, {len(manifest.files)} files sha256-verified, {note}, "
+            f"{manifest.index.type.value}{fields}, {len(manifest.files)} files sha256-verified, {note}, "
             f"vectors {_computed_by(manifest.embeddings)}")
 
 

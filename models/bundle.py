@@ -16,6 +16,8 @@ from models.manifest import BUNDLE_MANIFEST, BundleManifest, FusionSpec, read_ma
 from models.registry import sha256_file
 from models.rotation import ROTATION_FILE, Rotation
 from models.search.lexical import LEXICAL_DIR, LexicalIndex
+from models.search.payload import PayloadIndex
+from models.search.payload_writer import payload_files
 from models.search.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
@@ -49,6 +51,8 @@ def required_files(manifest: BundleManifest) -> list[str]:
         names.append(CENTER_FILE)
     if manifest.binary_spin:
         names.append(SPIN_FILE)
+    if manifest.payload is not None:
+        names += payload_files(manifest.payload)
     return names
 
 
@@ -139,6 +143,13 @@ class Bundle:
             self.docs.close()
             log.error("%s: unreadable lexical index: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable lexical index ({type(exc).__name__})") from exc
+        try:  # memory-mapped: loading reads the arrays' headers only
+            self.payload = None if self.manifest.payload is None else PayloadIndex(
+                self.directory, self.manifest.payload, self.manifest.count)
+        except (ValueError, OSError) as exc:
+            self.docs.close()
+            log.error("%s: unreadable payload index: %s", self.directory, exc)
+            raise ContractMismatch(f"{self.directory}: unreadable payload index ({type(exc).__name__})") from exc
         self.fusion = self.manifest.fusion or FusionSpec()
         log.info("bundle %s: %d docs, %d-d %s %s", self.directory, self.manifest.count, self.manifest.dim,
                  self.manifest.quantization.value, self.manifest.index.type.value)
@@ -160,6 +171,13 @@ class Bundle:
         check_same_teacher(student_teacher, self.teacher)
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
+
+    @property
+    def filter_fields(self) -> frozenset[str]:
+        """The fields a filter may name: the metadata keys present, and the declared fields (even if none holds a
+        value)."""
+        declared = [f.name for f in self.manifest.payload.fields] if self.manifest.payload is not None else []
+        return frozenset([*self.manifest.metadata_fields, *declared])
 
     def require_lexical(self) -> LexicalIndex:
         """The lexical index, or NoLexicalIndex (a 422 in the service) for a bundle built without one."""

@@ -16,13 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
+from models.fields import PayloadInfo
 from models.index_spec import IndexSpec, Quantization
 from models.rotation import Rotation
 
 BUNDLE_FORMAT = 1
 STUDENT_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
-BUNDLE_SUBDIRECTORY = "lexical"  # the one directory a bundle may hold (models.search.lexical writes it)
+LEXICAL_SUBDIRECTORY = "lexical"  # the BM25 index (models.search.lexical writes it)
+PAYLOAD_SUBDIRECTORY = "payload"  # the payload index's columns (models.search.payload_writer writes them)
+BUNDLE_SUBDIRECTORIES = (LEXICAL_SUBDIRECTORY, PAYLOAD_SUBDIRECTORY)  # the only directories a bundle may hold
 STUDENT_MANIFEST = "student.json"
 
 M = TypeVar("M", bound=BaseModel)
@@ -144,19 +147,22 @@ class BundleManifest(BaseModel):
     lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
     fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
     metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")
+    payload: PayloadInfo | None = Field(None, description="the typed fields of the payload index (payload/); absent "
+                                        "in older bundles, which filter through the docstore")
 
     @field_validator("files")
     @classmethod
     def _plain_names(cls, files: dict[str, str]) -> dict[str, str]:
         # Names are joined to the bundle directory: `../x` or `/x` would make a reload hash any file on the host.
-        # One subdirectory is known, the lexical index's (`lexical/NAME`); nothing else has a '/'.
+        # Two subdirectories are known, the lexical index's (`lexical/NAME`) and the payload index's
+        # (`payload/NAME`); nothing else has a '/'.
         for name in files:
             parts = name.split("/")
-            nested = len(parts) == 2 and parts[0] == BUNDLE_SUBDIRECTORY
+            nested = len(parts) == 2 and parts[0] in BUNDLE_SUBDIRECTORIES
             if (len(parts) > 1 and not nested) or any(
                     not p or p in {".", ".."} or p.startswith("..") or any(c in p for c in "\\\0") for p in parts):
                 raise ValueError("every name must be a plain file name in the bundle directory, or in its "
-                                 f"{BUNDLE_SUBDIRECTORY}/ (no other '/', no '\\' or '..')")
+                                 f"{'/ or '.join(BUNDLE_SUBDIRECTORIES)}/ (no other '/', no '\\' or '..')")
         return files
 
     def summary(self) -> dict[str, object]:

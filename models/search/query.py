@@ -6,10 +6,13 @@ float bundle runs here, in models.contract (MRL truncation) and in the docstore 
 (binary adds the sign codes of models.search.first_stage and the codecs of models.search.quantize);
 models.search.vector_index builds, saves and loads the indexes.
 
-Filters restrict both sides before ranking, so a page fills whenever enough documents match:
-- dense: a FAISS ID selector on the first stage, or, when the filter is very selective (or an
-  approximate index returned short), an exact pass over the matching rows' vectors;
-- lexical: BM25 scores of the matching rows only.
+A filter becomes the rows it allows once per search (`allowed_rows`: the payload index, models.search.payload,
+or the docstore's SQL for older bundles), and both sides search only those rows, so a page fills whenever enough
+documents match:
+- dense: as models.search.planner chooses from their count, an exact pass over the allowed rows' stored
+  vectors (few), or the index's search with a FAISS ID selector over their bitmap (many), widened for HNSW
+  and IVF; an approximate index that still comes back short falls back to the exact pass;
+- lexical: BM25 scores of the allowed rows only.
 
 Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
 float query against the int8 vectors (memory-mapped from disk).
@@ -29,20 +32,18 @@ from models.contract import truncate
 from models.corpus import Document
 from models.index_spec import Quantization
 from models.manifest import FusionMethod, FusionSpec
-from models.search.filters import Filter
-from models.search.first_stage import sign_codes
+from models.search.filters import Filter, sql_of
+from models.search.first_stage import hamming_top, sign_codes, stored_codes
 from models.search.fusion import fuse
 from models.search.lexical import top_k
+from models.search.planner import Allowed, Planner
 from models.search.quantize import int8_decode
 from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 if TYPE_CHECKING:
     from models.bundle import Bundle
 
-BRUTE_FORCE_ROWS = 2048  # at most this many matching rows (or BRUTE_FORCE_SHARE of the corpus): exact pass
-BRUTE_FORCE_SHARE = 0.01
-BRUTE_FORCE_CHUNK = 65_536  # rows scored at a time in the exact pass
-
+EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
 
 
 def set_search_threads(threads: int) -> None:
@@ -85,6 +86,7 @@ class SearchOptions:
 class Retrieved:
     hits: list[list[Hit]]
     lexical_s: float = 0.0
+    filter_s: float = 0.0  # turning the filter into the rows it allows, once for the whole search
 
 
 def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
@@ -94,40 +96,66 @@ def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
     return spec
 
 
-def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: np.ndarray | None,
-                     oversample: int) -> tuple[np.ndarray, np.ndarray]:
+def allowed_rows(bundle: Bundle, flt: Filter) -> Allowed:
+    """The rows of `bundle` a filter allows: from the payload index's columns, or from the docstore's SQL for a
+    bundle without one (older bundles) and for a key the index leaves out."""
+    count = bundle.vectors.count
+    if bundle.payload is None:
+        return Allowed.of_rows(bundle.docs.rows_where(flt.sql, flt.params), count)
+
+    def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
+        return Allowed.of_rows(bundle.docs.rows_where(*sql_of(leaf)), count).mask
+
+    return Allowed(bundle.payload.evaluate(flt.tree, from_docstore))
+
+
+def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Allowed | None, oversample: int,
+                     planner: Planner | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (scores, rows) of one query vector, restricted to `allowed` rows when given."""
     index = bundle.vectors
     q = rotate(query[None, :], bundle.rotation)
-    if allowed is not None and len(allowed) == 0:
+    if allowed is not None and allowed.count == 0:
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-    if allowed is not None and len(allowed) <= max(BRUTE_FORCE_ROWS, BRUTE_FORCE_SHARE * index.count):
-        return exact_candidates(bundle, q, depth, allowed)
+    if allowed is not None and (planner or Planner()).exact(index.spec.type, allowed):
+        return exact_candidates(index, q, depth, allowed.rows, oversample)
     scores, rows = search_index(index, q, depth, oversample, allowed=allowed)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
-    wanted = min(depth, index.count if allowed is None else len(allowed))
-    if allowed is not None and len(r) < wanted:  # an approximate index came back short: score them all
-        return exact_candidates(bundle, q, depth, allowed)
+    if allowed is not None and len(r) < min(depth, allowed.count):  # an approximate index came back short
+        return exact_candidates(index, q, depth, allowed.rows, oversample)
     return s, r
 
 
-def exact_candidates(bundle: Bundle, rotated: np.ndarray, depth: int,
-                     allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Score every allowed row's stored vector, a chunk at a time (bounded memory)."""
-    q = np.ascontiguousarray(truncate(rotated, bundle.vectors.dim), dtype=np.float32)[0]
+def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int, rows: np.ndarray,
+                     oversample: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top `depth` of `rows` (ascending) scored exactly, a chunk at a time: float and int8 by their stored
+    vectors; binary by the Hamming distance of their sign codes, then the int8 rescoring of the best
+    `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not addressable by row: its
+    int8 vectors score every row)."""
+    q = np.ascontiguousarray(truncate(rotated, index.dim), dtype=np.float32)
+    codes = stored_codes(index.index) if index.quantization is Quantization.BINARY else None
+    if codes is not None and len(rows) > depth * max(1, oversample):
+        rows = np.sort(hamming_top(codes, rows, sign_codes(q, index.center, index.spin), depth * max(1, oversample),
+                                   EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
     best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-    for start in range(0, len(allowed), BRUTE_FORCE_CHUNK):
-        rows = allowed[start : start + BRUTE_FORCE_CHUNK]
-        scores = stored_vectors(bundle.vectors, rows) @ q
-        best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, rows]), depth)
+    for start in range(0, len(rows), EXACT_CHUNK):
+        chunk = rows[start : start + EXACT_CHUNK]
+        scores = stored_vectors(index, chunk) @ q[0]
+        best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, chunk]), depth)
     return best_s, best_r
 
 
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
-           oversample: int) -> Retrieved:
-    """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical."""
-    allowed = bundle.docs.rows_where(opts.filter.sql, opts.filter.params) if opts.filter is not None else None
+           oversample: int, planner: Planner | None = None, live: np.ndarray | None = None) -> Retrieved:
+    """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical.
+    `planner`: how a filtered dense search is run (models.search.planner; default: by the index type).
+    `live`: a row mask of the bundle's rows that may be returned at all (None: every row), ANDed with the filter's
+    (a segment's rows less its deletions, say)."""
+    began = time.perf_counter()
+    allowed = allowed_rows(bundle, opts.filter) if opts.filter is not None else None
+    if live is not None:
+        allowed = Allowed(live.copy() if allowed is None else np.logical_and(allowed.mask, live, out=allowed.mask))
+    filter_s = time.perf_counter() - began
     need = opts.offset + opts.top_k
     spec = fusion_spec(bundle, opts)
     depth = max(need, spec.depth) if opts.mode is Mode.HYBRID else need
@@ -138,11 +166,11 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
         dense = lexical = None
         if opts.mode is not Mode.LEXICAL:
             assert vectors is not None
-            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample)
+            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample, planner)
         if opts.mode is not Mode.DENSE:
             lex = bundle.require_lexical()
             began = time.perf_counter()
-            lexical = lex.search(query, depth, allowed)
+            lexical = lex.search(query, depth, None if allowed is None else allowed.rows)
             lexical_s += time.perf_counter() - began
         if dense is not None and lexical is not None:
             ranked = fuse(dense, lexical, spec, opts.alpha)
@@ -153,7 +181,7 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
             keep = scores >= opts.min_score
             scores, rows = scores[keep], rows[keep]
         out.append(_hits(bundle, scores, rows))
-    return Retrieved(out, lexical_s)
+    return Retrieved(out, lexical_s, filter_s)
 
 
 def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
@@ -178,48 +206,68 @@ def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
 
 
 def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE,
-                 allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, rows) of full-dimension unit queries in one index; rows are -1 past the corpus size.
 
-    `allowed` (ascending rows) restricts the search with a FAISS ID selector, before ranking."""
+    `allowed` restricts the search to those rows before ranking (`_restricted`)."""
     q = np.ascontiguousarray(truncate(np.atleast_2d(queries), index.dim))
     k = max(1, min(k, index.count))
-    params = _selector(index, allowed)
-    if index.quantization is not Quantization.BINARY:
-        scores, rows = index.index.search(q, k, params=params)
+    binary = index.quantization is Quantization.BINARY
+    depth = min(index.count, k * max(1, oversample)) if binary else k
+    params, selector, fetch = _restricted(index, allowed, depth)
+    scores, rows = index.index.search(sign_codes(q, index.center, index.spin) if binary else q, fetch, params=params)
+    if allowed is not None and selector is None:  # over-fetched without a selector: keep the allowed rows
+        scores, rows = _keep_allowed(scores, rows, allowed.mask, depth)
+    del selector  # held until FAISS was done with it
+    if not binary:
         return scores, rows
     assert index.calibration is not None and index.rescore_codes is not None
-    depth = min(index.count, k * max(1, oversample))
-    codes = sign_codes(q, index.center, index.spin)
-    _, candidates = index.index.search(codes, depth, params=params)
     began = time.perf_counter()
     out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
     out_rows = np.full((len(q), k), -1, dtype=np.int64)
-    for i, cand in enumerate(candidates):
-        cand = cand[cand >= 0]
-        order = np.sort(cand)  # sorted reads are kinder to a memory-mapped file
-        vecs = int8_decode(np.asarray(index.rescore_codes[order]), index.calibration)
-        scores = vecs @ q[i]
-        top = np.argsort(-scores, kind="stable")[:k]
-        out_scores[i, : len(top)] = scores[top]
-        out_rows[i, : len(top)] = order[top]
+    for i, cand in enumerate(rows):
+        top_scores, top_rows = _rescore(index, q[i], cand[cand >= 0], k)
+        out_scores[i, : len(top_rows)] = top_scores
+        out_rows[i, : len(top_rows)] = top_rows
     if index.observe is not None:
         index.observe("rescore", time.perf_counter() - began)
     return out_scores, out_rows
 
 
-def _selector(index: VectorIndex, allowed: np.ndarray | None) -> faiss.SearchParameters | None:
-    """FAISS search parameters restricting the first stage to `allowed` rows (the index's own kind)."""
+def _rescore(index: VectorIndex, query: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top k of binary candidates by the float query against their int8 vectors, best first."""
+    order = np.sort(candidates)  # sorted reads are kinder to a memory-mapped file
+    scores = stored_vectors(index, order) @ query
+    top = np.argsort(-scores, kind="stable")[:k]
+    return scores[top], order[top]
+
+
+def _restricted(index: VectorIndex, allowed: Allowed | None, k: int) -> tuple[faiss.SearchParameters | None, Any, int]:
+    """How FAISS searches for `k` results among `allowed` rows: its search parameters (the index's own kind,
+    widened by models.search.planner for HNSW and IVF), the ID selector they hold (which the caller keeps alive
+    while FAISS searches), and how many results to ask for. FAISS's IVF over binary codes takes no selector:
+    it over-fetches in proportion to the rows filtered out, and the caller keeps the allowed ones."""
     if allowed is None:
-        return None
+        return None, None, k
     lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
-    sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
     typed: Any = index.index
-    if hasattr(typed, "hnsw"):
-        return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)
     if hasattr(typed, "nprobe"):
-        return lib.SearchParametersIVF(sel=sel, nprobe=typed.nprobe)
-    return lib.SearchParameters(sel=sel)
+        nprobe = Planner.nprobe(typed.nprobe, typed.nlist, allowed)
+        return lib.SearchParametersIVF(nprobe=nprobe), None, Planner.fetch(k, index.count, allowed)
+    sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
+    if hasattr(typed, "hnsw"):
+        return lib.SearchParametersHNSW(sel=sel, efSearch=Planner.ef_search(typed.hnsw.efSearch, k, allowed)), sel, k
+    return lib.SearchParameters(sel=sel), sel, k
+
+
+def _keep_allowed(scores: np.ndarray, rows: np.ndarray, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` allowed results of each query, in FAISS's order; -1 rows pad a short one."""
+    out_scores, out_rows = np.zeros((len(rows), k), dtype=scores.dtype), np.full((len(rows), k), -1, dtype=np.int64)
+    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
+        keep = (r >= 0) & mask[np.maximum(r, 0)]
+        kept = r[keep][:k]
+        out_scores[i, : len(kept)], out_rows[i, : len(kept)] = s[keep][:k], kept
+    return out_scores, out_rows
 
 
 def stored_vectors(index: VectorIndex, rows: np.ndarray) -> np.ndarray:
