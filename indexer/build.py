@@ -17,11 +17,12 @@ from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
-from indexer.writer import write_lexical, write_manifest, write_vectors
+from indexer.writer import write_doc_indexes, write_manifest, write_vectors
 from models.contract import SUPPORTED_DIMS
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
 from models.errors import InputError
+from models.fields import declared_fields
 from models.index_spec import IndexSpec, Quantization, resolve_spec
 from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource
 from models.registry import ModelCard, load_card, resolve, sha256_file
@@ -65,6 +66,7 @@ class BuildRequest:
     ray_actors: int | None = None
     ray_threads: int = 1
     metadata_extra: bool = False
+    fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.fields)
     # binary: subtract the corpus mean, then spin, before taking signs (models.search.first_stage)
     binary_center: bool = True
 
@@ -177,6 +179,7 @@ def build(req: BuildRequest) -> BundleManifest:
     started = time.perf_counter()
     quantization = _quantization(req.quantization)
     rotation = _rotation(req.rotation)
+    fields = declared_fields(req.fields)
     _check_shard_size(req.shard_size)
     req.run.check()
     req.target.check()
@@ -186,7 +189,7 @@ def build(req: BuildRequest) -> BundleManifest:
     with publish(req.target) as (staging, version):
         writer = DocstoreWriter(staging / DOCSTORE_FILE)
         try:
-            corpus = ingest_corpus(Path(req.corpus), writer, extra_metadata=req.metadata_extra)
+            corpus = ingest_corpus(Path(req.corpus), writer, extra_metadata=req.metadata_extra, fields=fields)
             log.info("corpus %s: %d documents", req.corpus, corpus.count)
             index = req.index_spec(quantization, corpus.count)  # refused here, before any encoding
             if req.embeddings is not None:
@@ -199,7 +202,7 @@ def build(req: BuildRequest) -> BundleManifest:
                 source = teacher_vectors(req, card, corpus, docs, store)
             finally:
                 docs.close()
-        described, lexical_names = write_lexical(staging, corpus.count)
+        described, index_names = write_doc_indexes(staging, corpus.count, fields)
         key = source.store_key
         assert key is not None
         centered = req.binary_center and quantization is Quantization.BINARY
@@ -208,7 +211,7 @@ def build(req: BuildRequest) -> BundleManifest:
                               spin=centered)
         info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
                           count=corpus.count, metadata_extra=req.metadata_extra)
-        manifest = write_manifest(staging, [*names, DOCSTORE_FILE, *lexical_names], teacher=card.teacher_ref(),
+        manifest = write_manifest(staging, [*names, DOCSTORE_FILE, *index_names], teacher=card.teacher_ref(),
                                   dim=dim,
                                   quantization=quantization, count=corpus.count,
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,

@@ -3,7 +3,8 @@
 `--changes FILE.jsonl`: each line is a document in the corpus formats (BEIR `_id/title/text`
 or `id/text`), added or replacing the document with that id, or `{"_id": ID, "delete": true}`.
 A line's keys outside id, title and text become metadata exactly when the base bundle was built
-with `--metadata-extra` (its manifest's `corpus.metadata_extra`), so an updated document keeps them.
+with `--metadata-extra` (its manifest's `corpus.metadata_extra`), so an updated document keeps them,
+and a value of a payload field must have the field's type (the base's schema is kept).
 `--delete-ids FILE`: one id per line (blank lines and `#` comments skipped).
 An id may appear once across both files; every bad line is an InputError naming file:line.
 """
@@ -11,11 +12,13 @@ An id may appear once across both files; every bad line is an InputError naming 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from models.corpus import Document, parse_line
 from models.errors import InputError
+from models.fields import PayloadField, check_metadata
 
 
 @dataclass(frozen=True)
@@ -56,8 +59,10 @@ def _delete_id(obj: dict, where: str) -> str:
     return str(doc_id)
 
 
-def read_changes(changes: Path | None, delete_ids: Path | None, extra_metadata: bool = False) -> Changes:
-    """Upserts and deletes; `extra_metadata` parses document lines as the base bundle's corpus was parsed."""
+def read_changes(changes: Path | None, delete_ids: Path | None, extra_metadata: bool = False,
+                 fields: Sequence[PayloadField] = ()) -> Changes:
+    """Upserts and deletes; `extra_metadata` parses document lines as the base bundle's corpus was parsed, and
+    each value of one of `fields` (the base's payload schema) must have its type."""
     seen: dict[str, str] = {}
 
     def claim(doc_id: str, where: str) -> None:
@@ -79,6 +84,8 @@ def read_changes(changes: Path | None, delete_ids: Path | None, extra_metadata: 
                 deletes[doc_id] = where
                 continue
             doc = parse_line(line, where, extra_metadata)
+            if fields and doc.metadata is not None:
+                check_metadata(doc.meta(), fields, where)
             claim(doc.id, where)
             upserts.append(doc)
     if delete_ids is not None:

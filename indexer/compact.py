@@ -21,7 +21,7 @@ from indexer.ingest import CHUNK as INGEST_CHUNK
 from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
-from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
+from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import in_segment, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document
@@ -74,7 +74,8 @@ def compact(req: VersionRequest) -> BundleManifest:
         names = write_vectors(staging, count, lambda: store.iter_chunks(key), dim=base.dim,
                               quantization=base.quantization, rotation=base.rotation, index=index,
                               center=base.binary_center, spin=base.binary_spin)
-        described, lexical_names = write_lexical(staging, count)
+        fields = base.payload.fields if base.payload is not None else []  # the version's fields keep their types
+        described, index_names = write_doc_indexes(staging, count, fields)
         if base.fusion is not None:
             described["fusion"] = base.fusion  # a default chosen for this corpus survives its compactions
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
@@ -84,7 +85,7 @@ def compact(req: VersionRequest) -> BundleManifest:
         source = EmbeddingSource(kind="encoded", store_key=key, precision=_precision(sourced),
                                  device=base.embeddings.device, engine=base.embeddings.engine)
         manifest = write_manifest(
-            staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *lexical_names], teacher=card.teacher_ref(), dim=base.dim,
+            staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *index_names], teacher=card.teacher_ref(), dim=base.dim,
             quantization=base.quantization, count=count, build_seconds=round(time.perf_counter() - started, 3),
             corpus=corpus_info, embeddings=source, version=version, base=info, rotation=base.rotation, index=index,
             binary_center=base.binary_center, binary_spin=base.binary_spin, follow=base.follow, **described)

@@ -15,6 +15,7 @@ from pathlib import Path
 from models.corpus import CorpusHasher, Document, first_line_of, scan_corpus
 from models.docstore import DocStore, DocstoreWriter, DuplicateId
 from models.errors import InputError
+from models.fields import PayloadField, check_metadata
 
 CHUNK = 10_000
 OFFSET_STRIDE = 64
@@ -28,8 +29,10 @@ class IngestedCorpus:
     offsets: list[int] = field(default_factory=list)  # byte offset of rows 0, OFFSET_STRIDE, 2·OFFSET_STRIDE, …
 
 
-def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = False) -> IngestedCorpus:
-    """Stream `path` into `docstore`; raise InputError naming file and line on a bad line or duplicate id.
+def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = False,
+                  fields: Sequence[PayloadField] = ()) -> IngestedCorpus:
+    """Stream `path` into `docstore`; raise InputError naming file and line on a bad line, a duplicate id or a
+    value of another type than its declared field's (`fields`, models.fields).
 
     `extra_metadata` keeps a line's keys outside id, title and text as metadata (models.corpus)."""
     hasher = CorpusHasher()
@@ -51,6 +54,8 @@ def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = F
     for lineno, offset, doc in scan_corpus(path, extra_metadata):
         if count % OFFSET_STRIDE == 0:
             offsets.append(offset)
+        if fields and doc.metadata is not None:
+            check_metadata(doc.meta(), fields, f"{path}:{lineno}")
         hasher.update(doc)
         batch.append(doc)
         lines.append(lineno)

@@ -26,7 +26,7 @@ from indexer.encode import TeacherRun, encode_into, local_teacher
 from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import UpdateRequest
-from indexer.writer import CORPUS_FILE, write_lexical, write_manifest, write_vectors
+from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import Bundle, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
@@ -158,9 +158,12 @@ def merged(plan: Plan, base: BaseVectors, fresh: np.ndarray) -> Iterator[np.ndar
 def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
     """Publish the whole new corpus as one segment (the base's lexical index cannot take segments)."""
     started = time.perf_counter()
-    # Change lines are parsed as the base corpus was: with --metadata-extra, a line's other keys stay metadata.
-    extra = read_bundle_manifest(source_dir).corpus.metadata_extra
-    changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra)
+    # Change lines are parsed as the base corpus was: with --metadata-extra, a line's other keys stay metadata; and
+    # the base's payload schema is kept, so a value of one of its fields must have the field's type.
+    described_base = read_bundle_manifest(source_dir)
+    extra = described_base.corpus.metadata_extra
+    fields = described_base.payload.fields if described_base.payload is not None else []
+    changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra, fields=fields)
     bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
     run = TeacherRun(device=req.device, batch_size=req.batch_size)
@@ -196,12 +199,13 @@ def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
             names = write_vectors(staging, count, lambda: store.iter_chunks(new_key), dim=base.dim,
                                   quantization=base.quantization, rotation=base.rotation, index=base.index,
                                   center=base.binary_center, spin=base.binary_spin)
-            described, lexical_names = write_lexical(staging, count)  # rebuilt: BM25 statistics are corpus-wide
+            # rebuilt: its BM25 index takes no segment; the payload columns keep the base's fields and types
+            described, index_names = write_doc_indexes(staging, count, fields)
             if base.fusion is not None:
                 described["fusion"] = base.fusion  # a default chosen for this corpus survives its updates
             corpus = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
                                 metadata_extra=extra)  # the next update parses its lines the same way
-            manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *lexical_names],
+            manifest = write_manifest(staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *index_names],
                                       teacher=card.teacher_ref(),
                                       dim=base.dim, quantization=base.quantization, count=count,
                                       build_seconds=round(time.perf_counter() - started, 3), corpus=corpus,

@@ -25,10 +25,12 @@ from models.bundle import in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.errors import InputError
+from models.fields import PayloadInfo
 from models.index_spec import IndexSpec, IndexType, resolve_spec
 from models.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
 from models.registry import sha256_file
 from models.search.lexical import build_lexical
+from models.search.payload_writer import write_payload
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,7 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
         if deleted != segment.deleted:
             parts[i] = _tombstone(staging, segment, mask, files)
     metadata_fields = set(manifest.metadata_fields)
+    payload = manifest.payload
     encoded = 0
     if new:
         x, source, encoded = vectors(fresh, reused, reuse_rows)
@@ -130,7 +133,8 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
         parts.append(info)
         files.update({f"{info.path}/{n}": sha256_file(staging / info.path / n) for n in names})
         metadata_fields.update(k for d in new for k in d.meta())
-    updated = manifest.model_copy(update={"segments": parts, "count": live, "files": files,
+        payload = with_fields(manifest.payload, info.payload)
+    updated = manifest.model_copy(update={"segments": parts, "count": live, "files": files, "payload": payload,
                                           "metadata_fields": sorted(metadata_fields)})
     return Applied(updated, counts, encoded)
 
@@ -167,17 +171,31 @@ def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, ma
     names = write_index(directory, len(docs), lambda: [vectors], dim=manifest.dim,
                         quantization=manifest.quantization, index=spec, space=space)
     names.append(DOCSTORE_FILE)
-    lexical = None
-    if manifest.lexical is not None:
-        store = DocStore(directory / DOCSTORE_FILE)
-        try:
+    lexical = payload = None
+    store = DocStore(directory / DOCSTORE_FILE)
+    try:
+        if manifest.lexical is not None:
             lexical, lexical_names = build_lexical(directory, store, len(docs), manifest.lexical)
-        finally:
-            store.close()
-        names += lexical_names
+            names += lexical_names
+        if manifest.payload is not None:  # the version's fields keep their types; new keys are inferred
+            payload, payload_names = write_payload(directory, store, len(docs), manifest.payload.fields)
+            names += payload_names
+    finally:
+        store.close()
     log.info("segment %s: %d documents", name, len(docs))
     return SegmentInfo(name=name, path=f"{SEGMENTS_DIRECTORY}/{name}", count=len(docs), index=spec, lexical=lexical,
-                       embeddings=source, build_time=utc_now()), names
+                       payload=payload, embeddings=source, build_time=utc_now()), names
+
+
+def with_fields(version: PayloadInfo | None, segment: PayloadInfo | None) -> PayloadInfo | None:
+    """The version's payload schema once a segment joined it: its fields, then any the segment's documents brought
+    (a filter on such a field reads an older segment's docstore, which has no column for it)."""
+    if version is None or segment is None:
+        return version
+    known = {f.name for f in version.fields}
+    new = [f for f in segment.fields if f.name not in known]
+    unindexed = sorted(set(version.unindexed) | set(segment.unindexed))
+    return version.model_copy(update={"fields": [*version.fields, *new], "unindexed": unindexed})
 
 
 def write_version_manifest(staging: Path, manifest: BundleManifest) -> None:

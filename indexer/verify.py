@@ -1,7 +1,8 @@
 """`tandem index verify`: prove a published bundle is what its manifest says, before trusting it.
 
 Checks every file's sha256 against the manifest (models.bundle.verify_bundle), that the FAISS
-index, the docstore and the manifest agree on the count, and that the manifest's teacher is the
+index, the docstore and the manifest agree on the count, that the payload index's columns hold what the
+search relies on (sorted values, rows inside the bundle), and that the manifest's teacher is the
 provisioned (or --teacher) model when one is available; says how that teacher pooled and which
 prompts it put before queries and documents. Works on a bundle directory or a root.
 """
@@ -44,15 +45,25 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
     directory = Path(directory)
     manifest = verify_bundle(directory)
     # Loading checks each segment's FAISS ntotal and docstore rows against the manifest, and its tombstones.
-    Bundle(directory).close()
+    bundle = Bundle(directory)
+    try:
+        for segment in bundle.segments:
+            if segment.payload is not None:
+                try:
+                    segment.payload.check()
+                except ValueError as exc:
+                    raise ContractMismatch(f"{segment.directory}: {exc}") from exc
+    finally:
+        bundle.close()
     first = manifest.parts[0]
     if manifest.corpus.count != first.count:
         raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} "
                                f"differs from the first segment's {first.count}")
     note = _teacher_note(directory, manifest.teacher, teacher)
+    fields = f", {len(manifest.payload.fields)} payload fields" if manifest.payload is not None else ""
     return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value} "
-            f"{manifest.index.type.value}, {_segments(manifest)}, {len(manifest.files)} files sha256-verified, "
-            f"{note}, vectors {_computed_by(manifest.embeddings)}")
+            f"{manifest.index.type.value}{fields}, {_segments(manifest)}, {len(manifest.files)} files "
+            f"sha256-verified, {note}, vectors {_computed_by(manifest.embeddings)}")
 
 
 def _segments(manifest: BundleManifest) -> str:

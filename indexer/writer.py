@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +19,7 @@ import numpy as np
 from models.contract import truncate
 from models.corpus import Document
 from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.fields import PayloadField
 from models.index_spec import IndexSpec, Quantization
 from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
 from models.registry import ModelCard, sha256_file
@@ -26,6 +27,7 @@ from models.rotation import ROTATION_FILE, PcaAccumulator, Rotation
 from models.search.first_stage import spin_matrix
 from models.search.fusion import DEFAULT_FUSION
 from models.search.lexical import build_lexical
+from models.search.payload_writer import write_payload
 from models.search.quantize import Int8Calibration
 from models.search.query import rotate
 from models.search.vector_index import CALIBRATION_FILE, CENTER_FILE, SPIN_FILE, IndexWriter
@@ -46,16 +48,20 @@ def write_corpus(path: Path, docs: Iterable[Document]) -> int:
     return count
 
 
-def write_lexical(staging: Path, count: int) -> tuple[dict[str, object], list[str]]:
-    """The lexical index over the staging docstore, and the manifest fields that describe the documents:
-    lexical parameters, the default fusion and the metadata keys present."""
+def write_doc_indexes(staging: Path, count: int, fields: Sequence[PayloadField] = ()) -> tuple[dict[str, object],
+                                                                                           list[str]]:
+    """The lexical and payload indexes over the staging docstore, and the manifest fields that describe the
+    documents: lexical parameters, the default fusion, the metadata keys present and the payload schema
+    (`fields` with their types, every other key inferred: models.search.payload_writer)."""
     docs = DocStore(staging / DOCSTORE_FILE)
     try:
         info, names = build_lexical(staging, docs, count)
-        fields = docs.metadata_fields()
+        keys = docs.metadata_fields()
+        payload, payload_names = write_payload(staging, docs, count, fields)
     finally:
         docs.close()
-    return {"lexical": info, "fusion": DEFAULT_FUSION, "metadata_fields": fields}, names
+    described = {"lexical": info, "fusion": DEFAULT_FUSION, "metadata_fields": keys, "payload": payload}
+    return described, names + payload_names
 
 
 @dataclass(frozen=True)
@@ -173,6 +179,7 @@ def write_bundle(
     base: BaseInfo | None = None,
     rotation: Rotation = Rotation.NONE,
     index: IndexSpec | None = None,
+    fields: Sequence[PayloadField] = (),
 ) -> BundleManifest:
     """Write every file of an in-memory corpus, then the manifest (small corpora, tests, evaluation).
 
@@ -183,7 +190,7 @@ def write_bundle(
                           rotation=rotation, index=index or IndexSpec())
     write_docstore(staging / DOCSTORE_FILE, docs)
     names.append(DOCSTORE_FILE)
-    described, lexical_names = write_lexical(staging, len(docs))
+    described, lexical_names = write_doc_indexes(staging, len(docs), fields)
     names += lexical_names
     if corpus is None:
         write_corpus(staging / CORPUS_FILE, docs)

@@ -26,6 +26,7 @@ import numpy as np
 from models.contract import TeacherRef, check_same_teacher
 from models.docstore import DOCSTORE_FILE, DocStore
 from models.errors import ContractMismatch
+from models.fields import PayloadInfo
 from models.index_spec import Quantization
 from models.manifest import (
     BUNDLE_MANIFEST,
@@ -38,6 +39,9 @@ from models.manifest import (
 from models.registry import sha256_file
 from models.rotation import ROTATION_FILE, Rotation
 from models.search.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
+from models.search.payload import PayloadIndex
+from models.search.payload_writer import payload_files
+from models.search.planner import Allowed
 from models.search.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
@@ -69,6 +73,14 @@ def tombstones_name(segment: SegmentInfo) -> str:
     return f"{TOMBSTONES_DIRECTORY}/{segment.name}.npy"
 
 
+def segment_payload(manifest: BundleManifest, segment: SegmentInfo) -> PayloadInfo | None:
+    """The payload index a segment holds: its own, or for a version's first segment the manifest's (bundles made
+    before segments held one payload index, the bundle's)."""
+    if segment.payload is not None or segment.path != ".":
+        return segment.payload
+    return manifest.payload
+
+
 def required_files(manifest: BundleManifest) -> list[str]:
     """Every file the loader reads for this manifest: each must be listed (and so checksummed) in `files`."""
     names = []
@@ -86,6 +98,9 @@ def required_files(manifest: BundleManifest) -> list[str]:
             names.append(in_segment(segment, RESCORE_FILE))
         if segment.tombstones is not None:
             names.append(segment.tombstones)
+        payload = segment_payload(manifest, segment)
+        if payload is not None:
+            names += [in_segment(segment, name) for name in payload_files(payload)]
     return names
 
 
@@ -199,6 +214,13 @@ class Segment:
             self.docs.close()
             log.error("%s: unreadable lexical index: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable lexical index ({type(exc).__name__})") from exc
+        payload = segment_payload(manifest, info)
+        try:  # memory-mapped: loading reads the arrays' headers only
+            self.payload = None if payload is None else PayloadIndex(self.directory, payload, info.count)
+        except (ValueError, OSError) as exc:
+            self.docs.close()
+            log.error("%s: unreadable payload index: %s", self.directory, exc)
+            raise ContractMismatch(f"{self.directory}: unreadable payload index ({type(exc).__name__})") from exc
 
     @property
     def count(self) -> int:
@@ -287,8 +309,8 @@ class Bundle:
             self.close()
             raise
         self.bases = np.cumsum([0] + [s.count for s in self.segments[:-1]]).astype(np.int64)
-        # per segment, the packed bits of its live rows (FAISS's ID selector), when some are deleted
-        self.live_bits = [None if d is None else np.packbits(~d, bitorder="little") for d in self.deleted]
+        # per segment, its live rows when some are deleted (the rows an unfiltered search may return), else None
+        self.live = [None if d is None else Allowed(~d) for d in self.deleted]
         self.count = self.manifest.count
         self.lexical = self._lexical() if lexical else None
         self.fusion = self.manifest.fusion or FusionSpec()
@@ -350,6 +372,13 @@ class Bundle:
         check_same_teacher(student_teacher, self.teacher)
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
+
+    @property
+    def filter_fields(self) -> frozenset[str]:
+        """The fields a filter may name: the metadata keys present, and the declared fields (even if none holds a
+        value)."""
+        declared = [f.name for f in self.manifest.payload.fields] if self.manifest.payload is not None else []
+        return frozenset([*self.manifest.metadata_fields, *declared])
 
     def require_lexical(self) -> Lexical | Bm25sIndex:
         """The lexical index, or NoLexicalIndex (a 422 in the service) for a bundle built without one."""

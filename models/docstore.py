@@ -148,6 +148,14 @@ class DocStore:
             return [Document(id=i, title=t or "", text=x or "", metadata=m) for i, t, x, m in self._con.execute(
                 f"SELECT {self._cols} FROM docs WHERE row >= ? AND row < ? ORDER BY row", (start, end))]
 
+    def metadata_range(self, start: int, end: int) -> list[str | None]:
+        """The metadata JSON of rows [start, end), in row order (None: none), without the texts."""
+        if not self.has_metadata:
+            return [None] * max(0, min(end, self.count()) - start)
+        with self._lock:
+            return [m for (m,) in self._con.execute(
+                "SELECT metadata FROM docs WHERE row >= ? AND row < ? ORDER BY row", (start, end))]
+
     def rows_where(self, sql: str, params: Sequence[object]) -> np.ndarray:
         """Rows (ascending int64) whose metadata satisfies a compiled filter (models.search.filters)."""
         if not self.has_metadata:

@@ -16,13 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
+from models.fields import PayloadInfo
 from models.index_spec import IndexSpec, Quantization
 from models.rotation import Rotation
 
 BUNDLE_FORMAT = 1
 STUDENT_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
-BUNDLE_SUBDIRECTORY = "lexical"  # a segment's one subdirectory (models.search.lexical writes it)
+LEXICAL_SUBDIRECTORY = "lexical"  # the BM25 index (models.search.lexical writes it)
+PAYLOAD_SUBDIRECTORY = "payload"  # the payload index's columns (models.search.payload_writer writes them)
+BUNDLE_SUBDIRECTORIES = (LEXICAL_SUBDIRECTORY, PAYLOAD_SUBDIRECTORY)  # the only directories a segment may hold
 SEGMENTS_DIRECTORY = "segments"  # a version's later segments: segments/NAME/, each laid out as a bundle is
 TOMBSTONES_DIRECTORY = "tombstones"  # a version's deleted rows: tombstones/NAME.npy for segment NAME
 STUDENT_MANIFEST = "student.json"
@@ -142,6 +145,9 @@ class SegmentInfo(BaseModel):
     tombstones: str | None = Field(default=None, description="tombstones/NAME.npy: the deleted rows, ascending (int64)")
     index: IndexSpec = Field(default_factory=IndexSpec)
     lexical: LexicalInfo | None = None
+    payload: PayloadInfo | None = Field(default=None, description="the segment's payload index (payload/): the "
+                                        "version's fields, and any its documents brought; absent in a first "
+                                        "segment, whose payload index is the manifest's `payload`")
     embeddings: EmbeddingSource | None = Field(default=None, description="where the segment's vectors came from (its "
                                                 "embedding-store key)")
     build_time: str = Field(default_factory=utc_now)
@@ -184,6 +190,8 @@ class BundleManifest(BaseModel):
     lexical: LexicalInfo | None = Field(None, description="BM25 index (absent in older bundles: dense only)")
     fusion: FusionSpec | None = Field(None, description="the default fusion of `mode: hybrid`")
     metadata_fields: list[str] = Field(default_factory=list, description="metadata keys present in the docstore")
+    payload: PayloadInfo | None = Field(None, description="the typed fields of the payload index (payload/ of each "
+                                        "segment); absent in older bundles, which filter through the docstore")
     segments: list[SegmentInfo] | None = Field(None, description="the version's segments, oldest first; absent: "
                                                "one segment, the bundle's own top level, nothing deleted")
     follow: FollowState | None = Field(default=None, description="`tandem index follow`: the change files "
@@ -196,7 +204,7 @@ class BundleManifest(BaseModel):
         for name in files:
             if not _known_place(name.split("/")):
                 raise ValueError("every name must be a plain file name in the bundle directory, its "
-                                 f"{BUNDLE_SUBDIRECTORY}/ or {TOMBSTONES_DIRECTORY}/, or the same in a "
+                                 f"{'/, '.join(BUNDLE_SUBDIRECTORIES)}/ or {TOMBSTONES_DIRECTORY}/, or the same in a "
                                  f"{SEGMENTS_DIRECTORY}/NAME/ (no other '/', no '\\' or '..')")
         return files
 
@@ -207,13 +215,13 @@ class BundleManifest(BaseModel):
         if self.segments is not None:
             return self.segments
         return [SegmentInfo(name=self.version or "base", count=self.count, index=self.index, lexical=self.lexical,
-                            embeddings=self.embeddings, build_time=self.build_time)]
+                            payload=self.payload, embeddings=self.embeddings, build_time=self.build_time)]
 
     def segment_files(self, segment: SegmentInfo) -> dict[str, str]:
         """The files of one segment (names relative to the version), with their sha256."""
         if segment.path == ".":
             return {n: h for n, h in self.files.items()
-                    if n.count("/") == 0 or n.startswith(f"{BUNDLE_SUBDIRECTORY}/")}
+                    if n.count("/") == 0 or n.split("/", 1)[0] in BUNDLE_SUBDIRECTORIES}
         prefix = f"{segment.path}/"
         return {n: h for n, h in self.files.items() if n.startswith(prefix)}
 
@@ -265,14 +273,15 @@ def _safe(part: str) -> bool:
 
 
 def _known_place(parts: list[str]) -> bool:
-    """NAME, lexical/NAME, tombstones/NAME, segments/SEG/NAME or segments/SEG/lexical/NAME."""
+    """NAME, lexical/NAME, payload/NAME, tombstones/NAME, or segments/SEG/ followed by NAME, lexical/NAME or
+    payload/NAME."""
     if not all(_safe(p) for p in parts):
         return False
     if len(parts) >= 3 and parts[0] == SEGMENTS_DIRECTORY:
         parts = parts[2:]
     elif len(parts) == 2 and parts[0] == TOMBSTONES_DIRECTORY:
         return True
-    return len(parts) == 1 or (len(parts) == 2 and parts[0] == BUNDLE_SUBDIRECTORY)
+    return len(parts) == 1 or (len(parts) == 2 and parts[0] in BUNDLE_SUBDIRECTORIES)
 
 
 def read_manifest(path: Path, model: type[M], what: str) -> M:

@@ -28,8 +28,9 @@ from collections.abc import Callable, Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
-# tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); total: the whole HTTP request.
-STAGES = ("queue", "tokenize", "encode", "search", "lexical", "rescore", "total")
+# tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); filter: a filter turned into rows;
+# total: the whole HTTP request.
+STAGES = ("queue", "tokenize", "encode", "search", "lexical", "filter", "rescore", "total")
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client reads it when first imported
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 

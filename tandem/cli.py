@@ -16,7 +16,7 @@ from indexer.options import Engine, ExportFormat
 from models.encoder_setup import POOLING_MODES, Overrides
 from models.errors import TandemError
 from models.index_spec import IndexType, Quantization
-from models.manifest import StudentPrecision, TeacherPrecision
+from models.manifest import BundleManifest, StudentPrecision, TeacherPrecision
 from models.registry import ModelCard
 from models.rotation import Rotation
 
@@ -230,6 +230,12 @@ def index_build(
     metadata_extra: Annotated[
         bool, typer.Option(help="Keep each line's keys outside id, title and text as metadata (besides `metadata`).")
     ] = False,
+    field: Annotated[
+        list[str] | None,
+        typer.Option("--field", help="Declare a payload field NAME:TYPE (repeatable); TYPE is keyword, keyword-list, "
+                     "integer, float, boolean or datetime. A value of another type is an error naming its line; "
+                     "undeclared metadata keys are typed from their values."),
+    ] = None,
     binary_center: Annotated[
         bool, typer.Option(help="binary: subtract the corpus mean and apply a random orthogonal rotation before "
                            "taking sign bits (queries alike).")
@@ -246,11 +252,12 @@ def index_build(
         shard_size=shard_size, device=device, force=force, index=index, hnsw_m=hnsw_m,
         ef_construction=ef_construction, ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe,
         engine=engine, ray_address=ray_address, ray_actors=ray_actors, ray_threads=ray_threads,
-        metadata_extra=metadata_extra, binary_center=binary_center,
+        metadata_extra=metadata_extra, fields=tuple(field or ()), binary_center=binary_center,
     )
     manifest = build(req)
     typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "
                f"{manifest.dim}-d {manifest.quantization.value} {manifest.index.type.value}")
+    _echo_fields(manifest)
 
 
 @index_app.command("update")
@@ -284,6 +291,16 @@ def index_update(
     assert b is not None
     typer.echo(f"published {req.target.describe(manifest.version)} from {b.version}: {manifest.count} docs "
                f"(+{b.added} added, {b.replaced} replaced, -{b.deleted} deleted, {b.encoded} encoded)")
+    _echo_fields(manifest)
+
+
+def _echo_fields(manifest: BundleManifest) -> None:
+    """The payload schema a build or update published: each field's type, and whether declared or inferred."""
+    from models.fields import schema_lines
+
+    if manifest.payload is not None:
+        for line in schema_lines(manifest.payload):
+            typer.echo(line)
 
 
 @index_app.command("compact")

@@ -9,16 +9,21 @@ A filter is a condition or a combination of them:
     {"field": "doi", "exists": true}              present and not null
     {"and": [...]}, {"or": [...]}, {"not": {...}}
 
-The docstore evaluates the SQL (SQLite's JSON functions over the metadata column), so choosing the
-matching rows never loads documents. `Filter.matches` is the same semantics in Python: tests check
-one against the other.
+A bundle with a payload index evaluates the tree on its typed columns (models.search.payload), where a
+keyword-list field matches when any element does and a datetime field compares instants; older bundles,
+and keys the index leaves out, run the SQL here in the docstore (SQLite's JSON functions over the metadata
+column), so choosing the matching rows never loads documents. `Filter.matches` is the same semantics in
+Python, typed fields included: tests check the others against it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
+
+from models.fields import FieldType, to_micros
 
 _RANGE = ("gt", "gte", "lt", "lte")
 _SQL_OP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
@@ -78,8 +83,9 @@ class Filter:
     params: tuple[Any, ...]
     tree: tuple[Any, ...]
 
-    def matches(self, metadata: dict[str, Any]) -> bool:
-        return _match(self.tree, metadata)
+    def matches(self, metadata: dict[str, Any], types: Mapping[str, FieldType] | None = None) -> bool:
+        """Whether one document's metadata passes; `types`: the bundle's payload fields (lists and datetimes)."""
+        return _match(self.tree, metadata, types or {})
 
 
 def parse_filter(obj: object, fields: set[str] | frozenset[str]) -> Filter:
@@ -156,6 +162,11 @@ def _json_path(name: str) -> str:
     return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def sql_of(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
+    """The SQL over the docstore's metadata column of a filter tree (or of one of its conditions)."""
+    return _sql(tree)
+
+
 def _sql(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
     """Every leaf is COALESCEd to 0 or 1, so NOT of a row without metadata is true, as in Python."""
     op = tree[0]
@@ -197,17 +208,27 @@ def _same(stored: object, value: Scalar) -> bool:
     return _json_kind(stored) == kind and stored == value
 
 
-def _match(tree: tuple[Any, ...], meta: dict[str, Any]) -> bool:
+def _match(tree: tuple[Any, ...], meta: dict[str, Any], types: Mapping[str, FieldType]) -> bool:
     op = tree[0]
     if op == "not":
-        return not _match(tree[1], meta)
+        return not _match(tree[1], meta, types)
     if op == "and":
-        return all(_match(t, meta) for t in tree[1])
+        return all(_match(t, meta, types) for t in tree[1])
     if op == "or":
-        return any(_match(t, meta) for t in tree[1])
+        return any(_match(t, meta, types) for t in tree[1])
     stored = meta.get(tree[1])
     if op == "exists":
         return (stored is not None) == tree[2]
+    kind = types.get(tree[1])
+    if kind is FieldType.KEYWORD_LIST and stored is not None:  # any element (a lone string is a list of one)
+        return any(_leaf(tree, element) for element in (stored if isinstance(stored, list) else [stored]))
+    if kind is FieldType.DATETIME:
+        return _instant_leaf(tree, stored)
+    return _leaf(tree, stored)
+
+
+def _leaf(tree: tuple[Any, ...], stored: object) -> bool:
+    op = tree[0]
     if op == "eq":
         return _same(stored, tree[2])
     if op == "in":
@@ -215,6 +236,22 @@ def _match(tree: tuple[Any, ...], meta: dict[str, Any]) -> bool:
     kind, bounds = tree[2], tree[3]
     if (kind == "number" and not _is_number(stored)) or (kind == "date" and not isinstance(stored, str)):
         return False
-    checks = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b, "lt": lambda a, b: a < b,
-              "lte": lambda a, b: a <= b}
-    return all(checks[k](stored, v) for k, v in bounds)
+    return all(_CHECKS[k](stored, v) for k, v in bounds)
+
+
+_CHECKS = {"gt": lambda a, b: a > b, "gte": lambda a, b: a >= b, "lt": lambda a, b: a < b, "lte": lambda a, b: a <= b}
+
+
+def _instant_leaf(tree: tuple[Any, ...], stored: object) -> bool:
+    """A condition on a datetime field: ISO strings compared as the instants they name."""
+    at = to_micros(stored) if isinstance(stored, str) else None
+    if at is None:
+        return False
+    op = tree[0]
+    if op in ("eq", "in"):
+        values = [tree[2]] if op == "eq" else tree[2]
+        return any(isinstance(v, str) and to_micros(v) == at for v in values)
+    if tree[2] != "date":
+        return False
+    bounds = [(k, to_micros(v)) for k, v in tree[3]]
+    return all(v is not None and _CHECKS[k](at, v) for k, v in bounds)

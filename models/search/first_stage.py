@@ -112,3 +112,28 @@ def apply_search_params(index: faiss.Index | faiss.IndexBinary, spec: IndexSpec)
         typed.hnsw.efSearch = spec.ef_search
     if spec.ivf_nprobe is not None:
         typed.nprobe = spec.ivf_nprobe
+
+
+def stored_codes(index: faiss.Index | faiss.IndexBinary) -> np.ndarray | None:
+    """The sign codes a flat or HNSW binary first stage holds, [ntotal, code_size] uint8, as a view of FAISS's own
+    memory (valid while the index lives); None for an index whose codes are not stored by row (IVF)."""
+    typed: Any = index
+    flat: Any = faiss.downcast_IndexBinary(typed.storage) if hasattr(typed, "hnsw") else typed
+    if not isinstance(flat, faiss.IndexBinaryFlat) or flat.ntotal == 0:
+        return None
+    stored: Any = getattr(flat, "xb")  # noqa: B009 (the stubs do not know the codes' vector)
+    return faiss.rev_swig_ptr(stored.data(), flat.ntotal * flat.code_size).reshape(flat.ntotal, flat.code_size)
+
+
+def hamming_top(codes: np.ndarray, rows: np.ndarray, query: np.ndarray, k: int, chunk: int) -> np.ndarray:
+    """The `k` of `rows` whose codes are nearest `query` (one packed code) by Hamming distance, `chunk` rows at a
+    time; ties may fall either way, as in FAISS's own search."""
+    best_d, best_r = np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64)
+    for start in range(0, len(rows), chunk):
+        part = rows[start : start + chunk]
+        dist, at = faiss.knn_hamming(np.ascontiguousarray(query), np.ascontiguousarray(codes[part]), min(k, len(part)))
+        best_d, best_r = np.concatenate([best_d, dist[0]]), np.concatenate([best_r, part[at[0]]])
+        if len(best_r) > k:
+            keep = np.argpartition(best_d, k - 1)[:k]
+            best_d, best_r = best_d[keep], best_r[keep]
+    return best_r

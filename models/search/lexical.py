@@ -31,12 +31,12 @@ import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
 from models.docstore import DocStore
-from models.manifest import BUNDLE_SUBDIRECTORY, LexicalInfo
+from models.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
 
-LEXICAL_DIR = BUNDLE_SUBDIRECTORY  # the one subdirectory of a segment
+LEXICAL_DIR = LEXICAL_SUBDIRECTORY
 READ_CHUNK = 10_000
 _WORD = re.compile(r"(?u)\b\w\w+\b")
 _STOPWORDS = frozenset(STOPWORDS_EN)

@@ -6,10 +6,16 @@ float bundle runs here, in models.contract (MRL truncation) and in the docstore 
 (binary adds the sign codes of models.search.first_stage and the codecs of models.search.quantize);
 models.search.vector_index builds, saves and loads the indexes.
 
-Filters restrict both sides before ranking, so a page fills whenever enough documents match:
-- dense: a FAISS ID selector on the first stage, or, when the filter is very selective (or an
-  approximate index returned short), an exact pass over the matching rows' vectors;
-- lexical: BM25 scores of the matching rows only.
+A version may be made of several segments (models.bundle): each is searched with the request's options and
+its best are merged (`merge`), so a hit's row counts across the version; `documents` reads each hit from its
+segment's docstore. A filter becomes the rows it allows once per search and segment (`allowed_rows`: the
+segment's payload index, models.search.payload, or the docstore's SQL for older bundles), less the segment's
+deleted rows (its tombstones, which without a filter are the rows it leaves out), and both sides search only
+those rows, so a page fills whenever enough documents match:
+- dense: as models.search.planner chooses from their count, an exact pass over the allowed rows' stored
+  vectors (few), or the index's search with a FAISS ID selector over their bitmap (many), widened for HNSW
+  and IVF; an approximate index that still comes back short falls back to the exact pass;
+- lexical: BM25 scores of the allowed rows only.
 
 Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
 float query against the int8 vectors (memory-mapped from disk).
@@ -30,21 +36,18 @@ from models.contract import truncate
 from models.corpus import Document
 from models.index_spec import Quantization
 from models.manifest import FusionMethod, FusionSpec
-from models.search.filters import Filter
-from models.search.first_stage import sign_codes
+from models.search.filters import Filter, sql_of
+from models.search.first_stage import hamming_top, sign_codes, stored_codes
 from models.search.fusion import fuse
 from models.search.lexical import top_k
+from models.search.planner import Allowed, Planner
 from models.search.quantize import int8_decode
 from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 if TYPE_CHECKING:
-    from models.bundle import Bundle
+    from models.bundle import Bundle, Segment
 
-BRUTE_FORCE_ROWS = 2048  # at most this many matching rows (or BRUTE_FORCE_SHARE of the corpus): exact pass
-BRUTE_FORCE_SHARE = 0.01
-BRUTE_FORCE_CHUNK = 65_536  # rows scored at a time in the exact pass
-Allowed = Sequence[np.ndarray | None]  # per segment: the rows a search may return (ascending), None for every live
-
+EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
 
 
 def set_search_threads(threads: int) -> None:
@@ -87,6 +90,7 @@ class SearchOptions:
 class Retrieved:
     hits: list[list[Hit]]
     lexical_s: float = 0.0
+    filter_s: float = 0.0  # turning the filter into the rows it allows, once for the whole search
 
 
 def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
@@ -96,39 +100,63 @@ def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
     return spec
 
 
-def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Allowed,
-                     oversample: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top `depth` (scores, version rows) of one query vector over every segment, restricted to the `allowed`
-    rows of each segment when given; deleted rows are never candidates."""
+def allowed_rows(bundle: Bundle, flt: Filter | None) -> list[Allowed | None]:
+    """Per segment, the rows a search may return: those a filter allows less the segment's deleted ones, or
+    without a filter its live rows (None where it has no deleted row: every row). A filter is evaluated on each
+    segment's payload index, or through its docstore's SQL for a segment without one (older bundles) and for a
+    key the index leaves out."""
+    if flt is None:
+        return list(bundle.live)
+    out: list[Allowed | None] = []
+    for segment, deleted in zip(bundle.segments, bundle.deleted, strict=True):
+        allowed = _filtered(segment, flt)
+        if deleted is not None:
+            allowed = Allowed(np.logical_and(allowed.mask, ~deleted, out=allowed.mask))
+        out.append(allowed)
+    return out
+
+
+def _filtered(segment: Segment, flt: Filter) -> Allowed:
+    count = segment.count
+    if segment.payload is None:
+        return Allowed.of_rows(segment.docs.rows_where(flt.sql, flt.params), count)
+
+    def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
+        return Allowed.of_rows(segment.docs.rows_where(*sql_of(leaf)), count).mask
+
+    return Allowed(segment.payload.evaluate(flt.tree, from_docstore))
+
+
+def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
+    """The version rows a filter allows, ascending, deleted rows left out."""
+    parts = [np.flatnonzero(~d) if a is None and d is not None else np.arange(s.count) if a is None else a.rows
+             for a, s, d in zip(allowed_rows(bundle, flt), bundle.segments, bundle.deleted, strict=True)]
+    return np.concatenate([rows + base for rows, base in zip(parts, bundle.bases, strict=True)])
+
+
+def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Sequence[Allowed | None],
+                     oversample: int, planner: Planner | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (scores, version rows) of one query vector over every segment, each restricted to its
+    `allowed` rows (models.search.planner chooses how); deleted rows are never candidates."""
     q = rotate(query[None, :], bundle.rotation)
-    found = [_segment_candidates(bundle, i, q, depth, allowed[i], oversample) for i in range(len(bundle.segments))]
+    found = [_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner())
+             for segment, rows in zip(bundle.segments, allowed, strict=True)]
     return merge(found, bundle.bases, depth)
 
 
-def _segment_candidates(bundle: Bundle, i: int, q: np.ndarray, depth: int, allowed: np.ndarray | None,
-                        oversample: int) -> tuple[np.ndarray, np.ndarray]:
-    """Top `depth` (scores, segment rows) of one rotated query in segment i."""
-    index, deleted = bundle.segments[i].vectors, bundle.deleted[i]
-    if allowed is not None and len(allowed) == 0:
-        return _NONE
-    if allowed is not None and len(allowed) <= max(BRUTE_FORCE_ROWS, BRUTE_FORCE_SHARE * index.count):
-        return exact_candidates(index, q, depth, allowed)
-    scores, rows = search_index(index, q, depth, oversample, allowed=allowed,
-                                live=bundle.live_bits[i] if allowed is None else None)
+def _segment_candidates(index: VectorIndex, q: np.ndarray, depth: int, allowed: Allowed | None, oversample: int,
+                        planner: Planner) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (scores, segment rows) of one rotated query in one segment's index."""
+    if allowed is not None and allowed.count == 0:
+        return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+    if allowed is not None and planner.exact(index.spec.type, allowed):
+        return exact_candidates(index, q, depth, allowed.rows, oversample)
+    scores, rows = search_index(index, q, depth, oversample, allowed=allowed)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
-    live = index.count - (0 if deleted is None else int(deleted.sum()))
-    wanted = min(depth, live if allowed is None else len(allowed))
-    if (allowed is not None or deleted is not None) and len(r) < wanted:
-        # an approximate index came back short of the rows it may return: score them all
-        if allowed is None:
-            assert deleted is not None
-            allowed = np.flatnonzero(~deleted)
-        return exact_candidates(index, q, depth, allowed)
+    if allowed is not None and len(r) < min(depth, allowed.count):  # an approximate index came back short
+        return exact_candidates(index, q, depth, allowed.rows, oversample)
     return s, r
-
-
-_NONE = (np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64))
 
 
 def merge(found: Sequence[tuple[np.ndarray, np.ndarray]], bases: np.ndarray, depth: int) -> tuple[np.ndarray,
@@ -144,38 +172,39 @@ def merge(found: Sequence[tuple[np.ndarray, np.ndarray]], bases: np.ndarray, dep
     return scores[order], rows[order]
 
 
-def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int,
-                     allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Score every allowed row's stored vector, a chunk at a time (bounded memory)."""
-    q = np.ascontiguousarray(truncate(rotated, index.dim), dtype=np.float32)[0]
+def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int, rows: np.ndarray,
+                     oversample: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top `depth` of `rows` (ascending) scored exactly, a chunk at a time: float and int8 by their stored
+    vectors; binary by the Hamming distance of their sign codes, then the int8 rescoring of the best
+    `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not addressable by row: its
+    int8 vectors score every row)."""
+    q = np.ascontiguousarray(truncate(rotated, index.dim), dtype=np.float32)
+    codes = stored_codes(index.index) if index.quantization is Quantization.BINARY else None
+    if codes is not None and len(rows) > depth * max(1, oversample):
+        rows = np.sort(hamming_top(codes, rows, sign_codes(q, index.center, index.spin), depth * max(1, oversample),
+                                   EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
     best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-    for start in range(0, len(allowed), BRUTE_FORCE_CHUNK):
-        rows = allowed[start : start + BRUTE_FORCE_CHUNK]
-        scores = stored_vectors(index, rows) @ q
-        best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, rows]), depth)
+    for start in range(0, len(rows), EXACT_CHUNK):
+        chunk = rows[start : start + EXACT_CHUNK]
+        scores = stored_vectors(index, chunk) @ q[0]
+        best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, chunk]), depth)
     return best_s, best_r
 
 
-def allowed_rows(bundle: Bundle, flt: Filter | None) -> Allowed:
-    """Per segment, the live rows a filter lets through (ascending), or None everywhere without a filter."""
-    if flt is None:
-        return [None] * len(bundle.segments)
-    out = []
-    for segment, deleted in zip(bundle.segments, bundle.deleted, strict=True):
-        rows = segment.docs.rows_where(flt.sql, flt.params)
-        out.append(rows if deleted is None else rows[~deleted[rows]])
-    return out
-
-
-def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Allowed) -> tuple[np.ndarray, np.ndarray]:
+def lexical_candidates(bundle: Bundle, query: str, depth: int,
+                       allowed: Sequence[Allowed | None]) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (BM25 scores, version rows) over every segment, scored with the version's statistics."""
-    return merge(bundle.require_lexical().search(query, depth, allowed), bundle.bases, depth)
+    rows = [None if a is None else a.rows for a in allowed]
+    return merge(bundle.require_lexical().search(query, depth, rows), bundle.bases, depth)
 
 
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
-           oversample: int) -> Retrieved:
-    """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical."""
+           oversample: int, planner: Planner | None = None) -> Retrieved:
+    """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical.
+    `planner`: how a filtered dense search is run (models.search.planner; default: by the index type)."""
+    began = time.perf_counter()
     allowed = allowed_rows(bundle, opts.filter)
+    filter_s = time.perf_counter() - began if opts.filter is not None else 0.0
     need = opts.offset + opts.top_k
     spec = fusion_spec(bundle, opts)
     depth = max(need, spec.depth) if opts.mode is Mode.HYBRID else need
@@ -186,7 +215,7 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
         dense = lexical = None
         if opts.mode is not Mode.LEXICAL:
             assert vectors is not None
-            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample)
+            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample, planner)
         if opts.mode is not Mode.DENSE:
             began = time.perf_counter()
             lexical = lexical_candidates(bundle, query, depth, allowed)
@@ -200,20 +229,22 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
             keep = scores >= opts.min_score
             scores, rows = scores[keep], rows[keep]
         out.append(_hits(bundle, scores, rows))
-    return Retrieved(out, lexical_s)
+    return Retrieved(out, lexical_s, filter_s)
 
 
 def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
     """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests), each segment searched once for all
     of them; `search` does the rest."""
     q = rotate(vectors, bundle.rotation)
-    per_segment = [search_index(segment.vectors, q, k, oversample, live=bundle.live_bits[i])
-                   for i, segment in enumerate(bundle.segments)]
-    out = []
-    for j in range(len(q)):
-        found = [(s[j][r[j] >= 0], r[j][r[j] >= 0].astype(np.int64)) for s, r in per_segment]
-        out.append(_hits(bundle, *merge(found, bundle.bases, k)))
-    return out
+    per_segment: list[list[tuple[np.ndarray, np.ndarray]]] = []
+    for segment, live in zip(bundle.segments, bundle.live, strict=True):
+        if live is None:
+            scores, rows = search_index(segment.vectors, q, k, oversample)
+            per_segment.append([(s[r >= 0], r[r >= 0].astype(np.int64)) for s, r in zip(scores, rows, strict=True)])
+        else:  # deleted rows: as a search would, query by query
+            per_segment.append([_segment_candidates(segment.vectors, q[j : j + 1], k, live, oversample, Planner())
+                                for j in range(len(q))])
+    return [_hits(bundle, *merge([found[j] for found in per_segment], bundle.bases, k)) for j in range(len(q))]
 
 
 def documents(bundle: Bundle, rows: Sequence[int] | np.ndarray) -> list[Document]:
@@ -247,53 +278,68 @@ def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
 
 
 def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE,
-                 allowed: np.ndarray | None = None, live: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-k (scores, rows) of full-dimension unit queries in one index; rows are -1 past the corpus size.
 
-    `allowed` (ascending rows), or else `live` (the packed bits of the rows not deleted), restricts the search
-    with a FAISS ID selector, before ranking."""
+    `allowed` restricts the search to those rows before ranking (`_restricted`)."""
     q = np.ascontiguousarray(truncate(np.atleast_2d(queries), index.dim))
     k = max(1, min(k, index.count))
-    params = _selector(index, allowed, live)
-    if index.quantization is not Quantization.BINARY:
-        scores, rows = index.index.search(q, k, params=params)
+    binary = index.quantization is Quantization.BINARY
+    depth = min(index.count, k * max(1, oversample)) if binary else k
+    params, selector, fetch = _restricted(index, allowed, depth)
+    scores, rows = index.index.search(sign_codes(q, index.center, index.spin) if binary else q, fetch, params=params)
+    if allowed is not None and selector is None:  # over-fetched without a selector: keep the allowed rows
+        scores, rows = _keep_allowed(scores, rows, allowed.mask, depth)
+    del selector  # held until FAISS was done with it
+    if not binary:
         return scores, rows
     assert index.calibration is not None and index.rescore_codes is not None
-    depth = min(index.count, k * max(1, oversample))
-    codes = sign_codes(q, index.center, index.spin)
-    _, candidates = index.index.search(codes, depth, params=params)
     began = time.perf_counter()
     out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
     out_rows = np.full((len(q), k), -1, dtype=np.int64)
-    for i, cand in enumerate(candidates):
-        cand = cand[cand >= 0]
-        order = np.sort(cand)  # sorted reads are kinder to a memory-mapped file
-        vecs = int8_decode(np.asarray(index.rescore_codes[order]), index.calibration)
-        scores = vecs @ q[i]
-        top = np.argsort(-scores, kind="stable")[:k]
-        out_scores[i, : len(top)] = scores[top]
-        out_rows[i, : len(top)] = order[top]
+    for i, cand in enumerate(rows):
+        top_scores, top_rows = _rescore(index, q[i], cand[cand >= 0], k)
+        out_scores[i, : len(top_rows)] = top_scores
+        out_rows[i, : len(top_rows)] = top_rows
     if index.observe is not None:
         index.observe("rescore", time.perf_counter() - began)
     return out_scores, out_rows
 
 
-def _selector(index: VectorIndex, allowed: np.ndarray | None, live: np.ndarray | None) -> faiss.SearchParameters | None:
-    """FAISS search parameters restricting the first stage to `allowed` rows, or to the `live` bits (the index's
-    own kind)."""
+def _rescore(index: VectorIndex, query: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The top k of binary candidates by the float query against their int8 vectors, best first."""
+    order = np.sort(candidates)  # sorted reads are kinder to a memory-mapped file
+    scores = stored_vectors(index, order) @ query
+    top = np.argsort(-scores, kind="stable")[:k]
+    return scores[top], order[top]
+
+
+def _restricted(index: VectorIndex, allowed: Allowed | None, k: int) -> tuple[faiss.SearchParameters | None, Any, int]:
+    """How FAISS searches for `k` results among `allowed` rows: its search parameters (the index's own kind,
+    widened by models.search.planner for HNSW and IVF), the ID selector they hold (which the caller keeps alive
+    while FAISS searches), and how many results to ask for. FAISS's IVF over binary codes takes no selector:
+    it over-fetches in proportion to the rows filtered out, and the caller keeps the allowed ones."""
+    if allowed is None:
+        return None, None, k
     lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
-    if allowed is not None:
-        sel = lib.IDSelectorBatch(np.ascontiguousarray(allowed, dtype=np.int64))
-    elif live is not None:
-        sel = lib.IDSelectorBitmap(live)
-    else:
-        return None
     typed: Any = index.index
-    if hasattr(typed, "hnsw"):
-        return lib.SearchParametersHNSW(sel=sel, efSearch=typed.hnsw.efSearch)
     if hasattr(typed, "nprobe"):
-        return lib.SearchParametersIVF(sel=sel, nprobe=typed.nprobe)
-    return lib.SearchParameters(sel=sel)
+        nprobe = Planner.nprobe(typed.nprobe, typed.nlist, allowed)
+        return lib.SearchParametersIVF(nprobe=nprobe), None, Planner.fetch(k, index.count, allowed)
+    sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
+    if hasattr(typed, "hnsw"):
+        return lib.SearchParametersHNSW(sel=sel, efSearch=Planner.ef_search(typed.hnsw.efSearch, k, allowed)), sel, k
+    return lib.SearchParameters(sel=sel), sel, k
+
+
+def _keep_allowed(scores: np.ndarray, rows: np.ndarray, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` allowed results of each query, in FAISS's order; -1 rows pad a short one."""
+    out_scores, out_rows = np.zeros((len(rows), k), dtype=scores.dtype), np.full((len(rows), k), -1, dtype=np.int64)
+    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
+        keep = (r >= 0) & mask[np.maximum(r, 0)]
+        kept = r[keep][:k]
+        out_scores[i, : len(kept)], out_rows[i, : len(kept)] = s[keep][:k], kept
+    return out_scores, out_rows
 
 
 def stored_vectors(index: VectorIndex, rows: np.ndarray) -> np.ndarray:

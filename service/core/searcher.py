@@ -89,7 +89,7 @@ class DeadlineExceeded(Exception):
 @dataclass(frozen=True)
 class BatchOutcome:
     hits: list[list[Hit]]  # one list per query of the job, in order (empty for an encode-only job)
-    timing_ms: dict[str, float]  # queue, encode, search, lexical
+    timing_ms: dict[str, float]  # queue, encode, search, lexical, filter
     batch_size: int  # queries in this job's micro-batch, its own included (encoded max_batch per call)
     vectors: np.ndarray | None = None  # encode-only jobs: float32 [queries, dim], the teacher's space
     tokens: list[int] | None = None  # encode-only jobs: tokens encoded per query
@@ -375,7 +375,7 @@ class MicroBatcher:
             found = search(group_vectors, [q for i in members for q in live[i].queries], options)
             answers = iter(found.hits)
             for i in members:
-                searched[i] = Retrieved([next(answers) for _ in live[i].queries], found.lexical_s)
+                searched[i] = Retrieved([next(answers) for _ in live[i].queries], found.lexical_s, found.filter_s)
         return searched
 
     def _learn_pace(self, pace: float) -> None:
@@ -409,15 +409,17 @@ def _embedded(encoded: _Encoded, i: int, timing: dict[str, float], size: int) ->
     """An embed job's outcome: its rows of the batch's vectors and their token counts; no search time."""
     assert encoded.vectors is not None
     first, last = encoded.spans[i]
-    return BatchOutcome(hits=[], timing_ms={**timing, "search": 0.0, "lexical": 0.0}, batch_size=size,
+    return BatchOutcome(hits=[], timing_ms={**timing, "search": 0.0, "lexical": 0.0, "filter": 0.0}, batch_size=size,
                         vectors=encoded.vectors[first:last].copy(), tokens=encoded.tokens[first:last])
 
 
 def _found(retrieved: Retrieved, timing: dict[str, float], searched_ms: float, size: int) -> BatchOutcome:
-    """A search job's outcome: its hits; the batch's search time, less its group's BM25 time (`lexical`)."""
-    lexical = retrieved.lexical_s * 1e3
-    return BatchOutcome(hits=retrieved.hits, timing_ms={**timing, "search": max(0.0, searched_ms - lexical),
-                                                        "lexical": lexical}, batch_size=size)
+    """A search job's outcome: its hits; the batch's search time, less its group's BM25 time (`lexical`) and the
+    time its filter took to become rows (`filter`)."""
+    lexical, filtering = retrieved.lexical_s * 1e3, retrieved.filter_s * 1e3
+    return BatchOutcome(hits=retrieved.hits, timing_ms={
+        **timing, "search": max(0.0, searched_ms - lexical - filtering), "lexical": lexical, "filter": filtering},
+        batch_size=size)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from service.core.reload import Reloader
 from service.http.exception_handlers import install_error_handlers
 from service.http.middleware import install_middleware
 from service.http.openapi import install_openapi
-from service.http.routes import admin, embeddings, health, metrics, search
+from service.http.routes import admin, embeddings, health, index, metrics, search
 from service.http.routes.page import install_page
 from service.metrics import Metrics
 from service.settings import ServiceSettings
@@ -66,6 +66,7 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
     app.include_router(health.router)
     app.include_router(metrics.router)
     app.include_router(search.router)
+    app.include_router(index.router)
     app.include_router(admin.router)
     app.include_router(embeddings.router)
     install_page(app)

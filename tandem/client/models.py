@@ -39,13 +39,14 @@ class IndexInfo(_Answer):
 
 
 class Timing(_Answer):
-    """Server-side milliseconds: waiting in the queue, student encoding, index search, and BM25 scoring
-    (lexical and hybrid modes; 0 from a server that predates them)."""
+    """Server-side milliseconds: waiting in the queue, student encoding, index search, BM25 scoring (lexical and
+    hybrid modes) and the filter turned into rows (0 from a server that predates them)."""
 
     queue: float
     encode: float
     search: float
     lexical: float = 0.0
+    filter: float = 0.0
 
 
 class SearchResult(_Answer):

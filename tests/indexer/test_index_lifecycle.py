@@ -25,7 +25,7 @@ from models.embedding_store import EmbeddingStore
 from models.errors import ContractMismatch, InputError
 from models.manifest import BUNDLE_MANIFEST
 from models.search import FilterError, Mode, SearchOptions, dense_hits, documents, parse_filter, search
-from models.search.query import allowed_rows
+from models.search.query import matching_rows
 from models.shard_log import SHARD_LOG, ShardLog
 from models.teacher import TeacherEncoder
 from models.versions import list_versions, read_current
@@ -261,8 +261,7 @@ def test_update_parses_change_lines_as_the_base_was_built(tandem_home: Path, tmp
             new_values = parse_filter({"field": "lang", "in": ["fr", "de"]}, set(third.metadata_fields))
             found = search(bundle, None, ["x"], SearchOptions(top_k=10, mode=Mode.LEXICAL, filter=new_values), 1)
             assert found.hits == [[]]  # "x" is no word of theirs; the filter itself:
-            rows = np.concatenate([r + b for r, b in zip(allowed_rows(bundle, new_values), bundle.bases,
-                                                         strict=True)])
+            rows = matching_rows(bundle, new_values)
             assert sorted(d.id for d in documents(bundle, rows)) == ["bake", "kites", "tea"]
         else:
             assert all(m == {} for m in meta.values()) and "lang" not in third.metadata_fields

@@ -119,7 +119,7 @@ def test_a_lexical_job_skips_the_encoder_and_reports_its_bm25_time() -> None:
         outcome = queue.submit(["tides"], SearchOptions(top_k=2, mode=Mode.LEXICAL), timeout_s=30).result(timeout=30)
     assert recorder.encoded == [] and recorder.searched[0][2] is False
     assert outcome.timing_ms["lexical"] == pytest.approx(1.0)
-    assert set(outcome.timing_ms) == {"queue", "encode", "search", "lexical"}
+    assert set(outcome.timing_ms) == {"queue", "encode", "search", "lexical", "filter"}
 
 
 def test_admission_refuses_past_max_pending_and_frees_capacity() -> None:

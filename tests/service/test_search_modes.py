@@ -12,7 +12,8 @@ import pytest
 from indexer.update import UpdateRequest, update
 from models.bundle import Bundle
 from models.manifest import BUNDLE_MANIFEST
-from models.search import Mode, SearchOptions, search
+from models.search import Mode, SearchOptions, parse_filter, search
+from models.search.query import matching_rows
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
@@ -22,14 +23,16 @@ from tests.fixtures.server import LiveServer, serve_app
 
 @pytest.fixture(scope="module")
 def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
-    """A bundle as the code before lexical search wrote it: no lexical/, no new manifest fields, no metadata column."""
+    """A bundle as the code before lexical search wrote it: no lexical/ or payload/, no new manifest fields, no
+    metadata column."""
     out = bundles_dir / "tiny-old"
     shutil.copytree(meta_bundle, out)
     shutil.rmtree(out / "lexical")
+    shutil.rmtree(out / "payload")
     manifest = json.loads((out / BUNDLE_MANIFEST).read_text())
-    for key in ("lexical", "fusion", "metadata_fields"):
+    for key in ("lexical", "fusion", "metadata_fields", "payload"):
         manifest.pop(key, None)
-    manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("lexical/")}
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith(("lexical/", "payload/"))}
     con = sqlite3.connect(out / "docs.sqlite")
     with con:
         con.execute("ALTER TABLE docs DROP COLUMN metadata")
@@ -60,7 +63,7 @@ def test_lexical_mode_finds_a_rare_word(meta_server: LiveServer) -> None:
     assert response.status_code == 200
     body = response.json()
     assert [h["id"] for h in body["results"]] == ["rome"]  # only one document has the word
-    assert set(body["timing_ms"]) == {"queue", "encode", "search", "lexical"}
+    assert set(body["timing_ms"]) == {"queue", "encode", "search", "lexical", "filter"}
 
 
 def test_hybrid_modes(meta_server: LiveServer) -> None:
@@ -76,7 +79,7 @@ def test_hybrid_modes(meta_server: LiveServer) -> None:
     assert [h["id"] for h in only_dense] == [h["id"] for h in dense[:3]]
 
 
-@pytest.mark.parametrize(("flt", "check"), [
+FILTERS = [
     ({"field": "topic", "eq": "earth"}, lambda m: m["topic"] == "earth"),
     ({"field": "topic", "in": ["code", "games"]}, lambda m: m["topic"] in ("code", "games")),
     ({"field": "year", "gte": 2005, "lt": 2010}, lambda m: 2005 <= m["year"] < 2010),
@@ -87,7 +90,10 @@ def test_hybrid_modes(meta_server: LiveServer) -> None:
      lambda m: m["topic"] == "food" or m["year"] >= 2018),
     ({"and": [{"field": "open", "eq": False}, {"field": "doi", "exists": False}]},
      lambda m: not m["open"] and "doi" not in m),
-])
+]
+
+
+@pytest.mark.parametrize(("flt", "check"), FILTERS)
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
 def test_filters_restrict_before_ranking(meta_server: LiveServer, flt: dict, check, mode: str) -> None:
     matching = {doc_id for doc_id, meta in META.items() if check(meta)}
@@ -97,6 +103,38 @@ def test_filters_restrict_before_ranking(meta_server: LiveServer, flt: dict, che
     assert all(check(h["metadata"]) for h in hits)
     if mode != "lexical":  # dense and hybrid fill top_k with every match (lexical only with words in common)
         assert {h["id"] for h in hits} == matching
+
+
+def test_a_bundle_without_a_payload_index_filters_as_before(meta_bundle: Path, bundles_dir: Path) -> None:
+    """A manifest from before payload fields: the same rows, from the docstore's SQL."""
+    out = bundles_dir / "tiny-meta-no-payload"
+    shutil.copytree(meta_bundle, out)
+    manifest = json.loads((out / BUNDLE_MANIFEST).read_text())
+    del manifest["payload"]
+    manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("payload/")}
+    (out / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    shutil.rmtree(out / "payload")
+    old, new = Bundle(out), Bundle(meta_bundle)
+    try:
+        assert old.segments[0].payload is None and new.segments[0].payload is not None
+        for flt, _ in FILTERS:
+            parsed = parse_filter(flt, old.filter_fields)
+            assert matching_rows(old, parsed).tolist() == matching_rows(new, parsed).tolist()
+            found = search(old, None, ["what is this about"], SearchOptions(top_k=20, mode=Mode.LEXICAL,
+                                                                              filter=parsed), 4)
+            assert {h.doc.id for h in found.hits[0]} <= {d for d, meta in META.items() if parsed.matches(meta)}
+    finally:
+        old.close()
+        new.close()
+
+
+def test_get_index_lists_the_modes_and_the_filter_fields(meta_server: LiveServer) -> None:
+    body = meta_server.client.get("/index").json()
+    assert body["modes"] == ["dense", "lexical", "hybrid"] and body["count"] == len(DOCS)
+    assert {f["name"]: f["type"] for f in body["fields"]} == {
+        "year": "integer", "topic": "keyword", "published": "keyword", "open": "boolean", "doi": "keyword",
+        "source": "keyword"}
+    assert not any(f["declared"] for f in body["fields"])
 
 
 @pytest.mark.parametrize(("flt", "field"), [

@@ -35,7 +35,7 @@ def test_response_shape(live_server: LiveServer, tiny_bundle: Path) -> None:
     scores = [hit["score"] for hit in results]
     assert scores == sorted(scores, reverse=True)
     assert body["index"] == {**read_bundle_manifest(tiny_bundle).summary(), "version": tiny_bundle.name}
-    assert set(body["timing_ms"]) == {"queue", "encode", "search", "lexical"}
+    assert set(body["timing_ms"]) == {"queue", "encode", "search", "lexical", "filter"}
     assert all(isinstance(v, float) and v >= 0 for v in body["timing_ms"].values())
 
 

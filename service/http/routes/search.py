@@ -122,7 +122,7 @@ def _options(request: SearchRequest, top_k: int, searcher: Searcher) -> SearchOp
     parsed = None
     if request.filter is not None:
         try:
-            parsed = parse_filter(request.filter, frozenset(bundle.manifest.metadata_fields))
+            parsed = parse_filter(request.filter, bundle.filter_fields)
         except FilterError as exc:
             loc = ("body", "filter", *exc.path)
             raise RequestValidationError([{"loc": loc, "type": "value_error", "msg": exc.message}]) from None

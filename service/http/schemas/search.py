@@ -43,7 +43,8 @@ class SearchRequest(BaseModel):
     filter: dict[str, Any] | None = Field(
         None, description='Metadata filter, applied before ranking: {"field": F, "eq": V}, "in": [...], '
         '"gt"/"gte"/"lt"/"lte" (numbers or ISO dates), "exists": bool, combined with {"and": [...]}, '
-        '{"or": [...]}, {"not": {...}}. An unknown field is a 422.',
+        '{"or": [...]}, {"not": {...}}. A keyword-list field matches when any element does; a datetime field '
+        'compares instants. An unknown field is a 422.',
         examples=[{"and": [{"field": "year", "gte": 2018}, {"field": "lang", "in": ["en", "de"]}]}])
     offset: Count | None = Field(None, ge=0, le=MAX_OFFSET, description="Hits to skip (pagination).")
     min_score: Annotated[float, Field(strict=True)] | None = Field(
@@ -79,11 +80,28 @@ class IndexSummary(BaseModel):
                          "answered, which changes at a hot reload.")
 
 
+class FieldDescription(BaseModel):
+    name: str
+    type: Literal["keyword", "keyword-list", "integer", "float", "boolean", "datetime"] | None = Field(
+        description="The payload index's type; null for a key it does not hold (older bundles, or values of "
+        "several types), which filters through the docstore.")
+    declared: bool = Field(description="Declared at build (`--field`); else inferred from the values.")
+
+
+class IndexDescription(IndexSummary):
+    """GET /index: the bundle in service, and what a search of it may ask."""
+
+    modes: list[Literal["dense", "lexical", "hybrid"]]
+    fields: list[FieldDescription] = Field(description="The fields a filter may name.")
+
+
 class Timing(BaseModel):
     queue: float = Field(description="Waiting for a worker and for a micro-batch to form, milliseconds.")
     encode: float = Field(description="Student encoding of the micro-batch, milliseconds.")
     search: float = Field(description="Index search, fusion and document lookup, milliseconds.")
     lexical: float = Field(0.0, description="BM25 scoring (lexical and hybrid modes), milliseconds.")
+    filter: float = Field(0.0, description="Turning the request's filter into the rows it allows (the bundle's "
+                          "payload index), milliseconds; 0 without a filter.")
 
 
 class SearchResponse(BaseModel):

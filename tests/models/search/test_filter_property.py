@@ -1,8 +1,13 @@
 """Property: filtered search equals a brute-force filtered search, over random corpora, filters and k.
 
-Each example writes a real bundle (FAISS, SQLite docstore with metadata, BM25 postings) and searches it through
-models.search, the service's search path; the reference is numpy over the same vectors and the filter's
-Python semantics (Filter.matches), independent of the SQL the docstore runs.
+Each example writes a real bundle (FAISS, SQLite docstore with metadata, BM25 postings, the payload index) and
+searches it through models.search, the service's search path, with each of the planner's plans forced in turn
+(the exact pass over the allowed rows, and FAISS with an ID selector); the reference is numpy over the same
+vectors and the filter's Python semantics (Filter.matches, typed for the bundle's payload fields), independent of
+the columns and of the SQL the docstore runs. Keys with values of one type are indexed (`n`, `tags` declared as a
+keyword-list, `when` as a datetime, the others when the draw gives them one type); keys of mixed types fall back
+to the SQL. A second property does the same over versions of three segments with deleted and replaced rows,
+against one bundle of the same live documents.
 """
 
 from __future__ import annotations
@@ -17,25 +22,36 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import models.search.query as query_module
 from indexer.writer import write_bundle
 from models.bundle import Bundle
 from models.corpus import Document
+from models.fields import declared_fields
 from models.index_spec import Quantization
 from models.manifest import EmbeddingSource
 from models.registry import load_card, resolve
 from models.search import Mode, SearchOptions, parse_filter, search
+from models.search import documents as documents_at
+from models.search.planner import Planner
+from models.search.query import matching_rows
 
-FIELDS = ("year", "tag", "score", "flag", "day")
+FIELDS = ("year", "tag", "score", "flag", "day", "n", "tags", "when")
+DECLARED = declared_fields(["tags:keyword-list", "when:datetime"])
 WORDS = ["tide", "moon", "bread", "yeast", "lava", "chess", "code", "bee", "sun", "salt"]
 DAYS = ["2019-12-31", "2020-01-01", "2020-06-15", "2021-03-01"]
+# Instants written several ways: the last four are all 2020-01-01T12:00Z, or midnight of that day.
+WHENS = ["2019-12-31", "2020-01-01", "2020-01-01T00:00:00", "2020-01-01T12:00:00Z", "2020-01-01T13:00:00+01:00",
+         "2020-01-01T12:00:00", "2019-12-31T23:00:00-01:00", "2020-06-15T08:30:00"]
+LABELS = ["a", "b", "c"]
 
 values = {
     "year": st.one_of(st.integers(1990, 2030), st.just("2001")),  # a string year is no number
-    "tag": st.one_of(st.sampled_from(["a", "b", "c"]), st.just(1)),
+    "tag": st.one_of(st.sampled_from(LABELS), st.just(1)),
     "score": st.floats(-5, 5, allow_nan=False, allow_infinity=False),
     "flag": st.one_of(st.booleans(), st.just(0)),  # 0 is not false
     "day": st.sampled_from(DAYS),
+    "n": st.integers(-3, 3),
+    "tags": st.one_of(st.lists(st.sampled_from(LABELS), max_size=3), st.sampled_from(LABELS)),
+    "when": st.sampled_from(WHENS),
 }
 metadata = st.fixed_dictionaries({}, optional={k: v for k, v in values.items()})
 documents = st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6), metadata),
@@ -43,11 +59,14 @@ documents = st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_
 
 leaf = st.one_of(
     st.builds(lambda f, v: {"field": f, "eq": v}, st.sampled_from(FIELDS),
-              st.one_of(st.integers(1990, 2030), st.sampled_from(["a", "b", "2001", *DAYS]), st.booleans())),
-    st.builds(lambda v: {"field": "tag", "in": v}, st.lists(st.sampled_from(["a", "b", "c", 1]), min_size=1)),
+              st.one_of(st.integers(1990, 2030), st.integers(-3, 3), st.sampled_from(["a", "b", "2001", *DAYS, *WHENS]),
+                        st.booleans(), st.floats(-3, 3, allow_nan=False))),
+    st.builds(lambda f, v: {"field": f, "in": v}, st.sampled_from(["tag", "tags", "when", "n"]),
+              st.lists(st.sampled_from(["a", "b", "c", 1, 2, *WHENS]), min_size=1)),
     st.builds(lambda lo, hi: {"field": "year", "gte": lo, "lt": hi}, st.integers(1990, 2030), st.integers(1990, 2031)),
-    st.builds(lambda lo: {"field": "score", "gt": lo}, st.floats(-5, 5, allow_nan=False)),
-    st.builds(lambda d: {"field": "day", "lte": d}, st.sampled_from(DAYS)),
+    st.builds(lambda f, lo: {"field": f, "gt": lo}, st.sampled_from(["score", "n"]), st.floats(-5, 5, allow_nan=False)),
+    st.builds(lambda f, op, d: {"field": f, op: d}, st.sampled_from(["day", "when", "tags", "n"]),
+              st.sampled_from(["gt", "gte", "lt", "lte"]), st.sampled_from(DAYS + WHENS)),
     st.builds(lambda f, e: {"field": f, "exists": e}, st.sampled_from(FIELDS), st.booleans()),
 )
 filters = st.recursive(leaf, lambda inner: st.one_of(
@@ -61,15 +80,15 @@ def _write(directory: Path, docs: list[Document], vectors: np.ndarray) -> Bundle
     card = load_card(resolve("teacher"))
     directory.mkdir()
     write_bundle(directory, docs, vectors, dim=768, quantization=Quantization.FLOAT, card=card,
-                 source=EmbeddingSource(kind="imported"), started=time.perf_counter())
+                 source=EmbeddingSource(kind="imported"), started=time.perf_counter(), fields=DECLARED)
     return Bundle(directory)
 
 
 @pytest.mark.usefixtures("tandem_home")
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(corpus=documents, flt=filters, k=st.integers(1, 50), seed=st.integers(0, 2**16), exact=st.booleans(),
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=documents, flt=filters, k=st.integers(1, 50), seed=st.integers(0, 2**16),
        query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
-def test_filtered_search_equals_brute_force(corpus, flt, k, seed, exact, query) -> None:
+def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None:
     rng = np.random.default_rng(seed)
     docs = [Document(id=f"d{i}", title="", text=" ".join(words),
                      metadata=json.dumps(meta, sort_keys=True) if meta else None)
@@ -79,37 +98,143 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, exact, query) 
     q = rng.standard_normal(768).astype(np.float32)
     q /= np.linalg.norm(q)
     parsed = parse_filter(flt, frozenset(FIELDS))
-    allowed = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta)]
+    as_json = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta)]
     with tempfile.TemporaryDirectory() as tmp:
         bundle = _write(Path(tmp) / "b", docs, vectors)
-        saved = query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE
         try:
-            if not exact:  # the FAISS ID-selector path instead of the exact pass over the matching rows
-                query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE = 0, 0.0
-            assert bundle.segments[0].docs.rows_where(parsed.sql, parsed.params).tolist() == allowed  # SQL ≡ Python
+            assert bundle.manifest.payload is not None
+            types = bundle.manifest.payload.types()
+            assert types["tags"] == "keyword-list" and types["when"] == "datetime"
+            assert types.get("n") in (None, "integer")
+            allowed = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta, types)]
+            assert matching_rows(bundle, parsed).tolist() == allowed  # payload index ≡ Python, typed
+            docs_sql = bundle.segments[0].docs.rows_where(parsed.sql, parsed.params)
+            assert docs_sql.tolist() == as_json  # SQL ≡ Python, untyped
             text = " ".join(query)
-
-            def run(mode: Mode) -> list[tuple[int, float]]:
-                found = search(bundle, q[None, :], [text], SearchOptions(top_k=k, mode=mode, filter=parsed), 4)
-                return [(h.row, h.score) for h in found.hits[0]]
-
-            dense = run(Mode.DENSE)
-            reference = np.sort(vectors[allowed] @ q)[::-1][:k]
-            assert len(dense) == min(k, len(allowed))  # top_k fills whenever k documents match
-            assert {r for r, _ in dense} <= set(allowed)
-            np.testing.assert_allclose([s for _, s in dense], reference, atol=1e-4)
-
             assert bundle.lexical is not None
             bm25 = np.zeros(len(docs), dtype=np.float32)
             [(hit_scores, hit_rows)] = bundle.lexical.search(text, len(docs), [None])
             bm25[hit_rows] = hit_scores
-            lexical_ref = np.sort(bm25[allowed][bm25[allowed] > 0])[::-1][:k]
-            lexical = run(Mode.LEXICAL)
-            assert {r for r, _ in lexical} <= set(allowed)
-            np.testing.assert_allclose([s for _, s in lexical], lexical_ref, rtol=1e-5)
+            for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):  # the exact pass, then FAISS's selector
 
-            hybrid = run(Mode.HYBRID)
-            assert len(hybrid) == min(k, len(allowed)) and {r for r, _ in hybrid} <= set(allowed)
+                def run(mode: Mode, plan: Planner = plan) -> list[tuple[int, float]]:
+                    found = search(bundle, q[None, :], [text], SearchOptions(top_k=k, mode=mode, filter=parsed), 4,
+                                   plan)
+                    return [(h.row, h.score) for h in found.hits[0]]
+
+                dense = run(Mode.DENSE)
+                reference = np.sort(vectors[allowed] @ q)[::-1][:k]
+                assert len(dense) == min(k, len(allowed))  # top_k fills whenever k documents match
+                assert {r for r, _ in dense} <= set(allowed)
+                np.testing.assert_allclose([s for _, s in dense], reference, atol=1e-4)
+
+                lexical_ref = np.sort(bm25[allowed][bm25[allowed] > 0])[::-1][:k]
+                lexical = run(Mode.LEXICAL)
+                assert {r for r, _ in lexical} <= set(allowed)
+                np.testing.assert_allclose([s for _, s in lexical], lexical_ref, rtol=1e-5)
+
+                hybrid = run(Mode.HYBRID)
+                assert len(hybrid) == min(k, len(allowed)) and {r for r, _ in hybrid} <= set(allowed)
         finally:
-            query_module.BRUTE_FORCE_ROWS, query_module.BRUTE_FORCE_SHARE = saved
             bundle.close()
+
+
+# --- segmented versions -------------------------------------------------------------------------------------------
+# Keys of one type each, so that the documents an update adds fit the base's inferred schema (as `tandem index
+# update` requires of them).
+typed_values = {"year": st.integers(1990, 2030), "tag": st.sampled_from(LABELS), "n": st.integers(-3, 3),
+                "score": st.floats(-5, 5, allow_nan=False, allow_infinity=False), "flag": st.booleans(),
+                "day": st.sampled_from(DAYS), "tags": st.lists(st.sampled_from(LABELS), max_size=3),
+                "when": st.sampled_from(WHENS)}
+typed_documents = st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1, max_size=6),
+                                     st.fixed_dictionaries({}, optional=typed_values)), min_size=3, max_size=40)
+
+
+def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndarray], data: st.DataObject,
+               rng: np.random.Generator) -> list[str]:
+    """A base of the first third of `docs` and two updates, each adding documents and deleting some, the second
+    also changing the metadata of some (their vectors kept); returns the live ids in version row order."""
+    from indexer.changes import Changes
+    from indexer.segments import apply_changes, link_version, write_version_manifest
+    from indexer.writer import Space
+    from models.bundle import read_bundle_manifest
+    from models.manifest import EmbeddingSource
+
+    def given_vectors(fresh: list[Document], reused: list[Document],
+                      rows: list[tuple[int, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
+        return np.stack([vectors[d.id] for d in fresh + reused]), EmbeddingSource(kind="imported"), 0
+
+    cut = sorted(data.draw(st.sets(st.integers(1, len(docs) - 1), min_size=2, max_size=2)))
+    base, first, second = docs[: cut[0]], docs[cut[0] : cut[1]], docs[cut[1] :]
+    _write(directory / "v1", base, np.stack([vectors[d.id] for d in base]))
+    live = [d.id for d in base]
+    previous = directory / "v1"
+    for name, added in (("v2", first), ("v3", second)):
+        gone = data.draw(st.sets(st.sampled_from(live), max_size=len(live) - 1)) if len(live) > 1 else set()
+        kept = [i for i in live if i not in gone]
+        changed = data.draw(st.sets(st.sampled_from(kept), max_size=2)) if name == "v3" and kept else set()
+        by_id = {d.id: d for d in docs}
+        retagged = [Document(id=i, title="", text=by_id[i].text, metadata=json.dumps({"tag": "c", "n": 2}))
+                    for i in sorted(changed)]
+        manifest = read_bundle_manifest(previous)
+        staging = directory / name
+        staging.mkdir()
+        link_version(previous, manifest, staging)
+        deletes = {i: f"test:{i}" for i in sorted(gone)}
+        applied = apply_changes(staging, manifest, Changes(upserts=[*added, *retagged], deletes=deletes), name=name,
+                                space=Space.of(previous, manifest), vectors=given_vectors)
+        write_version_manifest(staging, applied.manifest.model_copy(update={"version": name}))
+        for doc in retagged:
+            by_id[doc.id] = doc
+        live = [i for i in kept if i not in changed] + [d.id for d in added] + [d.id for d in retagged]
+        docs[:] = [by_id.get(d.id, d) for d in docs]
+        previous = staging
+    return live
+
+
+@pytest.mark.usefixtures("tandem_home")
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=typed_documents, flt=filters, k=st.integers(1, 30), seed=st.integers(0, 2**16), data=st.data(),
+       query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(corpus, flt, k, seed, data,
+                                                                              query) -> None:
+    """Three segments with deleted and replaced rows, against one bundle of the same live documents, on both plans:
+    the same hits, in every mode, with every filter; and the dense hits are the brute force over the allowed live
+    documents."""
+    rng = np.random.default_rng(seed)
+    docs = [Document(id=f"d{i}", title="", text=" ".join(words),
+                     metadata=json.dumps(meta, sort_keys=True) if meta else None)
+            for i, (words, meta) in enumerate(corpus)]
+    matrix = rng.standard_normal((len(docs), 768)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    vectors = {d.id: v for d, v in zip(docs, matrix, strict=True)}
+    q = rng.standard_normal(768).astype(np.float32)
+    q /= np.linalg.norm(q)
+    parsed = parse_filter(flt, frozenset(FIELDS))
+    text = " ".join(query)
+    with tempfile.TemporaryDirectory() as tmp:
+        live = _segmented(Path(tmp), docs, vectors, data, rng)
+        by_id = {d.id: d for d in docs}
+        whole = _write(Path(tmp) / "fresh", [by_id[i] for i in live], np.stack([vectors[i] for i in live]))
+        segmented = Bundle(Path(tmp) / "v3")
+        try:
+            assert segmented.ids() == whole.ids() == live
+            assert segmented.manifest.payload is not None
+            types = segmented.manifest.payload.types()
+            allowed = [i for i in live if parsed.matches(by_id[i].meta(), types)]
+            assert [live[r] for r in matching_rows(whole, parsed)] == allowed
+            got_rows = matching_rows(segmented, parsed)
+            assert sorted(d.id for d in documents_at(segmented, got_rows)) == sorted(allowed)
+            for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):
+                for mode in Mode:
+                    options = SearchOptions(top_k=k, mode=mode, filter=parsed)
+                    a = search(segmented, q[None, :], [text], options, 4, plan).hits[0]
+                    b = search(whole, q[None, :], [text], options, 4, plan).hits[0]
+                    assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, plan)
+                    np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-6, atol=1e-6)
+                    if mode is Mode.DENSE:
+                        reference = np.sort(np.array([vectors[i] @ q for i in allowed]))[::-1][:k]
+                        np.testing.assert_allclose([h.score for h in a], reference, atol=1e-4)
+        finally:
+            segmented.close()
+            whole.close()

@@ -1,0 +1,209 @@
+"""A bundle's payload index: its typed columns memory-mapped from payload/, and a filter evaluated on them into a
+row mask (one bool per row of the bundle).
+
+A condition is a few contiguous slices of a column's `rows` (models.search.payload_writer lays them out), found by
+binary search: equality and `in` on keywords take their values' posting lists, a range the run of sorted values
+between its bounds. The slices are scattered into the mask, or, when they hold most rows, what they leave out is
+cleared from a full mask instead; `and`, `or` and `not` are numpy's boolean operations. A condition on a key the
+index does not hold (its values have no single type) asks `fallback`, the docstore's SQL for that condition.
+Nothing is parsed per row per request, and RAM holds no column: the arrays are pages of the bundle's files.
+
+The semantics are the JSON path's (models.search.filters), with the two the types add: a keyword-list matches when
+any element does, a datetime compares instants.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from models.fields import FieldType, PayloadField, PayloadInfo, to_micros
+from models.search.payload_writer import KEYWORD_TYPES, field_parts, part_name
+
+Leaf = tuple[Any, ...]
+Fallback = Callable[[Leaf], np.ndarray]  # a condition on an unindexed key → its row mask
+_INT64 = (-(2**63), 2**63 - 1)
+_LOWER = {"gte": "left", "gt": "right"}  # a lower bound's side in searchsorted / bisect
+_UPPER = {"lte": "right", "lt": "left"}
+
+
+class Dictionary(Sequence[str]):
+    """A keyword field's distinct values in order, decoded from the mapped bytes only when a search reads them."""
+
+    def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
+        self.data, self.offsets = data, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        return bytes(self.data[int(self.offsets[i]) : int(self.offsets[i + 1])]).decode()
+
+    def find(self, value: str) -> int | None:
+        i = bisect.bisect_left(self, value)
+        return i if i < len(self) and self[i] == value else None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class Column:
+    """One field: its rows sorted by value, the rows without one and, for keyword types, the values' dictionary."""
+
+    def __init__(self, directory: Path, position: int, field: PayloadField, count: int) -> None:
+        self.field, self.count, self.type = field, count, field.type
+        arrays = {part: np.load(directory / part_name(position, part), mmap_mode="r")
+                  for part in field_parts(field.type)}
+        self.rows, self.absent = arrays["rows"], arrays["absent"]
+        self.keyword = field.type in KEYWORD_TYPES
+        self.repeats = field.type is FieldType.KEYWORD_LIST  # a row may sit in several posting lists
+        if self.keyword:
+            self.dictionary = Dictionary(arrays["dict"], arrays["dict_offsets"])
+            self.offsets = arrays["offsets"]
+            sizes_ok = len(self.offsets) == len(self.dictionary) + 1 and int(self.offsets[-1]) == len(self.rows)
+        else:
+            self.values = arrays["values"]
+            sizes_ok = len(self.values) == len(self.rows)
+        if not sizes_ok or self.rows.ndim != 1 or self.absent.ndim != 1:
+            raise ValueError(f"payload field {field.name!r}: its arrays do not match each other")
+
+    def check(self) -> None:
+        """Every invariant the search relies on, reading every byte (`tandem index verify`)."""
+        rows = np.asarray(self.rows)
+        bad = len(rows) and (rows.min() < 0 or rows.max() >= self.count)
+        bad = bad or (len(self.absent) and (self.absent.min() < 0 or self.absent.max() >= self.count))
+        if self.keyword:
+            offsets = np.asarray(self.offsets)
+            bad = bad or offsets[0] != 0 or bool(np.any(np.diff(offsets) < 0))
+            values = list(self.dictionary)
+            bad = bad or any(a >= b for a, b in itertools.pairwise(values))
+        else:
+            bad = bad or bool(np.any(np.diff(self.values) < 0))
+        if not self.repeats:
+            bad = bad or len(rows) + len(self.absent) != self.count
+        if bad:
+            raise ValueError(f"payload field {self.field.name!r}: its arrays are inconsistent")
+
+    # --- a condition → slices of `rows` -----------------------------------------------------------------------
+
+    def _key(self, value: object) -> Any:
+        """The stored key equal to a filter's value, or None when no stored value can equal it."""
+        if self.keyword:
+            return self.dictionary.find(value) if isinstance(value, str) else None
+        if self.type is FieldType.BOOLEAN:
+            return int(value) if isinstance(value, bool) else None
+        if self.type is FieldType.DATETIME:
+            return to_micros(value) if isinstance(value, str) else None
+        if not _number(value):
+            return None
+        if self.type is FieldType.FLOAT:
+            return float(value)  # type: ignore[arg-type]
+        if isinstance(value, float) and not value.is_integer():
+            return None
+        whole = int(value)  # type: ignore[call-overload]
+        return whole if _INT64[0] <= whole <= _INT64[1] else None
+
+    def _span(self, key: Any) -> tuple[int, int]:
+        if self.keyword:
+            return int(self.offsets[key]), int(self.offsets[key + 1])
+        return self._position(key, "left"), self._position(key, "right")
+
+    def _position(self, bound: Any, side: str) -> int:
+        """Where `bound` falls in the sorted values: before equal ones ('left') or after them ('right')."""
+        if self.keyword:
+            code = (bisect.bisect_left if side == "left" else bisect.bisect_right)(self.dictionary, bound)
+            return int(self.offsets[code])
+        if self.type is FieldType.INTEGER:
+            if isinstance(bound, float):  # x ≥ 2.5 ⇔ x ≥ 3; x ≤ 2.5 ⇔ x ≤ 2 (the sides of the same cut)
+                bound = math.ceil(bound) if side == "left" else math.floor(bound)
+            if bound > _INT64[1]:
+                return len(self.values)
+            if bound < _INT64[0]:
+                return 0
+            return int(np.searchsorted(self.values, np.int64(bound), side=side))  # type: ignore[call-overload]
+        # the bound in the column's own dtype: another would make numpy convert the whole column first
+        return int(np.searchsorted(self.values, self.values.dtype.type(bound), side=side))  # type: ignore[call-overload]
+
+    def _range(self, kind: str, bounds: Sequence[tuple[str, Any]]) -> list[tuple[int, int]]:
+        wanted = "date" if self.keyword or self.type is FieldType.DATETIME else "number"
+        if kind != wanted or self.type is FieldType.BOOLEAN:
+            return []
+        if self.type is FieldType.DATETIME:
+            bounds = [(op, to_micros(v)) for op, v in bounds]
+            if any(v is None for _, v in bounds):
+                return []
+        lo, hi = 0, len(self.rows)
+        for op, value in bounds:
+            if op in _LOWER:
+                lo = max(lo, self._position(value, _LOWER[op]))
+            else:
+                hi = min(hi, self._position(value, _UPPER[op]))
+        return [(lo, hi)] if lo < hi else []
+
+    def spans(self, leaf: Leaf) -> list[tuple[int, int]]:
+        """The slices of `rows` a condition (eq, in or range) selects, sorted and apart."""
+        op = leaf[0]
+        if op == "range":
+            return self._range(leaf[2], leaf[3])
+        values = [leaf[2]] if op == "eq" else list(leaf[2])
+        keys = {key for key in (self._key(v) for v in values) if key is not None}
+        found = sorted(self._span(key) for key in keys)
+        return [(a, b) for a, b in found if a < b]
+
+    def mask(self, leaf: Leaf) -> np.ndarray:
+        """The rows a condition on this field holds for."""
+        if leaf[0] == "exists":
+            mask = np.full(self.count, leaf[2], dtype=bool)
+            mask[self.absent] = not leaf[2]
+            return mask
+        spans = self.spans(leaf)
+        if not self.repeats and 2 * sum(b - a for a, b in spans) > len(self.rows):
+            mask = np.ones(self.count, dtype=bool)  # most rows match: clear the others, fewer writes
+            mask[self.absent] = False
+            start = 0
+            for a, b in spans:
+                mask[self.rows[start:a]] = False
+                start = b
+            mask[self.rows[start:]] = False
+            return mask
+        mask = np.zeros(self.count, dtype=bool)
+        for a, b in spans:
+            mask[self.rows[a:b]] = True
+        return mask
+
+
+class PayloadIndex:
+    """The loaded payload index of a bundle of `count` rows."""
+
+    def __init__(self, directory: Path, info: PayloadInfo, count: int) -> None:
+        self.info, self.count = info, count
+        self.columns = {f.name: Column(Path(directory), i, f, count) for i, f in enumerate(info.fields)}
+
+    def evaluate(self, tree: tuple[Any, ...], fallback: Fallback) -> np.ndarray:
+        """The row mask of a parsed filter (models.search.filters' tree): a new array the caller owns."""
+        op = tree[0]
+        if op == "not":
+            mask = self.evaluate(tree[1], fallback)
+            return np.logical_not(mask, out=mask)
+        if op in ("and", "or"):
+            parts = iter(tree[1])
+            mask = self.evaluate(next(parts), fallback)
+            combine = np.logical_and if op == "and" else np.logical_or
+            for part in parts:
+                combine(mask, self.evaluate(part, fallback), out=mask)
+            return mask
+        column = self.columns.get(tree[1])
+        return fallback(tree) if column is None else column.mask(tree)
+
+    def check(self) -> None:
+        for column in self.columns.values():
+            column.check()

@@ -1,0 +1,93 @@
+"""The rows a filtered search may return, and how a dense search over them runs, chosen by how many there are.
+
+`Allowed` is a row mask over one bundle (a filter's, models.search.payload; a later change may AND it with a
+segment's deletions before searching), with what the searches derive from it computed once per search and shared
+by every query and mode: its count, its rows in order, and FAISS's bitmap of it.
+
+`Planner` picks one of two plans for the dense side (docs/decisions.md#filtered-search-planned-by-cardinality):
+- few rows: score exactly the rows that match (their stored vectors; binary bundles their sign codes, then the
+  int8 rescoring as usual), which costs what matches;
+- many: the index's own search restricted by an ID selector over the bitmap. A graph or cell index then
+  over-fetches: HNSW widens its candidate list and IVF probes more cells in proportion to the share of rows
+  filtered out, since the rows it visits are that much less likely to be allowed (FAISS's binary IVF takes
+  no selector: it asks for that many more results, and the search keeps the allowed ones).
+Where the first plan gives way to the second depends on the index type; the shares are set on measurements at
+1M documents (docs/BENCHMARKS.md#filtered-search).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from models.index_spec import IndexType
+
+# At or below this share of the bundle's rows, a filtered dense search scores the matching rows exactly. At 1M binary
+# documents, each search right after its query's encode as served, the exact pass was the faster up to 20% (flat)
+# and 3% (HNSW), the index search from 30% and 5%: the crossovers sit between
+# (docs/decisions.md#filtered-search-planned-by-cardinality). IVF, not measured at scale, follows HNSW.
+EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04, IndexType.IVF: 0.04}
+EXACT_ROWS = 2048  # ... and always at or below this many rows, however large the bundle
+MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan covers the shares below)
+
+
+class Allowed:
+    """The rows of one bundle a search may return, as a bool mask (one per row); the rest derived once."""
+
+    def __init__(self, mask: np.ndarray) -> None:
+        self.mask = mask
+        self.count = int(np.count_nonzero(mask))
+
+    @classmethod
+    def of_rows(cls, rows: np.ndarray, size: int) -> Allowed:
+        mask = np.zeros(size, dtype=bool)
+        mask[rows] = True
+        return cls(mask)
+
+    @property
+    def share(self) -> float:
+        return self.count / max(1, len(self.mask))
+
+    @cached_property
+    def rows(self) -> np.ndarray:
+        """The allowed rows, ascending (int64)."""
+        return np.flatnonzero(self.mask)
+
+    @cached_property
+    def bitmap(self) -> np.ndarray:
+        """FAISS's IDSelectorBitmap layout: bit (row & 7) of byte (row >> 3)."""
+        return np.packbits(self.mask, bitorder="little")
+
+
+@dataclass(frozen=True)
+class Planner:
+    """When a filtered dense search scores the matching rows exactly, and how far the index search over-fetches.
+
+    `exact_share` None takes the index type's measured share (EXACT_SHARE, or EXACT_ROWS rows); a share given
+    replaces both, so 0 and 1 force one plan or the other (tests, benchmarks)."""
+
+    exact_share: float | None = None
+
+    def exact(self, kind: IndexType, allowed: Allowed) -> bool:
+        if self.exact_share is not None:
+            return self.exact_share > 0 and allowed.share <= self.exact_share
+        return allowed.count <= EXACT_ROWS or allowed.share <= EXACT_SHARE[kind]
+
+    @staticmethod
+    def ef_search(ef: int, k: int, allowed: Allowed) -> int:
+        """HNSW's candidate list for `k` results when only `allowed.share` of the graph's nodes may be returned."""
+        wanted = math.ceil(max(ef, k) / max(allowed.share, 1e-9))
+        return max(ef, k, min(MAX_EF_SEARCH, wanted))
+
+    @staticmethod
+    def fetch(k: int, count: int, allowed: Allowed) -> int:
+        """Results to ask of an index that cannot filter (FAISS's binary IVF) for `k` allowed ones among them."""
+        return min(count, math.ceil(k / max(allowed.share, 1e-9)))
+
+    @staticmethod
+    def nprobe(nprobe: int, nlist: int, allowed: Allowed) -> int:
+        """IVF's cells probed when only `allowed.share` of each cell's rows may be returned."""
+        return max(nprobe, min(nlist, math.ceil(nprobe / max(allowed.share, 1e-9))))

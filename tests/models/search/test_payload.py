@@ -1,0 +1,130 @@
+"""The payload index on its own (a docstore and its columns, no model): the schema it writes, the masks it
+evaluates against the filter's Python semantics, both ways a mask is written, and the checks that catch a
+damaged column. The property test (test_filter_property.py) covers random corpora and filters end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.corpus import Document
+from models.docstore import DocStore, write_docstore
+from models.errors import InputError
+from models.fields import FieldType, PayloadField, declared_fields, schema_lines
+from models.search import parse_filter
+from models.search.filters import sql_of
+from models.search.payload import PayloadIndex
+from models.search.payload_writer import part_name, write_payload
+
+TAGS = ["a", "b", "c", "d"]
+
+
+def _meta(i: int) -> dict[str, object]:
+    meta: dict[str, object] = {"year": 1990 + i % 35, "tag": TAGS[i % 4], "score": (i % 17) / 4,
+                               "open": i % 3 == 0, "tags": [TAGS[i % 4], TAGS[(i + 1) % 4]] if i % 5 else [],
+                               "when": f"2020-01-{1 + i % 28:02d}T{i % 24:02d}:00:00+01:00",
+                               "mixed": i if i % 2 else str(i), "big": 2**62 + i}
+    if i % 7 == 0:
+        del meta["year"]
+    if i % 11 == 0:
+        meta["tag"] = None
+    return meta
+
+
+META = [_meta(i) for i in range(400)]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory: pytest.TempPathFactory) -> tuple[PayloadIndex, DocStore]:
+    directory = tmp_path_factory.mktemp("payload")
+    docs = [Document(id=f"d{i}", title="", text="x", metadata=json.dumps(m, sort_keys=True))
+            for i, m in enumerate(META)]
+    write_docstore(directory / "docs.sqlite", docs)
+    store = DocStore(directory / "docs.sqlite")
+    info, names = write_payload(directory, store, len(docs), declared_fields(["when:datetime"]))
+    assert all((directory / name).is_file() for name in names)
+    return PayloadIndex(directory, info, len(docs)), store
+
+
+def test_the_schema_declares_infers_and_leaves_out(indexed: tuple[PayloadIndex, DocStore]) -> None:
+    info = indexed[0].info
+    assert info.types() == {"when": FieldType.DATETIME, "big": FieldType.INTEGER, "open": FieldType.BOOLEAN,
+                            "score": FieldType.FLOAT, "tag": FieldType.KEYWORD, "tags": FieldType.KEYWORD_LIST,
+                            "year": FieldType.INTEGER}
+    assert info.declared() == {"when": FieldType.DATETIME} and info.unindexed == ["mixed"]
+    by_name = {f.name: f for f in info.fields}
+    assert by_name["year"].documents == 400 - 58 and by_name["year"].values == 30  # i % 7 == 0 has none
+    assert by_name["tags"].documents == 400  # [] is a value (it exists), with no element
+    assert by_name["tag"].documents == 400 - 37 and by_name["tag"].values == 4
+    lines = schema_lines(info)
+    assert "field when: datetime (declared), 400 documents, 168 distinct values" in lines
+    assert lines[-1].endswith("mixed")
+
+
+FILTERS = [
+    {"field": "year", "eq": 2000}, {"field": "year", "eq": 2000.0}, {"field": "year", "eq": "2000"},
+    {"field": "year", "gte": 1991}, {"field": "year", "gt": 1999.5, "lte": 2003.2}, {"field": "year", "lt": -1e30},
+    {"field": "year", "gt": 1e30}, {"field": "year", "in": [1990, 1995, 1995.0, "1996", True]},
+    {"field": "big", "gte": 2**62 + 10, "lt": 2**62 + 20}, {"field": "big", "eq": 2**62 + 3},
+    {"field": "tag", "eq": "a"}, {"field": "tag", "in": ["a", "b", "z", 1]}, {"field": "tag", "exists": False},
+    {"field": "tag", "gte": "2000-01-01"},  # a keyword range compares as written: every letter sorts after digits
+    {"field": "score", "lt": 2.25}, {"field": "score", "eq": 1}, {"field": "open", "eq": True},
+    {"field": "open", "eq": 1}, {"field": "open", "gt": 0},
+    {"field": "tags", "eq": "b"}, {"field": "tags", "in": ["a", "c"]}, {"field": "tags", "exists": True},
+    {"not": {"field": "tags", "eq": "a"}},
+    {"field": "when", "gte": "2020-01-05T00:00:00Z", "lt": "2020-01-09"},
+    {"field": "when", "eq": "2020-01-02T00:00:00Z"},
+    {"field": "when", "eq": "2020-01-02T01:00:00+01:00"}, {"field": "when", "gt": 3},
+    {"field": "mixed", "eq": 3}, {"field": "mixed", "eq": "4"}, {"field": "nothing", "exists": False},
+    {"and": [{"field": "year", "gte": 2000},
+             {"or": [{"field": "tag", "eq": "a"}, {"not": {"field": "mixed", "gt": 100}}]}]},
+]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=[json.dumps(f) for f in FILTERS])
+def test_masks_equal_the_filter_semantics(indexed: tuple[PayloadIndex, DocStore], flt: dict) -> None:
+    payload, store = indexed
+    parsed = parse_filter(flt, frozenset([*META[1], "nothing"]))
+
+    def from_docstore(leaf: tuple) -> np.ndarray:
+        mask = np.zeros(len(META), dtype=bool)
+        mask[store.rows_where(*sql_of(leaf))] = True
+        return mask
+
+    mask = payload.evaluate(parsed.tree, from_docstore)
+    expected = [parsed.matches(m, payload.info.types()) for m in META]
+    assert mask.tolist() == expected
+
+
+def test_a_wide_match_is_written_as_its_complement_with_the_same_rows(indexed: tuple[PayloadIndex, DocStore]) -> None:
+    column = indexed[0].columns["year"]
+    leaf = parse_filter({"field": "year", "gte": 1991}, {"year"}).tree
+    spans = column.spans(leaf)
+    assert 2 * sum(b - a for a, b in spans) > len(column.rows)  # the complement path
+    direct = np.zeros(len(META), dtype=bool)
+    for a, b in spans:
+        direct[column.rows[a:b]] = True
+    assert column.mask(leaf).tolist() == direct.tolist()
+
+
+def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
+    store = indexed[1]
+    info, _ = write_payload(tmp_path, store, len(META), [PayloadField(name="year", type=FieldType.INTEGER)])
+    PayloadIndex(tmp_path, info, len(META)).check()
+    position = [f.name for f in info.fields].index("year")
+    values = np.load(tmp_path / part_name(position, "values"))
+    np.save(tmp_path / part_name(position, "values"), values[::-1])
+    with pytest.raises(ValueError, match="payload field 'year': its arrays are inconsistent"):
+        PayloadIndex(tmp_path, info, len(META)).check()
+    rows = np.load(tmp_path / part_name(position, "rows"))
+    np.save(tmp_path / part_name(position, "rows"), rows[:-1])
+    with pytest.raises(ValueError, match="payload field 'year': its arrays do not match each other"):
+        PayloadIndex(tmp_path, info, len(META))
+
+
+def test_a_value_of_another_type_is_refused(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
+    with pytest.raises(InputError, match=r"document 'd1' \(row 1\): field 'tag' is declared integer: expected a whole"):
+        write_payload(tmp_path, indexed[1], len(META), declared_fields(["tag:integer"]))
