@@ -162,6 +162,13 @@ KeepOpt = Annotated[
 ShardSizeOpt = Annotated[
     int, typer.Option(envvar="TANDEM_SHARD_SIZE", help="Documents per checkpointed embedding shard (resume unit).")
 ]
+BaseOpt = Annotated[
+    Path | None, typer.Option(help="The version to start from: a version under --root, a bundle dir or a root "
+                                   "(default: --root's CURRENT).")
+]
+OutOpt = Annotated[Path | None, typer.Option(help="Publish to this directory instead of a new --root version.")]
+BatchSizeOpt = Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")]
+ForceOpt = Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")]
 
 
 EngineOpt = Annotated[
@@ -267,18 +274,15 @@ def index_update(
     ] = None,
     delete_ids: Annotated[Path | None, typer.Option(help="Ids to delete, one per line.")] = None,
     root: RootOpt = None,
-    base: Annotated[
-        Path | None, typer.Option(help="Bundle to start from: a version under --root, a bundle dir or a root "
-                                       "(default: --root's CURRENT).")
-    ] = None,
-    out: Annotated[Path | None, typer.Option(help="Publish to this directory instead of a new --root version.")] = None,
+    base: BaseOpt = None,
+    out: OutOpt = None,
     version: VersionOpt = None,
     keep: KeepOpt = None,
     teacher: TeacherOpt = None,
-    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Add, replace or delete documents by id into a new bundle version; only new or changed texts are encoded."""
     from indexer.update import UpdateRequest, update
@@ -306,18 +310,15 @@ def _echo_fields(manifest: BundleManifest) -> None:
 @index_app.command("compact")
 def index_compact(
     root: RootOpt = None,
-    base: Annotated[
-        Path | None, typer.Option(help="Version to compact: a version under --root, a bundle dir or a root "
-                                       "(default: --root's CURRENT).")
-    ] = None,
-    out: Annotated[Path | None, typer.Option(help="Publish to this directory instead of a new --root version.")] = None,
+    base: BaseOpt = None,
+    out: OutOpt = None,
     version: VersionOpt = None,
     keep: KeepOpt = None,
     teacher: TeacherOpt = None,
-    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
-    force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Merge a version's segments into one, dropping deleted rows and refitting its rotation and quantization."""
     from indexer.compact import compact
@@ -346,7 +347,7 @@ def index_follow(
     once: Annotated[bool, typer.Option(help="Apply what is pending, then exit.")] = False,
     keep: KeepOpt = None,
     teacher: TeacherOpt = None,
-    batch_size: Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")] = 32,
+    batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
 ) -> None:

@@ -84,11 +84,8 @@ def _write(directory: Path, docs: list[Document], vectors: np.ndarray) -> Bundle
     return Bundle(directory)
 
 
-@pytest.mark.usefixtures("tandem_home")
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(corpus=documents, flt=filters, k=st.integers(1, 50), seed=st.integers(0, 2**16),
-       query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
-def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None:
+def _drawn(corpus: list[tuple[list[str], dict]], seed: int) -> tuple[list[Document], np.ndarray, np.ndarray]:
+    """The drawn documents, a random unit vector for each, and a random unit query."""
     rng = np.random.default_rng(seed)
     docs = [Document(id=f"d{i}", title="", text=" ".join(words),
                      metadata=json.dumps(meta, sort_keys=True) if meta else None)
@@ -96,7 +93,15 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None
     vectors = rng.standard_normal((len(docs), 768)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     q = rng.standard_normal(768).astype(np.float32)
-    q /= np.linalg.norm(q)
+    return docs, vectors, q / np.linalg.norm(q)
+
+
+@pytest.mark.usefixtures("tandem_home")
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=documents, flt=filters, k=st.integers(1, 50), seed=st.integers(0, 2**16),
+       query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
+def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None:
+    docs, vectors, q = _drawn(corpus, seed)
     parsed = parse_filter(flt, frozenset(FIELDS))
     as_json = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -150,8 +155,8 @@ typed_documents = st.lists(st.tuples(st.lists(st.sampled_from(WORDS), min_size=1
                                      st.fixed_dictionaries({}, optional=typed_values)), min_size=3, max_size=40)
 
 
-def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndarray], data: st.DataObject,
-               rng: np.random.Generator) -> list[str]:
+def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndarray],
+               data: st.DataObject) -> list[str]:
     """A base of the first third of `docs` and two updates, each adding documents and deleting some, the second
     also changing the metadata of some (their vectors kept); returns the live ids in version row order."""
     from indexer.changes import Changes
@@ -201,19 +206,12 @@ def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(cor
     """Three segments with deleted and replaced rows, against one bundle of the same live documents, on both plans:
     the same hits, in every mode, with every filter; and the dense hits are the brute force over the allowed live
     documents."""
-    rng = np.random.default_rng(seed)
-    docs = [Document(id=f"d{i}", title="", text=" ".join(words),
-                     metadata=json.dumps(meta, sort_keys=True) if meta else None)
-            for i, (words, meta) in enumerate(corpus)]
-    matrix = rng.standard_normal((len(docs), 768)).astype(np.float32)
-    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    docs, matrix, q = _drawn(corpus, seed)
     vectors = {d.id: v for d, v in zip(docs, matrix, strict=True)}
-    q = rng.standard_normal(768).astype(np.float32)
-    q /= np.linalg.norm(q)
     parsed = parse_filter(flt, frozenset(FIELDS))
     text = " ".join(query)
     with tempfile.TemporaryDirectory() as tmp:
-        live = _segmented(Path(tmp), docs, vectors, data, rng)
+        live = _segmented(Path(tmp), docs, vectors, data)
         by_id = {d.id: d for d in docs}
         whole = _write(Path(tmp) / "fresh", [by_id[i] for i in live], np.stack([vectors[i] for i in live]))
         segmented = Bundle(Path(tmp) / "v3")
