@@ -178,7 +178,8 @@ def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, ma
             lexical, lexical_names = build_lexical(directory, store, len(docs), manifest.lexical)
             names += lexical_names
         if manifest.payload is not None:  # the version's fields keep their types; new keys are inferred
-            payload, payload_names = write_payload(directory, store, len(docs), manifest.payload.fields)
+            payload, payload_names = write_payload(directory, store, len(docs), manifest.payload.fields,
+                                                   manifest.payload.unindexed)
             names += payload_names
     finally:
         store.close()
@@ -192,7 +193,7 @@ def with_fields(version: PayloadInfo | None, segment: PayloadInfo | None) -> Pay
     (a filter on such a field reads an older segment's docstore, which has no column for it)."""
     if version is None or segment is None:
         return version
-    known = {f.name for f in version.fields}
+    known = {f.name for f in version.fields} | set(version.unindexed)
     new = [f for f in segment.fields if f.name not in known]
     unindexed = sorted(set(version.unindexed) | set(segment.unindexed))
     return version.model_copy(update={"fields": [*version.fields, *new], "unindexed": unindexed})

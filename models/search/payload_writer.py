@@ -126,14 +126,18 @@ class _Gathered:
         return self.field.model_copy(update={"documents": count - len(self.absent), "values": distinct})
 
 
-def _schema(tally: Tally, fixed: Sequence[PayloadField]) -> tuple[list[PayloadField], list[str]]:
+def _schema(tally: Tally, fixed: Sequence[PayloadField], unindexed_before: Sequence[str] = ()) -> tuple[
+        list[PayloadField], list[str]]:
     """The fields to index (the fixed ones, then the keys whose type infers, most common first) and the keys left
-    to the docstore, each reported in the log."""
+    to the docstore (`unindexed_before` stays there), each reported in the log."""
     known = {f.name for f in fixed}
     inferred: list[PayloadField] = []
     unindexed: list[str] = []
     for name in sorted(tally.kinds, key=lambda n: (-sum(tally.kinds[n].values()), n)):
         if name in known:
+            continue
+        if name in unindexed_before:  # a later segment filters on it as the version's first did: by the docstore
+            unindexed.append(name)
             continue
         kind = infer(tally, name)
         if kind is None or len(inferred) >= MAX_INFERRED:
@@ -151,14 +155,15 @@ def _schema(tally: Tally, fixed: Sequence[PayloadField]) -> tuple[list[PayloadFi
     return [*fixed, *sorted(inferred, key=lambda f: f.name)], sorted(unindexed)
 
 
-def write_payload(staging: Path, docs: DocStore, count: int, fixed: Sequence[PayloadField] = ()) -> tuple[
-        PayloadInfo, list[str]]:
+def write_payload(staging: Path, docs: DocStore, count: int, fixed: Sequence[PayloadField] = (),
+                  unindexed: Sequence[str] = ()) -> tuple[PayloadInfo, list[str]]:
     """Index rows [0, count) of `docs` into staging/payload/: the `fixed` fields (declared at build, or kept
-    from the base of an update) with their types, every other key as inferred. Returns the schema and the files."""
+    from the base of an update) with their types, every other key as inferred but the `unindexed` ones (a
+    version's, which its later segments leave to the docstore too). Returns the schema and the files."""
     tally = Tally()
     for _, meta in _metadata(docs, count):
         tally.add(meta)
-    fields, unindexed = _schema(tally, fixed)
+    fields, unindexed = _schema(tally, fixed, unindexed)
     gathered = [_Gathered(f) for f in fields]
     for row, meta in _metadata(docs, count):
         for g in gathered:

@@ -236,3 +236,39 @@ def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(cor
         finally:
             segmented.close()
             whole.close()
+
+
+@pytest.mark.usefixtures("tandem_home")
+def test_a_key_the_first_segment_left_to_the_docstore_stays_there_in_later_ones(tmp_path: Path) -> None:
+    """`year` holds numbers and strings in the base, so the base filters on it through the docstore; an update whose
+    documents hold numbers only must not index it (it would filter by types the base does not use)."""
+    from indexer.changes import Changes
+    from indexer.segments import apply_changes, link_version, write_version_manifest
+    from indexer.writer import Space
+    from models.bundle import read_bundle_manifest
+
+    base = [Document(id=f"b{i}", title="", text="tide moon", metadata=json.dumps({"year": y}))
+            for i, y in enumerate([2001, "2001", 1999])]
+    added = [Document(id=f"a{i}", title="", text="bread", metadata=json.dumps({"year": y}))
+             for i, y in enumerate([2001, 2020])]
+    vectors = {d.id: v for d, v in zip(base + added, _drawn([([], {})] * 5, 0)[1], strict=True)}
+    _write(tmp_path / "v1", base, np.stack([vectors[d.id] for d in base]))
+    manifest = read_bundle_manifest(tmp_path / "v1")
+    assert manifest.payload is not None and manifest.payload.unindexed == ["year"]
+    (tmp_path / "v2").mkdir()
+    link_version(tmp_path / "v1", manifest, tmp_path / "v2")
+    applied = apply_changes(
+        tmp_path / "v2", manifest, Changes(upserts=added, deletes={}), name="v2", space=Space.of(tmp_path / "v1",
+                                                                                                  manifest),
+        vectors=lambda fresh, reused, rows: (np.stack([vectors[d.id] for d in fresh + reused]),
+                                             EmbeddingSource(kind="imported"), 0))
+    write_version_manifest(tmp_path / "v2", applied.manifest.model_copy(update={"version": "v2"}))
+    segmented = Bundle(tmp_path / "v2")
+    try:
+        assert segmented.manifest.payload is not None and "year" in segmented.manifest.payload.unindexed
+        assert all(f.name != "year" for s in segmented.manifest.parts for f in (s.payload.fields if s.payload else []))
+        flt = parse_filter({"field": "year", "eq": 2001}, segmented.filter_fields)
+        found = search(segmented, None, ["tide bread"], SearchOptions(top_k=10, mode=Mode.LEXICAL, filter=flt), 4)
+        assert sorted(h.doc.id for h in found.hits[0]) == ["a0", "b0"]  # the number, not the string
+    finally:
+        segmented.close()
