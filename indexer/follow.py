@@ -119,7 +119,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
     card = load_card(resolve("teacher", req.teacher))
     check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    vectors = teacher_vectors(card, store, TeacherRun(device=req.device, batch_size=req.batch_size), base, current)
+    vectors = teacher_vectors(card, store, TeacherRun(device=req.device, batch_size=req.batch_size))
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
     with publish(Target(root=req.root, keep=req.keep)) as (staging, version):

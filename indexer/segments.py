@@ -65,7 +65,8 @@ def segment_spec(manifest: BundleManifest, count: int) -> IndexSpec:
 
 # vectors(fresh documents, documents whose text did not change, their old (segment, row)s) → the full-dimension
 # unit vectors of both, fresh ones first; where they came from; how many texts the teacher encoded
-Vectors = Callable[[list[Document], list[Document], list[tuple[int, int]]], tuple[np.ndarray, EmbeddingSource, int]]
+Vectors = Callable[[list[Document], list[Document], list[tuple[SegmentInfo, int]]],
+                   tuple[np.ndarray, EmbeddingSource, int]]
 
 
 @dataclass
@@ -93,7 +94,7 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
             counts["deleted"] += 1
         fresh: list[Document] = []
         reused: list[Document] = []
-        reuse_rows: list[tuple[int, int]] = []
+        reuse_rows: list[tuple[SegmentInfo, int]] = []
         for doc in changes.upserts:
             if doc.id not in located:
                 fresh.append(doc)
@@ -108,7 +109,7 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
             counts["replaced"] += 1
             if old.passage() == doc.passage():  # only the metadata changed: the vector stays
                 reused.append(doc)
-                reuse_rows.append((seg, row))
+                reuse_rows.append((manifest.parts[seg], row))
             else:
                 fresh.append(doc)
     finally:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.changes import Changes, read_changes
+from indexer.changes import read_changes
 from indexer.encode import TeacherRun, encode_into, local_teacher
 from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
@@ -29,7 +29,7 @@ from models.contract import check_same_teacher
 from models.corpus import Document, corpus_key
 from models.embedding_store import EmbeddingStore, store_key
 from models.fields import PayloadField
-from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, utc_now
+from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
 from models.registry import ModelCard, load_card, resolve
 from models.versions import new_version_name
 
@@ -65,8 +65,9 @@ def update(req: UpdateRequest) -> BundleManifest:
     run = TeacherRun(device=req.device, batch_size=req.batch_size)
     with publish(req.target) as (staging, version):
         link_version(source_dir, base, staging)
-        applied = apply_to(staging, base, changes, version or new_version_name(), source_dir,
-                           teacher_vectors(card, store, run, base, source_dir))
+        applied = apply_changes(staging, base, changes, name=version or new_version_name(),
+                                space=Space.of(source_dir, base),
+                                vectors=teacher_vectors(card, store, run))
         manifest = finish(applied, base, source_dir, version, started)
         write_version_manifest(staging, manifest)
     c = applied.counts
@@ -74,12 +75,6 @@ def update(req: UpdateRequest) -> BundleManifest:
              source_dir, c["added"], c["replaced"], c["deleted"], c["unchanged"], applied.encoded,
              req.target.describe(version), time.perf_counter() - started)
     return manifest
-
-
-def apply_to(staging: Path, base: BundleManifest, changes: Changes, name: str, source_dir: Path,
-             vectors: Vectors) -> Applied:
-    """One change set applied to the version being written in `staging`, as segment `name`."""
-    return apply_changes(staging, base, changes, name=name, space=Space.of(source_dir, base), vectors=vectors)
 
 
 def finish(applied: Applied, base: BundleManifest, source_dir: Path, version: str | None,
@@ -93,15 +88,14 @@ def finish(applied: Applied, base: BundleManifest, source_dir: Path, version: st
         "build_seconds": round(time.perf_counter() - started, 3)})
 
 
-def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun, base: BundleManifest,
-                    source_dir: Path) -> Vectors:
+def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> Vectors:
     """How a new segment gets its vectors: the teacher encodes the fresh texts; a document whose text did not
     change keeps its vector from its segment's embedding-store entry (else the teacher encodes it again).
     The segment's vectors are kept in the store under its own key, for `tandem index compact`."""
 
     def vectors(fresh: list[Document], reused: list[Document],
-                rows: list[tuple[int, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
-        kept = _stored(store, base, rows) if rows else None
+                rows: list[tuple[SegmentInfo, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
+        kept = _stored(store, rows) if rows else None
         encode = fresh if kept is not None else fresh + reused  # not in the store: encoded again
         x = np.zeros((0, card.dim), dtype=np.float32)
         if encode:
@@ -122,11 +116,11 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun, bas
     return vectors
 
 
-def _stored(store: EmbeddingStore, base: BundleManifest, rows: list[tuple[int, int]]) -> np.ndarray | None:
+def _stored(store: EmbeddingStore, rows: list[tuple[SegmentInfo, int]]) -> np.ndarray | None:
     """Full vectors of (segment, row)s from their segments' embedding-store entries; None if one is missing."""
     out: list[np.ndarray] = []
-    for seg, row in rows:
-        source = base.parts[seg].embeddings
+    for segment, row in rows:
+        source = segment.embeddings
         key = source.store_key if source is not None else None
         if key is None or not store.complete(key):
             return None

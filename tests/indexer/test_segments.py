@@ -248,3 +248,28 @@ def test_a_bundle_built_before_segments_serves_as_before_and_its_first_update_re
     (work / "more.txt").write_text("bees\n")
     segmented = update(UpdateRequest(delete_ids=work / "more.txt", base=work / "v2", out=work / "v3"))
     assert segmented.segments is not None and [s.deleted for s in segmented.parts] == [1]
+
+
+def test_a_follower_keeps_the_vector_of_a_document_an_earlier_file_of_its_batch_added(tandem_home: Path,
+                                                                                      work: Path) -> None:
+    """Two files in one publish: the second changes only the metadata of a document the first added, so its
+    vector is the one the first file's segment stored (the teacher encodes it once)."""
+    root = work / "root"
+    build(BuildRequest(corpus=work / "corpus.jsonl", root=root, version="v1", metadata_extra=True))
+    changes = work / "changes"
+    changes.mkdir()
+    kite = {"_id": "kites", "title": "Kite flying", "text": "Wind lifts the kite over the beach."}
+    _lines(changes / "0001.jsonl", [{**kite, "lang": "en"}])
+    _lines(changes / "0002.jsonl", [{**kite, "lang": "fr"}])
+    assert follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False)) == 2
+    manifest = read_bundle_manifest(read_current(root))
+    assert manifest.base is not None and (manifest.base.added, manifest.base.replaced, manifest.base.encoded) == \
+        (1, 1, 1)
+    bundle = Bundle(read_current(root))
+    try:
+        first, second = bundle.segments[1].vectors.index, bundle.segments[2].vectors.index
+        assert np.array_equal(first.reconstruct_n(0, 1), second.reconstruct_n(0, 1))
+        [doc] = documents(bundle, bundle.live_rows()[-1:])
+        assert (doc.id, doc.meta()["lang"]) == ("kites", "fr")
+    finally:
+        bundle.close()

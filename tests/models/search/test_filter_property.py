@@ -163,10 +163,10 @@ def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndar
     from indexer.segments import apply_changes, link_version, write_version_manifest
     from indexer.writer import Space
     from models.bundle import read_bundle_manifest
-    from models.manifest import EmbeddingSource
+    from models.manifest import SegmentInfo
 
     def given_vectors(fresh: list[Document], reused: list[Document],
-                      rows: list[tuple[int, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
+                      rows: list[tuple[SegmentInfo, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
         return np.stack([vectors[d.id] for d in fresh + reused]), EmbeddingSource(kind="imported"), 0
 
     cut = sorted(data.draw(st.sets(st.integers(1, len(docs) - 1), min_size=2, max_size=2)))
