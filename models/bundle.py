@@ -173,6 +173,8 @@ def segment_key(manifest: BundleManifest, segment: SegmentInfo) -> str:
 def _identity(path: Path) -> tuple[int, int]:
     stat = path.stat()
     return stat.st_dev, stat.st_ino
+
+
 class Segment:
     """One loaded segment: its first stage, rescore codes, docstore and lexical index. Shared by the versions
     that list it; `release` by the last one closes it."""

@@ -194,8 +194,9 @@ class Lexical:
         self.avg_length = sum(p.live_length() for p in self.parts) / max(1, self.documents)
 
     def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per part, its top-k (scores, rows) among its `allowed` live rows (all live when None), best first;
-        documents that share no stem with the query are not hits."""
+        """Per part, its top-k (scores, rows) among its `allowed` rows (live ones: the caller has left the deleted
+        rows out), or among all its live rows when None, best first; documents that share no stem with the query
+        are not hits."""
         stems = [s for s in self.analyzer.stems(query) if s != _EMPTY]
         found = [[p.index.postings(s) for s in stems] for p in self.parts]
         idf = self._idf(stems, found)
@@ -228,11 +229,9 @@ class Lexical:
 
 def _best(scores: np.ndarray, deleted: np.ndarray | None, allowed: np.ndarray | None,
           k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top-k positive scores among allowed rows that are not deleted."""
+    """The top-k positive scores among the `allowed` rows (live ones), or else among the rows not deleted."""
     if allowed is not None:
         rows = np.asarray(allowed, dtype=np.int64)
-        if deleted is not None:
-            rows = rows[~deleted[rows]]
         return top_k(scores[rows], rows, k, positive=True)
     if deleted is not None:
         scores[deleted] = 0.0

@@ -105,14 +105,15 @@ def allowed_rows(bundle: Bundle, flt: Filter | None) -> list[Allowed | None]:
     without a filter its live rows (None where it has no deleted row: every row). A filter is evaluated on each
     segment's payload index, or through its docstore's SQL for a segment without one (older bundles) and for a
     key the index leaves out."""
-    if flt is None:
-        return list(bundle.live)
-    out: list[Allowed | None] = []
-    for segment, deleted in zip(bundle.segments, bundle.deleted, strict=True):
+    return list(bundle.live) if flt is None else list(_filtered_live(bundle, flt))
+
+
+def _filtered_live(bundle: Bundle, flt: Filter) -> list[Allowed]:
+    """Per segment, the rows a filter allows, less the segment's deleted ones (its cached live mask)."""
+    out = []
+    for segment, live in zip(bundle.segments, bundle.live, strict=True):
         allowed = _filtered(segment, flt)
-        if deleted is not None:
-            allowed = Allowed(np.logical_and(allowed.mask, ~deleted, out=allowed.mask))
-        out.append(allowed)
+        out.append(allowed if live is None else Allowed(np.logical_and(allowed.mask, live.mask, out=allowed.mask)))
     return out
 
 
@@ -129,9 +130,8 @@ def _filtered(segment: Segment, flt: Filter) -> Allowed:
 
 def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
     """The version rows a filter allows, ascending, deleted rows left out."""
-    parts = [np.flatnonzero(~d) if a is None and d is not None else np.arange(s.count) if a is None else a.rows
-             for a, s, d in zip(allowed_rows(bundle, flt), bundle.segments, bundle.deleted, strict=True)]
-    return np.concatenate([rows + base for rows, base in zip(parts, bundle.bases, strict=True)])
+    return np.concatenate([allowed.rows + base
+                           for allowed, base in zip(_filtered_live(bundle, flt), bundle.bases, strict=True)])
 
 
 def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Sequence[Allowed | None],
