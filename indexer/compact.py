@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.export import live_documents, rows, segment_vectors
+from indexer.export import has_vectors, live_documents, rows
 from indexer.ingest import CHUNK as INGEST_CHUNK
 from indexer.ingest import Passages
 from indexer.publish import publish
@@ -24,10 +24,9 @@ from indexer.request import VersionRequest, base_dir
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import in_segment, read_bundle_manifest
 from models.contract import check_same_teacher
-from models.corpus import CorpusHasher, Document
+from models.corpus import CorpusHasher, Document, corpus_key
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import EmbeddingStore, store_key
-from models.errors import InputError
 from models.index_spec import IndexSpec, IndexType, resolve_spec
 from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
 from models.registry import ModelCard, load_card, resolve, sha256_file
@@ -101,21 +100,18 @@ def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingS
     parts: list[SegmentInfo] = []
     encoded = 0
     for segment in base.parts:
-        try:
-            next(iter(segment_vectors(directory, base, segment, store)), None)
+        if has_vectors(base, segment, store):
             parts.append(segment)
             continue
-        except InputError:
-            log.warning("the vectors of segment %s are not in the embedding store: the teacher encodes its %d "
-                        "documents again", segment.name, segment.count)
+        log.warning("the vectors of segment %s are not in the embedding store: the teacher encodes its %d "
+                    "documents again", segment.name, segment.count)
         docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
         try:
-            hasher = CorpusHasher()
-            for start in range(0, segment.count, 10_000):
-                for doc in docs.range(start, min(start + 10_000, segment.count)):
-                    hasher.update(doc)
-            key = store_key(card.fingerprint, card.max_seq_length, hasher.hexdigest())
-            runner = local_teacher(Passages(docs, segment.count), card, run, "fp32")
+            passages = Passages(docs, segment.count)
+            key = store_key(card.fingerprint, card.max_seq_length, corpus_key(
+                doc for start in range(0, segment.count, INGEST_CHUNK)
+                for doc in docs.range(start, min(start + INGEST_CHUNK, segment.count))))
+            runner = local_teacher(passages, card, run, "fp32")
             encode_into(store, key, segment.count, runner, card, run, "fp32")
         finally:
             docs.close()

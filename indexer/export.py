@@ -35,18 +35,35 @@ log = logging.getLogger(__name__)
 CHUNK = 4096
 
 
+def _stored_key(segment: SegmentInfo, store: EmbeddingStore) -> str | None:
+    """The segment's embedding-store entry, if the store holds it whole."""
+    key = segment.embeddings.store_key if segment.embeddings is not None else None
+    return key if key and store.complete(key) else None
+
+
+def _index_holds_vectors(manifest: BundleManifest) -> bool:
+    """A full-dimension float index without rotation stores the teacher's vectors as they were."""
+    full = manifest.dim == manifest.teacher.dim
+    return manifest.quantization is Quantization.FLOAT and full and manifest.rotation is Rotation.NONE
+
+
+def has_vectors(manifest: BundleManifest, segment: SegmentInfo, store: EmbeddingStore) -> bool:
+    """Whether `segment_vectors` can read the segment's vectors (without reading any)."""
+    return _stored_key(segment, store) is not None or _index_holds_vectors(manifest)
+
+
 def segment_vectors(directory: Path, manifest: BundleManifest, segment: SegmentInfo,
                     store: EmbeddingStore) -> Iterator[np.ndarray]:
     """Every row's full-dimension teacher vector of one segment, deleted rows included, in row order: from its
     embedding-store entry, else (a first segment of a 768-d float index without rotation) from the index."""
-    key = segment.embeddings.store_key if segment.embeddings is not None else None
-    if key and store.complete(key):
+    key = _stored_key(segment, store)
+    if key is not None:
         yield from store.iter_chunks(key)
         return
-    full = manifest.dim == manifest.teacher.dim
-    if manifest.quantization is Quantization.FLOAT and full and manifest.rotation is Rotation.NONE:
+    if _index_holds_vectors(manifest):
         yield from float_vectors(directory / segment.path, segment.count, CHUNK)
         return
+    key = segment.embeddings.store_key if segment.embeddings is not None else None
     raise InputError(f"{directory}: the full-dimension teacher vectors of segment {segment.name} are not in the "
                      f"embedding store at {store.root} (key {key}), and its index is {manifest.dim}-d "
                      f"{manifest.quantization.value}; run this where the bundle was built, or set TANDEM_HOME to "
