@@ -34,6 +34,14 @@ def _lexical(server: LiveServer, query: str) -> list[str]:
     return _ids(response.json())
 
 
+def _reloaded(server: LiveServer) -> tuple[str, int, int, int]:
+    """Reload CURRENT: the version now in service, its segments, those shared with the one before, deleted rows."""
+    response = reload(server)
+    assert response.status_code == 200, response.text
+    current = response.json()["current"]
+    return current["version"], current["segments"], current["shared_segments"], current["deleted"]
+
+
 def test_reloads_share_loaded_segments_and_load_only_new_ones(tiny_corpus: Path, tiny_student: Path,
                                                               tmp_path: Path) -> None:
     root = tmp_path / "bundles"
@@ -43,20 +51,12 @@ def test_reloads_share_loaded_segments_and_load_only_new_ones(tiny_corpus: Path,
                        + json.dumps({"_id": "git", "delete": True}) + "\n")
     with serving(root, tiny_student) as server, under_load(server.url) as answers:
         update(UpdateRequest(changes=changes, root=root, version="v2"))
-        response = reload(server)
-        assert response.status_code == 200, response.text
-        current = response.json()["current"]
-        assert (current["version"], current["segments"], current["shared_segments"], current["deleted"]) == \
-            ("v2", 2, 1, 1)
+        assert _reloaded(server) == ("v2", 2, 1, 1)
         assert _lexical(server, "kite beach")[0] == "kites"
         assert "git" not in _lexical(server, "git rebase replays commits")
 
         compact(VersionRequest(root=root, version="v3"))
-        response = reload(server)
-        assert response.status_code == 200, response.text
-        current = response.json()["current"]
-        assert (current["version"], current["segments"], current["shared_segments"], current["deleted"]) == \
-            ("v3", 1, 0, 0)
+        assert _reloaded(server) == ("v3", 1, 0, 0)
         assert _lexical(server, "kite beach")[0] == "kites"
 
         rollback = server.client.post("/admin/rollback", headers=AUTH)
