@@ -81,6 +81,10 @@ class ServiceSettings(BaseSettings):
     header_timeout_s: float = Field(10.0, gt=0, description="Longest a client may take to send a request's headers.")
     body_timeout_s: float = Field(30.0, gt=0, description="Longest a client may take to send a request's body.")
     keep_alive_s: float = Field(5.0, gt=0, description="Idle time before a keep-alive connection is closed.")
+    shutdown_grace_s: float = Field(
+        1.0, gt=0, le=60, description="On shutdown, how long a connection with no request in flight may still send "
+        "one (answered, then closed) before it is closed.",
+    )
     max_connections: int = Field(
         1000, ge=1, description="Connections and requests in progress; beyond it the server answers 503 at once.",
     )

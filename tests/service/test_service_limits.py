@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,6 +131,45 @@ def test_trickling_clients_neither_block_search_nor_hold_connections(strict_time
         for sock in socks:
             sock.close()
     assert strict_timeouts.client.get("/healthz").status_code == 200
+
+
+def _refused(url: str) -> bool:
+    host, port = url.removeprefix("http://").split(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=30).close()
+    except ConnectionRefusedError:
+        return True
+    return False
+
+
+def test_a_request_sent_as_the_server_shuts_down_is_answered(tiny_bundle: Path, tiny_student: Path) -> None:
+    """uvicorn closes a connection with no request in flight as soon as it shuts down, so a request already on its way
+    got a connection reset (a worker replaced by `kill -HUP` did this to its clients). Now a connection accepted
+    before the shutdown may still send one within the grace: it is answered, then closed; a silent one is closed."""
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, shutdown_grace_s=5.0)
+    with serve_app(create_app(settings)) as live:
+        host, port = live.url.removeprefix("http://").split(":")
+        late, silent = (socket.create_connection((host, int(port)), timeout=30) for _ in range(2))
+        try:
+            # Answered on a later connection: the loop has accepted the two before it (it accepts in order).
+            with httpx.Client(base_url=live.url, timeout=30.0, trust_env=False) as client:
+                assert client.get("/healthz").status_code == 200
+            live.server.should_exit = True
+            deadline = time.monotonic() + 30
+            while not _refused(live.url):  # the server has stopped listening: its shutdown has begun
+                assert time.monotonic() < deadline, "the server did not stop listening"
+                time.sleep(0.05)
+            late.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while chunk := late.recv(65536):
+                answer += chunk
+            head = answer.split(b"\r\n\r\n", 1)[0].lower()
+            assert head.startswith(b"http/1.1 200"), answer
+            assert b"connection: close" in head, answer
+            assert _closed_by_server(silent)
+        finally:
+            late.close()
+            silent.close()
 
 
 def test_openapi_states_the_batch_bound(live_server: LiveServer) -> None:
