@@ -91,6 +91,10 @@ class SearcherLoader:
     def start(self) -> None:
         self._thread.start()
 
+    def wait(self) -> None:
+        """Until the initial load has ended, loaded or failed (`state` tells which)."""
+        self._thread.join()
+
     def load(self, directory: Path | None = None, student: StudentEncoder | None = None,
              reuse: Bundle | None = None) -> Searcher:
         """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage timers

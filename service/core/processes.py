@@ -117,6 +117,10 @@ class ProcessGroup:
                 continue  # removed meanwhile (its process exited)
         return sorted(states, key=lambda s: s.pid)
 
+    def others_serve(self) -> bool:
+        """Another live process of the group already serves a version: this one replaces a worker or joins late."""
+        return any(state.version is not None and state.pid != self.pid for state in self.processes())
+
     def leave(self) -> None:
         """This process is stopping: it no longer counts as one the group waits for."""
         remove_process(self.runtime, self.pid)

@@ -42,6 +42,11 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
             follower.start()  # the changes other processes of the group make
         index_gauges = asyncio.create_task(metrics.track_initial_load(app.state.metrics, loader))
         try:
+            if group is not None and group.others_serve():
+                # A worker replacing another (`kill -HUP`, a crash) shares the port with workers that can search:
+                # it starts taking connections only once it can too, instead of answering 503 while it loads.
+                # uvicorn's supervisor retires the worker it replaces only then.
+                await asyncio.to_thread(loader.wait)
             yield
         finally:
             index_gauges.cancel()
