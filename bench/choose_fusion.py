@@ -17,13 +17,15 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from models.bundle import Bundle
 from models.datasets.beir import load_beir
 from models.evaluation.metrics import NDCG, score_run
 from models.manifest import FusionMethod, FusionSpec
 from models.search import DEFAULT_OVERSAMPLE
 from models.search.fusion import fuse
-from models.search.query import dense_candidates, documents, lexical_candidates
+from models.search.query import allowed_rows, dense_candidates, documents, lexical_candidates
 from models.student import StudentEncoder
 
 log = logging.getLogger("bench.choose_fusion")
@@ -48,13 +50,16 @@ def main() -> None:
     bundle.require_lexical()
     depth = bundle.fusion.depth
     qids = list(dataset.queries)
-    everywhere = [None] * len(bundle.segments)
+    everywhere = allowed_rows(bundle, None)  # the live rows, as the service searches
     dense, sparse = [], []
     for qid in qids:
         text = dataset.queries[qid]
         vector = student.encode([text], batch_size=1)[0]
         dense.append(dense_candidates(bundle, vector, depth, everywhere, DEFAULT_OVERSAMPLE))
         sparse.append(lexical_candidates(bundle, text, depth, everywhere))
+    # Every fusion ranks rows of these lists: their ids, read from the docstores once.
+    seen = np.unique(np.concatenate([rows for _, rows in dense + sparse]))
+    ids = {int(row): doc.id for row, doc in zip(seen, documents(bundle, seen), strict=True)}
     specs = {"dense": None, "lexical": None, "rrf": FusionSpec(method=FusionMethod.RRF, depth=depth)}
     specs |= {f"convex {a}": FusionSpec(method=FusionMethod.CONVEX, alpha=a, depth=depth) for a in ALPHAS}
     results: dict[str, float] = {}
@@ -62,8 +67,7 @@ def main() -> None:
         run = {}
         for qid, d, s in zip(qids, dense, sparse, strict=True):
             scores, rows = d if name == "dense" else s if name == "lexical" else fuse(d, s, spec)  # type: ignore[arg-type]
-            docs = documents(bundle, rows[:100])
-            run[qid] = {d.id: float(x) for d, x in zip(docs, scores[:100], strict=True)}
+            run[qid] = {ids[int(r)]: float(x) for r, x in zip(rows[:100], scores[:100], strict=True)}
         results[name] = score_run(dataset.qrels, run)[NDCG]
     best = max((n for n in results if n not in ("dense", "lexical")), key=lambda n: results[n])
     print(f"{args.data.name} [{args.split}], {len(qids)} queries, student {args.student.name} ({args.precision})")
