@@ -46,8 +46,8 @@ import httpx
 import numpy as np
 from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
-from index_types import DEFAULT_REFERENCE, anon_rss_bytes, synthesize
-from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from index_types import DEFAULT_REFERENCE, anon_rss_bytes, bundle_for, synthetic_inputs
+from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.filter_scale")
 
@@ -83,14 +83,10 @@ def cases() -> list[Case]:
 # --- inputs and bundles --------------------------------------------------------------------------------------
 
 def make_inputs(work: Path, n: int, reference: Path) -> Path:
-    """corpus.jsonl (with payload keys), vectors.f16.npy, ids.json and columns.npz, made once per size."""
+    """The synthetic inputs (index_types.synthetic_inputs) with payload keys, and their columns.npz, made once."""
     directory = work / f"inputs-{n}"
-    if (directory / "columns.npz").is_file():
+    if (directory / "columns.npz").is_file() and (directory / "ids.json").is_file():
         return directory
-    directory.mkdir(parents=True, exist_ok=True)
-    docs, _ = synthesize(reference, n, 1, seed=n)
-    np.save(directory / "vectors.f16.npy", docs.astype(np.float16))
-    del docs
     rng = np.random.default_rng(n + 1)
     columns = {"r": rng.integers(0, 10_000, n), "year": rng.integers(1966, 2001, n), "tag": rng.integers(0, 26, n)}
     counts = rng.integers(0, 4, n)
@@ -99,30 +95,20 @@ def make_inputs(work: Path, n: int, reference: Path) -> Path:
     for j in range(3):
         chosen = counts > j
         labels[np.flatnonzero(chosen), picks[chosen, j]] = True
-    with (directory / "corpus.jsonl").open("w") as fh:
-        for i in range(n):
-            line = {"_id": f"doc{i}", "title": f"Synthetic doc{i}", "text": "Synthetic text.",
-                    "r": int(columns["r"][i]), "year": int(columns["year"][i]), "tag": LETTERS[columns["tag"][i]],
-                    "labels": [f"l{j}" for j in np.flatnonzero(labels[i])]}
-            fh.write(json.dumps(line) + "\n")
-    np.savez(directory / "columns.npz", labels=labels, **columns)
-    (directory / "ids.json").write_text(json.dumps([f"doc{i}" for i in range(n)]))
+
+    def payload(i: int) -> dict[str, object]:
+        return {"r": int(columns["r"][i]), "year": int(columns["year"][i]), "tag": LETTERS[columns["tag"][i]],
+                "labels": [f"l{j}" for j in np.flatnonzero(labels[i])]}
+
+    synthetic_inputs(directory, n, reference, payload)
+    if not (directory / "columns.npz").is_file():
+        np.savez(directory / "columns.npz", labels=labels, **columns)
     return directory
 
 
 def build(inputs: Path, index: str, dim: int) -> Path:
-    out = inputs / f"bundle-{index}-binary-{dim}"
-    if (out / "manifest.json").is_file():
-        return out
-    cmd = [sys.executable, "-m", "tandem", "index", "build", "--corpus", str(inputs / "corpus.jsonl"), "--out",
-           str(out), "--embeddings", str(inputs / "vectors.f16.npy"), "--ids", str(inputs / "ids.json"),
-           "--quantization", "binary", "--index", index, "--dim", str(dim), "--metadata-extra",
-           "--field", "tag:keyword", "--field", "labels:keyword-list", "--force"]
-    began = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL,
-                   env={**os.environ, "TANDEM_LOG_LEVEL": "WARNING"})
-    log.info("built %s in %.0f s", out, time.perf_counter() - began)
-    return out
+    return bundle_for(inputs, index, "binary", "--dim", str(dim), "--metadata-extra", "--field", "tag:keyword",
+                      "--field", "labels:keyword-list", name=f"bundle-{index}-binary-{dim}")
 
 
 def without_payload(bundle: Path, work: Path) -> Path:
@@ -307,17 +293,10 @@ def measure_service(bundle: Path, index: str, student: Path, work: Path, texts: 
                                  float(np.median(search_ms)) if search_ms else float("nan"), requests)
                 log.info("%s", row)
                 served.rows.append(row)
-        served.rss_mib = _rss_mib(process.pid)
+        served.rss_mib = rss_mib(process.pid, "VmRSS") or float("nan")
     finally:
         stop(process)
     return served
-
-
-def _rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # --- memory --------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -82,6 +82,41 @@ def synthesize(reference: Path, n: int, queries: int, seed: int) -> tuple[np.nda
     docs = np.concatenate([noisy(kept[rng.integers(0, len(kept), size)])
                            for size in np.diff(np.r_[0:n:20_000, n])])
     return docs, noisy(held)
+
+
+def synthetic_inputs(directory: Path, size: int, reference: Path,
+                     payload: Callable[[int], dict[str, object]] | None = None) -> Path:
+    """corpus.jsonl, vectors.f16.npy and ids.json for `size` synthetic documents in `directory`, made once;
+    `payload(i)` adds keys to document i's corpus line."""
+    if (directory / "ids.json").is_file():
+        return directory
+    directory.mkdir(parents=True, exist_ok=True)
+    docs, _ = synthesize(reference, size, 1, seed=size)
+    np.save(directory / "vectors.f16.npy", docs.astype(np.float16))
+    del docs
+    ids = [f"doc{i}" for i in range(size)]
+    with (directory / "corpus.jsonl").open("w") as fh:
+        for i, doc_id in enumerate(ids):
+            line = {"_id": doc_id, "title": f"Synthetic {doc_id}", "text": "Synthetic text."}
+            fh.write(json.dumps(line | payload(i) if payload is not None else line) + "\n")
+    (directory / "ids.json").write_text(json.dumps(ids))  # last: marks the inputs complete
+    return directory
+
+
+def bundle_for(inputs: Path, index: str, quantization: str, *options: str, name: str | None = None) -> Path:
+    """Built once with `tandem index build` (import of the synthetic vectors, plus `options`) into
+    `inputs/name`; reused while it exists."""
+    out = inputs / (name or f"bundle-{index}-{quantization}")
+    if (out / "manifest.json").is_file():
+        return out
+    cmd = [sys.executable, "-m", "tandem", "index", "build", "--corpus", str(inputs / "corpus.jsonl"),
+           "--out", str(out), "--embeddings", str(inputs / "vectors.f16.npy"), "--ids", str(inputs / "ids.json"),
+           "--quantization", quantization, "--index", index, *options, "--force"]
+    began = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL,
+                   env={**os.environ, "TANDEM_LOG_LEVEL": "WARNING"})
+    log.info("built %s in %.0f s", out, time.perf_counter() - began)
+    return out
 
 
 def anon_rss_bytes() -> int:

@@ -32,7 +32,6 @@ import logging
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import threading
 import time
@@ -56,7 +55,7 @@ from benchdoc import (
     start_logging,
 )
 from encode_latency import DEFAULT_SCIFACT, load_queries
-from index_types import DEFAULT_REFERENCE, synthesize
+from index_types import DEFAULT_REFERENCE, bundle_for, synthetic_inputs
 from servers import (
     Step,
     free_port,
@@ -110,37 +109,6 @@ class Config:
 
 
 # --- data and bundles ----------------------------------------------------------------------------------------
-
-def synthetic_inputs(work: Path, size: int, reference: Path) -> Path:
-    """corpus.jsonl, vectors.f16.npy and ids.json for `size` synthetic documents, made once per size."""
-    directory = work / f"n{size}"
-    if (directory / "ids.json").is_file():
-        return directory
-    directory.mkdir(parents=True, exist_ok=True)
-    docs, _ = synthesize(reference, size, 1, seed=size)
-    np.save(directory / "vectors.f16.npy", docs.astype(np.float16))
-    del docs
-    ids = [f"doc{i}" for i in range(size)]
-    with (directory / "corpus.jsonl").open("w") as fh:
-        for doc_id in ids:
-            fh.write(json.dumps({"_id": doc_id, "title": f"Synthetic {doc_id}", "text": "Synthetic text."}) + "\n")
-    (directory / "ids.json").write_text(json.dumps(ids))  # last: marks the inputs complete
-    return directory
-
-
-def bundle_for(work: Path, inputs: Path, index: str, quantization: str) -> Path:
-    """Built once with `tandem index build` (import of the synthetic vectors); reused while it exists."""
-    out = inputs / f"bundle-{index}-{quantization}"
-    if (out / "manifest.json").is_file():
-        return out
-    cmd = [sys.executable, "-m", "tandem", "index", "build", "--corpus", str(inputs / "corpus.jsonl"),
-           "--out", str(out), "--embeddings", str(inputs / "vectors.f16.npy"), "--ids", str(inputs / "ids.json"),
-           "--quantization", quantization, "--index", index, "--force"]
-    began = time.perf_counter()
-    subprocess.run(cmd, check=True, cwd=REPO, stdout=subprocess.DEVNULL)
-    log.info("built %s in %.0f s", out, time.perf_counter() - began)
-    return out
-
 
 # --- the server ----------------------------------------------------------------------------------------------
 
@@ -437,10 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     configs: list[Config] = []
     accept: Acceptance | None = None
     for size in (int(s) for s in args.sizes.split(",")):
-        inputs = synthetic_inputs(args.work, size, args.reference)
+        inputs = synthetic_inputs(args.work / f"n{size}", size, args.reference)
         for label in args.types.split(","):
             index, quantization = label.split("-", 1)
-            bundle = bundle_for(args.work, inputs, index, quantization)
+            bundle = bundle_for(inputs, index, quantization)
             config = Config(size, index, quantization)
             if args.bare_duration > 0:  # before the server starts: nothing else on the cores
                 config.bare = bare_limit(bundle, args.student, queries, env, args)
