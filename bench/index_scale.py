@@ -45,7 +45,8 @@ WORDS = ("protein", "cell", "gene", "expression", "tumor", "patient", "clinical"
 
 
 
-def _home(path: Path) -> Path:
+def home_with_teacher(path: Path) -> Path:
+    """A TANDEM_HOME whose teacher is this machine's provisioned one (no copy of its weights)."""
     from models import registry
 
     (path / "models").mkdir(parents=True, exist_ok=True)
@@ -53,24 +54,30 @@ def _home(path: Path) -> Path:
     return path
 
 
-def _run(args: list[str], home: Path, pythonpath: Path = REPO, extra_env: dict[str, str] | None = None,
-         ) -> tuple[float, float]:
-    """Run `python -m tandem ARGS` in a fresh process; returns (wall seconds, peak RSS in GB).
+def timed(cmd: list[str], home: Path, pythonpath: Path = REPO, extra_env: dict[str, str] | None = None,
+          ) -> tuple[float, float]:
+    """Run `cmd` (a Python command line) in a fresh process; returns (wall seconds, peak RSS in GB).
 
-    The peak comes from GNU time, whose own small process starts the build: a child forked straight
+    The peak comes from GNU time, whose own small process starts the command: a child forked straight
     from this (large) bench process would inherit its RSS high-water mark.
     """
     env = {**os.environ, "TANDEM_HOME": str(home), "PYTHONPATH": str(pythonpath), "TANDEM_LOG_LEVEL": "WARNING",
            **(extra_env or {})}
-    log.info("run: %s", shlex.join(["python", "-m", "tandem", *args]))
+    log.info("run: %s", shlex.join(cmd))
     began = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "maxrss-kib %M", sys.executable, "-m", "tandem", *args], cwd=pythonpath,
+    proc = subprocess.run([TIME, "-f", "maxrss-kib %M", *cmd], cwd=pythonpath,
                           env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
     wall = time.perf_counter() - began
     if proc.returncode != 0:
-        raise RuntimeError(f"tandem {' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     kib = int(proc.stderr.rsplit("maxrss-kib ", 1)[1].split()[0])
     return wall, kib / 1024**2
+
+
+def _run(args: list[str], home: Path, pythonpath: Path = REPO, extra_env: dict[str, str] | None = None,
+         ) -> tuple[float, float]:
+    """`python -m tandem ARGS`, timed."""
+    return timed([sys.executable, "-m", "tandem", *args], home, pythonpath, extra_env)
 
 
 def synthetic_import(directory: Path, n: int) -> tuple[Path, Path, Path]:
@@ -111,7 +118,7 @@ def measure_rss(sizes: list[int], baseline: Path | None, work: Path) -> list[Rss
         corpus, vectors, ids = synthetic_import(directory, n)
         args = ["index", "build", "--corpus", str(corpus), "--embeddings", str(vectors), "--ids", str(ids),
                 "--quantization", "binary", "--dim", "768", "--index", "flat"]
-        ours_s, ours_gb = _run([*args, "--out", str(directory / "ours")], _home(directory / "home-ours"))
+        ours_s, ours_gb = _run([*args, "--out", str(directory / "ours")], home_with_teacher(directory / "home-ours"))
         _run(["index", "verify", str(directory / "ours")], directory / "home-ours")
         deletes = directory / "deletes.txt"
         deletes.write_text("".join(f"d{i}\n" for i in range(0, n, n // 100)))
@@ -120,8 +127,8 @@ def measure_rss(sizes: list[int], baseline: Path | None, work: Path) -> list[Rss
                                    directory / "home-ours")
         base_s = base_gb = None
         if baseline is not None:
-            base_s, base_gb = _run([*args, "--out", str(directory / "base")], _home(directory / "home-base"),
-                                   pythonpath=baseline)
+            base_s, base_gb = _run([*args, "--out", str(directory / "base")],
+                                   home_with_teacher(directory / "home-base"), pythonpath=baseline)
         rows.append(RssRow(n, ours_gb, ours_s, base_gb, base_s, update_gb, update_s))
         log.info("rss %d docs: streaming %.2f GB in %.0fs; baseline %s GB", n, ours_gb, ours_s, base_gb)
         for name in ("vectors.npy", "ours", "base", "updated", "home-ours", "home-base"):
@@ -141,7 +148,7 @@ def measure_engines(n: int, rounds: int, work: Path) -> dict[str, list[float]]:
     rates: dict[str, list[float]] = {"local": [], "ray": []}
     for r in range(rounds):
         for engine in ("local", "ray") if r % 2 == 0 else ("ray", "local"):
-            home = _home(work / f"home-{engine}-{r}")
+            home = home_with_teacher(work / f"home-{engine}-{r}")
             wall, _ = _run(["index", "build", "--corpus", str(corpus), "--out", str(work / f"b-{engine}-{r}"),
                             "--engine", engine], home)
             rates[engine].append(n / wall)

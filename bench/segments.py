@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import secrets
 import shlex
 import shutil
@@ -37,15 +36,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import index_scale
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from index_scale import WORDS, synthetic_import
+from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
+from index_scale import WORDS, home_with_teacher, synthetic_import
 from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.segments")
 
 SECTION = "segments"
-TIME = "/usr/bin/time"
 THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 REWRITE = """
@@ -85,16 +84,8 @@ class Row:
 def timed(cmd: list[str], home: Path) -> Run:
     """`cmd` (a Python command line) alone in a fresh process under GNU time, with the machine's threads: wall
     seconds and peak RSS."""
-    env = {"TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "WARNING"}
-    log.info("run: %s", shlex.join(cmd))
-    began = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "maxrss-kib %M", *cmd], cwd=REPO, env={**os.environ, **env},
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
-    wall = time.perf_counter() - began
-    if proc.returncode != 0:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    kib = int(proc.stderr.rsplit("maxrss-kib ", 1)[1].split()[0])
-    return Run(round(wall, 2), round(kib / 1024**2, 3))
+    wall, gib = index_scale.timed(cmd, home)
+    return Run(round(wall, 2), round(gib, 3))
 
 
 def tandem(*args: str) -> list[str]:
@@ -115,14 +106,6 @@ def change_file(path: Path, n: int, seed: int = 1) -> Path:
     lines += [{"_id": f"new{i}", "title": f"New {i}", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(25)]
     lines += [{"_id": f"d{i}", "delete": True} for i in picked[50:]]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    return path
-
-
-def home_with_teacher(path: Path) -> Path:
-    from models import registry
-
-    (path / "models").mkdir(parents=True, exist_ok=True)
-    (path / "models/roles.json").write_text(json.dumps({"teacher": str(registry.resolve("teacher"))}))
     return path
 
 
