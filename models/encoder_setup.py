@@ -201,7 +201,8 @@ def _pooling(config: dict[str, Any], where: Path) -> tuple[PoolingMode, bool]:
     return mode, bool(config.get("include_prompt", True))  # type: ignore[return-value]
 
 
-def _weights(folder: Path) -> Path:
+def weights_file(folder: Path) -> Path:
+    """The weights of a model folder, safetensors before PyTorch's (WEIGHT_FILES' order)."""
     found = next((folder / w for w in WEIGHT_FILES if (folder / w).is_file()), None)
     if found is None:
         raise ModelNotFound(f"{folder} has no weights ({' or '.join(WEIGHT_FILES)})")
@@ -221,7 +222,7 @@ def _dense(model_dir: Path, folder: str, sha256: Any) -> DenseLayer:
     if not activation.startswith("torch.nn."):  # sentence-transformers imports these only with trust_remote_code
         raise ModelNotFound(f"{where}: activation {activation!r} is not a torch.nn module; tandem runs no code "
                             "from a model directory")
-    weights = _weights(model_dir / folder)
+    weights = weights_file(model_dir / folder)
     try:
         return DenseLayer(path=folder, weights=str(weights.relative_to(model_dir)), weights_sha256=sha256(weights),
                           in_features=int(config["in_features"]), out_features=int(config["out_features"]),

@@ -17,13 +17,13 @@ from pydantic import ConfigDict
 from models.contract import TeacherRef
 from models.encoder_setup import (
     MODULES_FILE,
-    WEIGHT_FILES,
     DenseLayer,
     EncoderSetup,
     Overrides,
     declared_max_length,
     read_json,
     read_setup,
+    weights_file,
 )
 from models.errors import ModelNotFound
 from models.paths import models_dir
@@ -109,9 +109,7 @@ def describe(model_dir: Path, name: str | None = None, overrides: Overrides | No
     config = hf_dir / "config.json"
     if not config.is_file():
         raise ModelNotFound(f"{hf_dir} is not an HF model directory (no config.json)")
-    weights = next((hf_dir / w for w in WEIGHT_FILES if (hf_dir / w).is_file()), None)
-    if weights is None:
-        raise ModelNotFound(f"{hf_dir} has no weights ({' or '.join(WEIGHT_FILES)})")
+    weights = weights_file(hf_dir)
     if not (hf_dir / "tokenizer.json").is_file():
         raise ModelNotFound(f"{hf_dir} has no tokenizer.json (a fast tokenizer file is required)")
     hf = read_json(config)
