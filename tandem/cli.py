@@ -19,6 +19,7 @@ from models.index_spec import IndexType, Quantization
 from models.manifest import BundleManifest, StudentPrecision, TeacherPrecision
 from models.registry import ModelCard
 from models.rotation import Rotation
+from tandem.provision import ROLES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -37,7 +38,7 @@ app.add_typer(demo_app, name="demo")
 log = logging.getLogger("tandem")
 
 PoolingChoice = StrEnum("PoolingChoice", {m: m for m in POOLING_MODES})  # type: ignore[misc]
-RoleChoice = StrEnum("RoleChoice", {r: r for r in ("teacher", "backbone")})  # type: ignore[misc]
+RoleChoice = StrEnum("RoleChoice", {r: r for r in ROLES})  # type: ignore[misc]
 
 TeacherOpt = Annotated[
     Path | None, typer.Option("--teacher", envvar="TANDEM_TEACHER", help="Teacher HF model directory.")

@@ -152,7 +152,7 @@ def _provision(role: str, name: str, explicit: str | Path | None, store: Path, f
             record_role(role, local)
             return FetchResult(role, card)
         name = _store_name(str(explicit))
-        target = store / name.replace("/", "--")
+        target = _stored_at(store, name)
         if is_model_dir(target) and not force:  # fetched before: fetch is idempotent, as for the default models
             if overrides:
                 raise InputError(f"{target} is already provisioned; pass --force to fetch it again with these options")
@@ -186,6 +186,16 @@ def fetch(teacher: str | Path | None = None, backbone: str | Path | None = None,
         _provision("teacher", DEFAULT_TEACHER, teacher, store, force, install, overrides),
         _provision("backbone", DEFAULT_BACKBONE, backbone, store, force, install),
     ]
+
+
+def _stored_at(store: Path, name: str) -> Path:
+    """Where the store keeps the model `name` (a hub id's slash made a double dash)."""
+    return store / name.replace("/", "--")
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise InputError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
 
 
 def _store_name(source: str) -> str:
@@ -249,11 +259,10 @@ def install_model(transfer: Transfer, name: str, role: str, overrides: Overrides
 
     An existing model of that name is replaced only with `force`; a failure leaves the store as it was.
     """
-    if role not in ROLES:
-        raise InputError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    _check_role(role)
     store = models_dir()
     store.mkdir(parents=True, exist_ok=True)
-    target = store / name.replace("/", "--")
+    target = _stored_at(store, name)
     if target.exists() and not force:
         raise InputError(f"{target} is already provisioned; pass --force to replace it")
     with tempfile.TemporaryDirectory(dir=store) as tmp:
@@ -276,13 +285,12 @@ def add(source: Path, role: str, name: str | None = None, overrides: Overrides |
         force: bool = False) -> FetchResult:
     """`tandem models add`: copy a local model directory into the store (or, given one already there, describe it
     anew with the options given now) and make it play `role`."""
+    _check_role(role)
     source = Path(source)
     name = name or source.resolve().name
-    target = models_dir() / name.replace("/", "--")
+    target = _stored_at(models_dir(), name)
     if source.resolve() != target.resolve():
         return install_model(_copy_from(source), name, role, overrides, force)
-    if role not in ROLES:
-        raise InputError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
     if not force:
         raise InputError(f"{target} is already provisioned; pass --force to describe it anew")
     card = describe(target, name=name, overrides=overrides)
