@@ -16,7 +16,6 @@ documents and queries: bm25s's own Tokenizer caches every word a query ever used
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import re
@@ -32,6 +31,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from models.docstore import DocStore
 from models.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
+from models.search.dictionary import Dictionary
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
@@ -114,23 +114,6 @@ def _write_postings(out: Path, vocab: dict[str, int], pairs: list[tuple[np.ndarr
     return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES), int(lengths.sum(dtype=np.int64))
 
 
-class _SortedTerms(Sequence[str]):
-    """The memory-mapped sorted stems, as a sequence `bisect` can search: RAM holds none of the vocabulary."""
-
-    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
-        self._blob, self._offsets = blob, offsets
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
-        return bytes(self._blob[self._offsets[i] : self._offsets[i + 1]]).decode("utf-8")
-
-    def find(self, stem: str) -> int | None:
-        i = bisect.bisect_left(self, stem)
-        return i if i < len(self) and self[i] == stem else None
-
-
 class PostingsIndex:
     """One segment's postings, memory-mapped: RAM holds none of them."""
 
@@ -139,7 +122,7 @@ class PostingsIndex:
         self.info = info
         blob = np.memmap(base / TERMS_FILE, dtype=np.uint8, mode="r") if (base / TERMS_FILE).stat().st_size \
             else np.zeros(0, dtype=np.uint8)
-        self.terms = _SortedTerms(blob, np.load(base / TERM_OFFSETS_FILE, mmap_mode="r"))
+        self.terms = Dictionary(blob, np.load(base / TERM_OFFSETS_FILE, mmap_mode="r"))
         self.offsets = np.load(base / POSTING_OFFSETS_FILE, mmap_mode="r")
         self.rows = np.load(base / POSTING_ROWS_FILE, mmap_mode="r")
         self.tf = np.load(base / POSTING_TF_FILE, mmap_mode="r")

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from models.fields import FieldType, PayloadField, PayloadInfo, to_micros
+from models.search.dictionary import Dictionary
 from models.search.payload_writer import KEYWORD_TYPES, field_parts, part_name
 
 Leaf = tuple[Any, ...]
@@ -31,25 +32,6 @@ Fallback = Callable[[Leaf], np.ndarray]  # a condition on an unindexed key → i
 _INT64 = (-(2**63), 2**63 - 1)
 _LOWER = {"gte": "left", "gt": "right"}  # a lower bound's side in searchsorted / bisect
 _UPPER = {"lte": "right", "lt": "left"}
-
-
-class Dictionary(Sequence[str]):
-    """A keyword field's distinct values in order, decoded from the mapped bytes only when a search reads them."""
-
-    def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
-        self.data, self.offsets = data, offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        return bytes(self.data[int(self.offsets[i]) : int(self.offsets[i + 1])]).decode()
-
-    def find(self, value: str) -> int | None:
-        i = bisect.bisect_left(self, value)
-        return i if i < len(self) and self[i] == value else None
 
 
 def _number(value: object) -> bool:
