@@ -41,7 +41,7 @@ from models.rotation import ROTATION_FILE, Rotation
 from models.search.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
 from models.search.payload import PayloadIndex
 from models.search.payload_writer import payload_files
-from models.search.planner import Allowed
+from models.search.planner import Allowed, row_mask
 from models.search.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
@@ -271,9 +271,7 @@ def _tombstones(directory: Path, info: SegmentInfo) -> np.ndarray | None:
             rows.dtype.kind not in "iu" or rows[0] < 0 or rows[-1] >= info.count or np.any(np.diff(rows) <= 0))):
         raise ContractMismatch(f"{directory / info.tombstones}: expected {info.deleted} distinct ascending rows of "
                                f"segment {info.name} (0 to {info.count - 1})")
-    mask = np.zeros(info.count, dtype=bool)
-    mask[rows] = True
-    return mask if len(rows) else None
+    return row_mask(rows, info.count) if len(rows) else None
 
 
 def tombstone_masks(directory: Path, manifest: BundleManifest) -> list[np.ndarray]:
