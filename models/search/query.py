@@ -253,8 +253,6 @@ def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DE
 def documents(bundle: Bundle, rows: Sequence[int] | np.ndarray) -> list[Document]:
     """The documents at these version rows, in the order asked, one docstore read per segment."""
     rows = np.asarray(rows, dtype=np.int64)
-    if len(bundle.segments) == 1:
-        return bundle.segments[0].docs.get([int(r) for r in rows])
     where = np.searchsorted(bundle.bases, rows, side="right") - 1
     out: list[Document] = [None] * len(rows)  # type: ignore[list-item]
     for i in np.unique(where):
