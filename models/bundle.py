@@ -19,6 +19,7 @@ import json
 import logging
 import sqlite3
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -64,9 +65,20 @@ def read_bundle_manifest(directory: Path) -> BundleManifest:
     return read_manifest(Path(directory) / BUNDLE_MANIFEST, BundleManifest, "index bundle")
 
 
+def _prefix(segment: SegmentInfo) -> str:
+    """What a segment's file names begin with in the version's manifest."""
+    return "" if segment.path == "." else f"{segment.path}/"
+
+
 def in_segment(segment: SegmentInfo, name: str) -> str:
     """A segment's file `name` as the version's manifest names it."""
-    return name if segment.path == "." else f"{segment.path}/{name}"
+    return _prefix(segment) + name
+
+
+def _segment_names(manifest: BundleManifest, segment: SegmentInfo) -> Iterator[tuple[str, str]]:
+    """Each file of a segment the manifest lists: (its name within the segment, its name in the version)."""
+    cut = len(_prefix(segment))
+    return ((name[cut:], name) for name in manifest.segment_files(segment))
 
 
 def tombstones_name(segment: SegmentInfo) -> str:
@@ -163,7 +175,7 @@ def verify_bundle(directory: Path, skip: frozenset[str] = frozenset()) -> Bundle
 def segment_key(manifest: BundleManifest, segment: SegmentInfo) -> str:
     """What a loaded segment is, whatever version lists it: its name, the sha256 of its files and of the space
     they are scored in. Two versions that give a segment the same key can share one loaded copy."""
-    files = {name[len(_prefix(segment)):]: sha for name, sha in manifest.segment_files(segment).items()}
+    files = {within: manifest.files[name] for within, name in _segment_names(manifest, segment)}
     space = {name: manifest.files.get(name) for name in SPACE_FILES}
     payload = {"name": segment.name, "files": files, "space": space, "dim": manifest.dim,
                "quantization": manifest.quantization.value, "index": segment.index.model_dump(mode="json")}
@@ -183,8 +195,7 @@ class Segment:
         self.info, self.key, self.with_lexical = info, key, lexical
         self.directory = version if info.path == "." else version / info.path
         # the files it was loaded from (device, inode): a later version that hard-links them needs no check
-        self.files = {name[len(_prefix(info)):]: _identity(version / name)
-                      for name in manifest.segment_files(info)}
+        self.files = {within: _identity(version / name) for within, name in _segment_names(manifest, info)}
         self._lock = threading.Lock()
         self._users = 1
         try:
@@ -242,10 +253,6 @@ class Segment:
             last = self._users == 0
         if last:
             self.docs.close()
-
-
-def _prefix(segment: SegmentInfo) -> str:
-    return "" if segment.path == "." else f"{segment.path}/"
 
 
 def _open_lexical(directory: Path, info: SegmentInfo) -> PostingsIndex | Bm25sIndex | None:
@@ -350,9 +357,9 @@ class Bundle:
             segment = loaded.get(segment_key(manifest, info))
             if segment is None:
                 continue
-            for name in manifest.segment_files(info):
+            for within, name in _segment_names(manifest, info):
                 path = directory / name
-                if path.is_file() and segment.files.get(name[len(_prefix(info)):]) == _identity(path):
+                if path.is_file() and segment.files.get(within) == _identity(path):
                     out.add(name)
         return frozenset(out)
 
