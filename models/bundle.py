@@ -20,6 +20,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -380,10 +381,10 @@ class Bundle:
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
 
-    @property
+    @cached_property
     def filter_fields(self) -> frozenset[str]:
         """The fields a filter may name: the metadata keys present, and the declared fields (even if none holds a
-        value)."""
+        value). Read from the manifest, which a loaded version never changes: built once, not per request."""
         declared = [f.name for f in self.manifest.payload.fields] if self.manifest.payload is not None else []
         return frozenset([*self.manifest.metadata_fields, *declared])
 
