@@ -19,6 +19,8 @@ import json
 import logging
 import sqlite3
 import threading
+from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +43,7 @@ from models.rotation import ROTATION_FILE, Rotation
 from models.search.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
 from models.search.payload import PayloadIndex
 from models.search.payload_writer import payload_files
-from models.search.planner import Allowed
+from models.search.planner import Allowed, row_mask
 from models.search.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
@@ -64,9 +66,20 @@ def read_bundle_manifest(directory: Path) -> BundleManifest:
     return read_manifest(Path(directory) / BUNDLE_MANIFEST, BundleManifest, "index bundle")
 
 
+def _prefix(segment: SegmentInfo) -> str:
+    """What a segment's file names begin with in the version's manifest."""
+    return "" if segment.path == "." else f"{segment.path}/"
+
+
 def in_segment(segment: SegmentInfo, name: str) -> str:
     """A segment's file `name` as the version's manifest names it."""
-    return name if segment.path == "." else f"{segment.path}/{name}"
+    return _prefix(segment) + name
+
+
+def _segment_names(manifest: BundleManifest, segment: SegmentInfo) -> Iterator[tuple[str, str]]:
+    """Each file of a segment the manifest lists: (its name within the segment, its name in the version)."""
+    cut = len(_prefix(segment))
+    return ((name[cut:], name) for name in manifest.segment_files(segment))
 
 
 def tombstones_name(segment: SegmentInfo) -> str:
@@ -163,7 +176,7 @@ def verify_bundle(directory: Path, skip: frozenset[str] = frozenset()) -> Bundle
 def segment_key(manifest: BundleManifest, segment: SegmentInfo) -> str:
     """What a loaded segment is, whatever version lists it: its name, the sha256 of its files and of the space
     they are scored in. Two versions that give a segment the same key can share one loaded copy."""
-    files = {name[len(_prefix(segment)):]: sha for name, sha in manifest.segment_files(segment).items()}
+    files = {within: manifest.files[name] for within, name in _segment_names(manifest, segment)}
     space = {name: manifest.files.get(name) for name in SPACE_FILES}
     payload = {"name": segment.name, "files": files, "space": space, "dim": manifest.dim,
                "quantization": manifest.quantization.value, "index": segment.index.model_dump(mode="json")}
@@ -183,8 +196,7 @@ class Segment:
         self.info, self.key, self.with_lexical = info, key, lexical
         self.directory = version if info.path == "." else version / info.path
         # the files it was loaded from (device, inode): a later version that hard-links them needs no check
-        self.files = {name[len(_prefix(info)):]: _identity(version / name)
-                      for name in manifest.segment_files(info)}
+        self.files = {within: _identity(version / name) for within, name in _segment_names(manifest, info)}
         self._lock = threading.Lock()
         self._users = 1
         try:
@@ -244,10 +256,6 @@ class Segment:
             self.docs.close()
 
 
-def _prefix(segment: SegmentInfo) -> str:
-    return "" if segment.path == "." else f"{segment.path}/"
-
-
 def _open_lexical(directory: Path, info: SegmentInfo) -> PostingsIndex | Bm25sIndex | None:
     if info.lexical is None or not (directory / LEXICAL_DIR).is_dir():
         return None
@@ -271,9 +279,7 @@ def _tombstones(directory: Path, info: SegmentInfo) -> np.ndarray | None:
             rows.dtype.kind not in "iu" or rows[0] < 0 or rows[-1] >= info.count or np.any(np.diff(rows) <= 0))):
         raise ContractMismatch(f"{directory / info.tombstones}: expected {info.deleted} distinct ascending rows of "
                                f"segment {info.name} (0 to {info.count - 1})")
-    mask = np.zeros(info.count, dtype=bool)
-    mask[rows] = True
-    return mask if len(rows) else None
+    return row_mask(rows, info.count) if len(rows) else None
 
 
 def tombstone_masks(directory: Path, manifest: BundleManifest) -> list[np.ndarray]:
@@ -352,9 +358,9 @@ class Bundle:
             segment = loaded.get(segment_key(manifest, info))
             if segment is None:
                 continue
-            for name in manifest.segment_files(info):
+            for within, name in _segment_names(manifest, info):
                 path = directory / name
-                if path.is_file() and segment.files.get(name[len(_prefix(info)):]) == _identity(path):
+                if path.is_file() and segment.files.get(within) == _identity(path):
                     out.add(name)
         return frozenset(out)
 
@@ -375,10 +381,10 @@ class Bundle:
         if self.manifest.dim > student_teacher.dim:
             raise ContractMismatch(f"bundle dim {self.manifest.dim} exceeds the student's {student_teacher.dim}")
 
-    @property
+    @cached_property
     def filter_fields(self) -> frozenset[str]:
         """The fields a filter may name: the metadata keys present, and the declared fields (even if none holds a
-        value)."""
+        value). Read from the manifest, which a loaded version never changes: built once, not per request."""
         declared = [f.name for f in self.manifest.payload.fields] if self.manifest.payload is not None else []
         return frozenset([*self.manifest.metadata_fields, *declared])
 

@@ -16,7 +16,6 @@ documents and queries: bm25s's own Tokenizer caches every word a query ever used
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 import re
@@ -32,6 +31,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from models.docstore import DocStore
 from models.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
+from models.search.dictionary import Dictionary, run_offsets, sorted_dictionary
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
@@ -94,41 +94,16 @@ def _write_postings(out: Path, vocab: dict[str, int], pairs: list[tuple[np.ndarr
     keys = np.concatenate([k for k, _ in pairs]) if pairs else np.zeros(0, dtype=np.int64)
     tf = np.concatenate([c for _, c in pairs]).astype(np.float32) if pairs else np.zeros(0, dtype=np.float32)
     rows, ids = (keys >> 32).astype(np.int32), (keys & 0xFFFFFFFF).astype(np.int64)
-    stems = sorted(vocab, key=vocab.__getitem__)  # by provisional id
-    rank = np.empty(len(stems), dtype=np.int64)  # provisional id → position in sorted order
-    order_of_stems = sorted(range(len(stems)), key=stems.__getitem__)
-    rank[order_of_stems] = np.arange(len(stems))
+    rank, blob, term_offsets = sorted_dictionary(vocab)  # rank: provisional id → position in sorted order
     term = rank[ids]
     order = np.argsort(term, kind="stable")  # rows stay ascending within a stem: keys were sorted by row
-    offsets = np.zeros(len(stems) + 1, dtype=np.int64)
-    offsets[1:] = np.cumsum(np.bincount(term, minlength=len(stems)))
-    encoded = [stems[i].encode("utf-8") for i in order_of_stems]
-    term_offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
-    term_offsets[1:] = np.cumsum([len(b) for b in encoded])
-    (out / TERMS_FILE).write_bytes(b"".join(encoded))
+    (out / TERMS_FILE).write_bytes(blob)
     np.save(out / TERM_OFFSETS_FILE, term_offsets)
-    np.save(out / POSTING_OFFSETS_FILE, offsets)
+    np.save(out / POSTING_OFFSETS_FILE, run_offsets(np.bincount(term, minlength=len(vocab))))
     np.save(out / POSTING_ROWS_FILE, rows[order])
     np.save(out / POSTING_TF_FILE, tf[order])
     np.save(out / LENGTHS_FILE, lengths)
     return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES), int(lengths.sum(dtype=np.int64))
-
-
-class _SortedTerms(Sequence[str]):
-    """The memory-mapped sorted stems, as a sequence `bisect` can search: RAM holds none of the vocabulary."""
-
-    def __init__(self, blob: np.ndarray, offsets: np.ndarray) -> None:
-        self._blob, self._offsets = blob, offsets
-
-    def __len__(self) -> int:
-        return len(self._offsets) - 1
-
-    def __getitem__(self, i: int) -> str:  # type: ignore[override]
-        return bytes(self._blob[self._offsets[i] : self._offsets[i + 1]]).decode("utf-8")
-
-    def find(self, stem: str) -> int | None:
-        i = bisect.bisect_left(self, stem)
-        return i if i < len(self) and self[i] == stem else None
 
 
 class PostingsIndex:
@@ -139,7 +114,7 @@ class PostingsIndex:
         self.info = info
         blob = np.memmap(base / TERMS_FILE, dtype=np.uint8, mode="r") if (base / TERMS_FILE).stat().st_size \
             else np.zeros(0, dtype=np.uint8)
-        self.terms = _SortedTerms(blob, np.load(base / TERM_OFFSETS_FILE, mmap_mode="r"))
+        self.terms = Dictionary(blob, np.load(base / TERM_OFFSETS_FILE, mmap_mode="r"))
         self.offsets = np.load(base / POSTING_OFFSETS_FILE, mmap_mode="r")
         self.rows = np.load(base / POSTING_ROWS_FILE, mmap_mode="r")
         self.tf = np.load(base / POSTING_TF_FILE, mmap_mode="r")

@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from models.fields import FieldType, PayloadField, PayloadInfo, to_micros
+from models.fields import FieldType, PayloadField, PayloadInfo, to_micros, typed
+from models.search.dictionary import Dictionary
 from models.search.payload_writer import KEYWORD_TYPES, field_parts, part_name
 
 Leaf = tuple[Any, ...]
@@ -31,29 +32,6 @@ Fallback = Callable[[Leaf], np.ndarray]  # a condition on an unindexed key → i
 _INT64 = (-(2**63), 2**63 - 1)
 _LOWER = {"gte": "left", "gt": "right"}  # a lower bound's side in searchsorted / bisect
 _UPPER = {"lte": "right", "lt": "left"}
-
-
-class Dictionary(Sequence[str]):
-    """A keyword field's distinct values in order, decoded from the mapped bytes only when a search reads them."""
-
-    def __init__(self, data: np.ndarray, offsets: np.ndarray) -> None:
-        self.data, self.offsets = data, offsets
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        return bytes(self.data[int(self.offsets[i]) : int(self.offsets[i + 1])]).decode()
-
-    def find(self, value: str) -> int | None:
-        i = bisect.bisect_left(self, value)
-        return i if i < len(self) and self[i] == value else None
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class Column:
@@ -99,18 +77,11 @@ class Column:
         """The stored key equal to a filter's value, or None when no stored value can equal it."""
         if self.keyword:
             return self.dictionary.find(value) if isinstance(value, str) else None
-        if self.type is FieldType.BOOLEAN:
-            return int(value) if isinstance(value, bool) else None
-        if self.type is FieldType.DATETIME:
-            return to_micros(value) if isinstance(value, str) else None
-        if not _number(value):
+        try:  # as the column stores it: a value it could not store equals none of its values
+            stored = typed(self.type, value)
+        except ValueError:
             return None
-        if self.type is FieldType.FLOAT:
-            return float(value)  # type: ignore[arg-type]
-        if isinstance(value, float) and not value.is_integer():
-            return None
-        whole = int(value)  # type: ignore[call-overload]
-        return whole if _INT64[0] <= whole <= _INT64[1] else None
+        return int(stored) if isinstance(stored, bool) else stored  # a boolean column stores 0 and 1
 
     def _span(self, key: Any) -> tuple[int, int]:
         if self.keyword:

@@ -28,6 +28,7 @@ from models.docstore import DocStore
 from models.errors import InputError
 from models.fields import FieldType, PayloadField, PayloadInfo, Tally, describe_kinds, infer, typed
 from models.manifest import PAYLOAD_SUBDIRECTORY
+from models.search.dictionary import run_offsets, sorted_dictionary
 
 log = logging.getLogger(__name__)
 
@@ -100,20 +101,16 @@ class _Gathered:
         rows = np.frombuffer(self.rows, dtype=np.int64) if self.rows else np.zeros(0, dtype=np.int64)
         arrays: dict[str, np.ndarray] = {"absent": np.asarray(self.absent, dtype=row_dtype(count))}
         if self.keyword:
-            ordered = sorted(self.codes)
-            remap = np.empty(len(ordered), dtype=np.int64)
-            remap[[self.codes[v] for v in ordered]] = np.arange(len(ordered))
+            remap, blob, blob_offsets = sorted_dictionary(self.codes)
             keys = remap[keys] if len(keys) else keys
             order = np.lexsort((rows, keys))
             keys, rows = keys[order], rows[order]
             if self.field.type is FieldType.KEYWORD_LIST and len(keys):  # ["a", "a"]: one posting
                 first = np.r_[True, (keys[1:] != keys[:-1]) | (rows[1:] != rows[:-1])]
                 keys, rows = keys[first], rows[first]
-            encoded = [v.encode() for v in ordered]
-            arrays["dict"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-            arrays["dict_offsets"] = np.r_[0, np.cumsum([len(b) for b in encoded], dtype=np.int64)].astype(np.int64)
-            arrays["offsets"] = np.r_[0, np.cumsum(np.bincount(keys, minlength=len(ordered)))].astype(np.int64)
-            distinct = len(ordered)
+            arrays["dict"], arrays["dict_offsets"] = np.frombuffer(blob, dtype=np.uint8), blob_offsets
+            arrays["offsets"] = run_offsets(np.bincount(keys, minlength=len(remap)))
+            distinct = len(remap)
         else:
             order = np.argsort(keys, kind="stable")  # rows ascending within a value
             keys, rows = keys[order], rows[order]

@@ -34,18 +34,19 @@ EXACT_ROWS = 2048  # ... and always at or below this many rows, however large th
 MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan covers the shares below)
 
 
+def row_mask(rows: np.ndarray, size: int) -> np.ndarray:
+    """The bool mask of `size` rows that is True at `rows` (a new array the caller owns)."""
+    mask = np.zeros(size, dtype=bool)
+    mask[rows] = True
+    return mask
+
+
 class Allowed:
     """The rows of one bundle a search may return, as a bool mask (one per row); the rest derived once."""
 
     def __init__(self, mask: np.ndarray) -> None:
         self.mask = mask
         self.count = int(np.count_nonzero(mask))
-
-    @classmethod
-    def of_rows(cls, rows: np.ndarray, size: int) -> Allowed:
-        mask = np.zeros(size, dtype=bool)
-        mask[rows] = True
-        return cls(mask)
 
     @property
     def share(self) -> float:

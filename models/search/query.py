@@ -40,7 +40,7 @@ from models.search.filters import Filter, sql_of
 from models.search.first_stage import hamming_top, sign_codes, stored_codes
 from models.search.fusion import fuse
 from models.search.lexical import top_k
-from models.search.planner import Allowed, Planner
+from models.search.planner import Allowed, Planner, row_mask
 from models.search.quantize import int8_decode
 from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
@@ -112,20 +112,23 @@ def _filtered_live(bundle: Bundle, flt: Filter) -> list[Allowed]:
     """Per segment, the rows a filter allows, less the segment's deleted ones (its cached live mask)."""
     out = []
     for segment, live in zip(bundle.segments, bundle.live, strict=True):
-        allowed = _filtered(segment, flt)
-        out.append(allowed if live is None else Allowed(np.logical_and(allowed.mask, live.mask, out=allowed.mask)))
+        mask = _filtered(segment, flt)
+        if live is not None:
+            mask &= live.mask  # the filter's mask is this search's own; the live mask is the bundle's, left as it is
+        out.append(Allowed(mask))
     return out
 
 
-def _filtered(segment: Segment, flt: Filter) -> Allowed:
+def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
+    """The mask of the segment's rows a filter allows, deleted ones included: a new array the caller owns."""
     count = segment.count
     if segment.payload is None:
-        return Allowed.of_rows(segment.docs.rows_where(flt.sql, flt.params), count)
+        return row_mask(segment.docs.rows_where(flt.sql, flt.params), count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
-        return Allowed.of_rows(segment.docs.rows_where(*sql_of(leaf)), count).mask
+        return row_mask(segment.docs.rows_where(*sql_of(leaf)), count)
 
-    return Allowed(segment.payload.evaluate(flt.tree, from_docstore))
+    return segment.payload.evaluate(flt.tree, from_docstore)
 
 
 def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
@@ -250,8 +253,6 @@ def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DE
 def documents(bundle: Bundle, rows: Sequence[int] | np.ndarray) -> list[Document]:
     """The documents at these version rows, in the order asked, one docstore read per segment."""
     rows = np.asarray(rows, dtype=np.int64)
-    if len(bundle.segments) == 1:
-        return bundle.segments[0].docs.get([int(r) for r in rows])
     where = np.searchsorted(bundle.bases, rows, side="right") - 1
     out: list[Document] = [None] * len(rows)  # type: ignore[list-item]
     for i in np.unique(where):
