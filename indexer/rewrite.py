@@ -23,6 +23,7 @@ import numpy as np
 
 from indexer.changes import Changes, read_changes
 from indexer.encode import TeacherRun, encode_into, local_teacher
+from indexer.export import StoredRows
 from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import UpdateRequest
@@ -107,13 +108,12 @@ class BaseVectors:
     def __init__(self, bundle: Bundle, card: ModelCard, store: EmbeddingStore, base_key: str) -> None:
         m = bundle.manifest
         keys = [k for k in (m.embeddings.store_key, store_key(card.fingerprint, card.max_seq_length, base_key)) if k]
-        self.key = next((k for k in keys if store.complete(k)), None)
-        self.store, self.bundle, self.dim = store, bundle, card.dim
+        key = next((k for k in keys if store.complete(k)), None)
+        self.stored = StoredRows(store, key, card.dim) if key is not None else None
+        self.bundle = bundle
         self.from_index = False
-        self._cache: tuple[int, np.ndarray] | None = None
-        if self.key is not None:
-            self.shard_size = int(store.meta(self.key)["shard_size"])
-            log.info("base vectors: %d from the embedding store (key %s)", m.count, self.key)
+        if key is not None:
+            log.info("base vectors: %d from the embedding store (key %s)", m.count, key)
         elif m.quantization is Quantization.FLOAT and m.dim == card.dim and m.rotation is Rotation.NONE:
             self.from_index = True
             log.info("base vectors: not in the embedding store; reconstructed from the %d-d float index", m.dim)
@@ -123,23 +123,13 @@ class BaseVectors:
 
     @property
     def available(self) -> bool:
-        return self.key is not None or self.from_index
+        return self.stored is not None or self.from_index
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Vectors of base `rows` (ascending, as kept documents are), loading each shard once."""
-        if self.key is None:
+        if self.stored is None:
             return stored_vectors(self.bundle.segments[0].vectors, rows)  # a float index: the vectors as added
-        out = np.empty((len(rows), self.dim), dtype=np.float32)
-        shard_of = rows // self.shard_size
-        for shard in np.unique(shard_of):
-            pick = shard_of == shard
-            out[pick] = self._shard(int(shard))[rows[pick] - shard * self.shard_size]
-        return out
-
-    def _shard(self, index: int) -> np.ndarray:
-        if self._cache is None or self._cache[0] != index:
-            self._cache = (index, self.store.shard(self.key or "", index))
-        return self._cache[1]
+        return self.stored.take(rows)
 
 
 def merged(plan: Plan, base: BaseVectors, fresh: np.ndarray) -> Iterator[np.ndarray]:

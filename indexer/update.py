@@ -19,6 +19,7 @@ import numpy as np
 
 from indexer.changes import read_changes
 from indexer.encode import TeacherRun, encode_into, local_teacher
+from indexer.export import StoredRows, stored_key
 from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
@@ -95,7 +96,7 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> 
 
     def vectors(fresh: list[Document], reused: list[Document],
                 rows: list[tuple[SegmentInfo, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
-        kept = _stored(store, rows) if rows else None
+        kept = _stored(store, rows, card.dim) if rows else None
         encode = fresh if kept is not None else fresh + reused  # not in the store: encoded again
         x = np.zeros((0, card.dim), dtype=np.float32)
         if encode:
@@ -116,14 +117,19 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> 
     return vectors
 
 
-def _stored(store: EmbeddingStore, rows: list[tuple[SegmentInfo, int]]) -> np.ndarray | None:
+def _stored(store: EmbeddingStore, rows: list[tuple[SegmentInfo, int]], dim: int) -> np.ndarray | None:
     """Full vectors of (segment, row)s from their segments' embedding-store entries; None if one is missing."""
-    out: list[np.ndarray] = []
-    for segment, row in rows:
-        source = segment.embeddings
-        key = source.store_key if source is not None else None
-        if key is None or not store.complete(key):
-            return None
-        size = int(store.meta(key)["shard_size"])
-        out.append(store.shard(key, row // size)[row % size])
-    return np.asarray(out, dtype=np.float32) if out else None
+    readers: dict[str, StoredRows] = {}
+    for segment, _ in rows:
+        if segment.name not in readers:
+            key = stored_key(segment, store)
+            if key is None:
+                return None
+            readers[segment.name] = StoredRows(store, key, dim)
+    out = np.empty((len(rows), dim), dtype=np.float32)
+    names = np.array([segment.name for segment, _ in rows])
+    numbers = np.array([row for _, row in rows], dtype=np.int64)
+    for name, reader in readers.items():
+        pick = names == name
+        out[pick] = reader.take(numbers[pick])
+    return out
