@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.export import has_vectors, live_documents, rows
+from indexer.export import has_vectors, live_documents, live_vectors
 from indexer.ingest import CHUNK as INGEST_CHUNK
 from indexer.ingest import Passages
 from indexer.publish import publish
@@ -66,7 +66,7 @@ def compact(req: VersionRequest) -> BundleManifest:
         count = writer.count
         key = store_key(card.fingerprint, card.max_seq_length, hasher.hexdigest())
         if not store.complete(key):
-            store.put_stream(key, (x for _, x in rows(source_dir, store, sourced)), {
+            store.put_stream(key, live_vectors(source_dir, sourced, store), {
                 "source": "compacted", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
                 "precision": _precision(sourced)})
         index = _index_spec(base, count)

@@ -107,11 +107,26 @@ def live_documents(directory: Path, manifest: BundleManifest) -> Iterator[list[D
             docs.close()
 
 
-def rows(directory: Path, store: EmbeddingStore | None = None,
-         manifest: BundleManifest | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
-    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order; `manifest`
-    (default: the version's own) may name other embedding-store entries for its segments."""
-    manifest = manifest or read_bundle_manifest(directory)
+def live_vectors(directory: Path, manifest: BundleManifest, store: EmbeddingStore) -> Iterator[np.ndarray]:
+    """The float32 teacher vectors of a version's live rows, in chunks, segment by segment, in row order (those of
+    `rows`, without reading a document); `manifest` may name other embedding-store entries for its segments."""
+    for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
+        start = 0
+        for chunk in segment_vectors(directory, manifest, segment, store):
+            yield np.asarray(chunk[~deleted[start : start + len(chunk)]], dtype=np.float32)
+            start += len(chunk)
+        _check_count(directory, segment, start)
+
+
+def _check_count(directory: Path, segment: SegmentInfo, vectors: int) -> None:
+    if vectors != segment.count:
+        raise InputError(f"{directory}: {vectors} vectors for segment {segment.name}, the manifest counts "
+                         f"{segment.count}")
+
+
+def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
+    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order."""
+    manifest = read_bundle_manifest(directory)
     store = store or EmbeddingStore()
     for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
         docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
@@ -122,9 +137,7 @@ def rows(directory: Path, store: EmbeddingStore | None = None,
                 live = ~deleted[start : start + len(chunk)]
                 yield [d for d, keep in zip(got, live, strict=True) if keep], np.asarray(chunk[live], dtype=np.float32)
                 start += len(chunk)
-            if start != segment.count:
-                raise InputError(f"{directory}: {start} vectors for segment {segment.name}, the manifest counts "
-                                 f"{segment.count}")
+            _check_count(directory, segment, start)
         finally:
             docs.close()
 
