@@ -13,7 +13,9 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from indexer.encode import TeacherRun, encode_into, local_teacher
 from indexer.export import has_vectors, live_documents, live_vectors
@@ -25,7 +27,7 @@ from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write
 from models.bundle import in_segment, read_bundle_manifest
 from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
-from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.embedding_store import EmbeddingStore, store_key
 from models.index_spec import IndexSpec, IndexType, resolve_spec
 from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
@@ -46,24 +48,11 @@ def compact(req: VersionRequest) -> BundleManifest:
     run = TeacherRun(device=req.device, batch_size=req.batch_size)
     sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
     with publish(req.target) as (staging, version):
-        writer = DocstoreWriter(staging / DOCSTORE_FILE)
         hasher = CorpusHasher()
-        batch: list[Document] = []
-        try:
-            with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
-                for docs in live_documents(source_dir, base):
-                    for doc in docs:
-                        hasher.update(doc)
-                        corpus.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
-                        batch.append(doc)
-                        if len(batch) == INGEST_CHUNK:  # the build's transactions, so the same docstore bytes
-                            writer.add(batch)
-                            batch = []
-                if batch:
-                    writer.add(batch)
-        finally:
-            writer.close()
-        count = writer.count
+        with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
+            docs = _recorded(live_documents(source_dir, base), hasher, corpus)
+            # the build's transactions (INGEST_CHUNK documents each), so the same docstore bytes
+            count = write_docstore(staging / DOCSTORE_FILE, docs, chunk=INGEST_CHUNK)
         key = store_key(card.fingerprint, card.max_seq_length, hasher.hexdigest())
         if not store.complete(key):
             store.put_stream(key, live_vectors(source_dir, sourced, store), {
@@ -91,6 +80,15 @@ def compact(req: VersionRequest) -> BundleManifest:
     log.info("compacted %s (%d segments, %d deleted rows) into %s: %d documents in %.1fs", source_dir,
              len(base.parts), info.deleted, req.target.describe(version), count, time.perf_counter() - started)
     return manifest
+
+
+def _recorded(chunks: Iterable[list[Document]], hasher: CorpusHasher, corpus: TextIO) -> Iterator[Document]:
+    """Each document, once the corpus key counts it and its corpus.jsonl line is written."""
+    for chunk in chunks:
+        for doc in chunk:
+            hasher.update(doc)
+            corpus.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
+            yield doc
 
 
 def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingStore, card: ModelCard,
