@@ -28,9 +28,9 @@ from indexer.compact import compact
 from indexer.encode import TeacherRun
 from indexer.publish import Target, publish
 from indexer.request import VersionRequest
-from indexer.segments import apply_changes, link_version, write_version_manifest
+from indexer.segments import apply_changes, link_version
 from indexer.update import payload_fields, teacher_vectors
-from indexer.writer import Space
+from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
 from models.contract import check_same_teacher
 from models.embedding_store import SHARD_SIZE, EmbeddingStore

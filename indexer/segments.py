@@ -198,9 +198,3 @@ def with_fields(version: PayloadInfo | None, segment: PayloadInfo | None) -> Pay
     new = [f for f in segment.fields if f.name not in known]
     unindexed = sorted(set(version.unindexed) | set(segment.unindexed))
     return version.model_copy(update={"fields": [*version.fields, *new], "unindexed": unindexed})
-
-
-def write_version_manifest(staging: Path, manifest: BundleManifest) -> None:
-    """The manifest last: the files it lists carry the sha256 computed as they were written (a linked file's
-    is its base's)."""
-    staging.joinpath("manifest.json").write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")

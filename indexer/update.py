@@ -23,8 +23,8 @@ from indexer.export import StoredRows, stored_key
 from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
-from indexer.segments import Applied, Vectors, apply_changes, link_version, write_version_manifest
-from indexer.writer import Space
+from indexer.segments import Applied, Vectors, apply_changes, link_version
+from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
 from models.contract import check_same_teacher
 from models.corpus import Document, corpus_key
