@@ -69,7 +69,7 @@ def compact(req: VersionRequest) -> BundleManifest:
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
                                  metadata_extra=base.corpus.metadata_extra)
         info = BaseInfo(action="compact", version=base.version or source_dir.name, build_time=base.build_time,
-                        count=base.count, deleted=sum(s.deleted for s in base.parts), encoded=encoded)
+                        count=base.count, deleted=base.deleted, encoded=encoded)
         source = EmbeddingSource(kind="encoded", store_key=key, precision=_precision(sourced),
                                  device=base.embeddings.device, engine=base.embeddings.engine)
         manifest = write_manifest(

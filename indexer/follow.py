@@ -101,7 +101,7 @@ def step(req: FollowRequest) -> int:
         base = _publish(req, current, base, files)
     if req.compact and due(base, req):
         log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts),
-                 sum(s.deleted for s in base.parts), sum(s.count for s in base.parts))
+                 base.deleted, sum(s.count for s in base.parts))
         compact(VersionRequest(root=req.root, keep=req.keep, teacher=req.teacher, batch_size=req.batch_size,
                                device=req.device, store=req.store, shard_size=req.shard_size))
     return len(files)
@@ -110,8 +110,7 @@ def step(req: FollowRequest) -> int:
 def due(manifest: BundleManifest, req: FollowRequest) -> bool:
     """Whether the version has more segments, or a larger share of deleted rows, than the follower allows."""
     rows = sum(s.count for s in manifest.parts)
-    deleted = sum(s.deleted for s in manifest.parts)
-    return len(manifest.parts) > req.max_segments or deleted > req.max_deleted * rows
+    return len(manifest.parts) > req.max_segments or manifest.deleted > req.max_deleted * rows
 
 
 def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:

@@ -217,6 +217,11 @@ class BundleManifest(BaseModel):
         return [SegmentInfo(name=self.version or "base", count=self.count, index=self.index, lexical=self.lexical,
                             payload=self.payload, embeddings=self.embeddings, build_time=self.build_time)]
 
+    @property
+    def deleted(self) -> int:
+        """The version's deleted rows, over all its segments."""
+        return sum(s.deleted for s in self.parts)
+
     def segment_files(self, segment: SegmentInfo) -> dict[str, str]:
         """The files of one segment (names relative to the version), with their sha256."""
         if segment.path == ".":
