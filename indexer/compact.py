@@ -62,8 +62,8 @@ def compact(req: VersionRequest) -> BundleManifest:
         names = write_vectors(staging, count, lambda: store.iter_chunks(key), dim=base.dim,
                               quantization=base.quantization, rotation=base.rotation, index=index,
                               center=base.binary_center, spin=base.binary_spin)
-        fields = base.payload.fields if base.payload is not None else []  # the version's fields keep their types
-        described, index_names = write_doc_indexes(staging, count, fields)
+        # the version's fields keep their types
+        described, index_names = write_doc_indexes(staging, count, base.payload_fields)
         if base.fusion is not None:
             described["fusion"] = base.fusion  # a default chosen for this corpus survives its compactions
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,

@@ -29,7 +29,7 @@ from indexer.encode import TeacherRun
 from indexer.publish import Target, publish
 from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
-from indexer.update import payload_fields, teacher_vectors
+from indexer.update import teacher_vectors
 from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
 from models.contract import check_same_teacher
@@ -127,7 +127,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
         manifest = base
         for i, path in enumerate(files):
             changes = read_changes(path, None, extra_metadata=base.corpus.metadata_extra,
-                                   fields=payload_fields(manifest))
+                                   fields=manifest.payload_fields)
             applied = apply_changes(staging, manifest, changes, name=f"{version}-{i:03d}", space=space,
                                     vectors=vectors)
             manifest = applied.manifest

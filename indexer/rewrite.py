@@ -152,7 +152,7 @@ def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
     # the base's payload schema is kept, so a value of one of its fields must have the field's type.
     described_base = read_bundle_manifest(source_dir)
     extra = described_base.corpus.metadata_extra
-    fields = described_base.payload.fields if described_base.payload is not None else []
+    fields = described_base.payload_fields
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra, fields=fields)
     bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
     store = EmbeddingStore(req.store, shard_size=req.shard_size)

@@ -29,16 +29,11 @@ from models.bundle import read_bundle_manifest
 from models.contract import check_same_teacher
 from models.corpus import Document, corpus_key
 from models.embedding_store import EmbeddingStore, store_key
-from models.fields import PayloadField
 from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
 from models.registry import ModelCard, load_card, resolve
 from models.versions import new_version_name
 
 log = logging.getLogger(__name__)
-
-
-def payload_fields(manifest: BundleManifest) -> list[PayloadField]:
-    return manifest.payload.fields if manifest.payload is not None else []
 
 
 def takes_segments(manifest: BundleManifest) -> bool:
@@ -59,7 +54,7 @@ def update(req: UpdateRequest) -> BundleManifest:
     # Change lines are parsed as the base corpus was: with --metadata-extra, a line's other keys stay metadata; and
     # the version's payload schema is kept, so a value of one of its fields must have the field's type.
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=base.corpus.metadata_extra,
-                           fields=payload_fields(base))
+                           fields=base.payload_fields)
     card = load_card(resolve("teacher", req.teacher))
     check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
     store = EmbeddingStore(req.store, shard_size=req.shard_size)
