@@ -25,13 +25,12 @@ from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import in_segment, read_bundle_manifest
-from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.embedding_store import EmbeddingStore, store_key
 from models.index_spec import IndexSpec, IndexType, resolve_spec
 from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
-from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.registry import ModelCard, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +41,7 @@ def compact(req: VersionRequest) -> BundleManifest:
     req.check()
     source_dir = base_dir(req)
     base = read_bundle_manifest(source_dir)
-    card = load_card(resolve("teacher", req.teacher))
-    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    run = TeacherRun(device=req.device, batch_size=req.batch_size)
+    card, store, run = req.teacher_for(base)
     sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
     with publish(req.target) as (staging, version):
         hasher = CorpusHasher()

@@ -25,18 +25,15 @@ from pathlib import Path
 
 from indexer.changes import read_changes
 from indexer.compact import compact
-from indexer.encode import TeacherRun
-from indexer.publish import Target, publish
+from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
 from indexer.update import teacher_vectors
 from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
-from models.contract import check_same_teacher
-from models.embedding_store import SHARD_SIZE, EmbeddingStore
+from models.embedding_store import SHARD_SIZE
 from models.errors import InputError
 from models.manifest import BaseInfo, BundleManifest, FollowState, utc_now
-from models.registry import load_card, resolve
 from models.versions import is_bundle_root, read_current
 
 log = logging.getLogger(__name__)
@@ -59,6 +56,13 @@ class FollowRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
+
+    @property
+    def version_request(self) -> VersionRequest:
+        """What each version the follower publishes is asked (a step's, a compaction's): the root's CURRENT, with
+        the follower's keep, teacher and store."""
+        return VersionRequest(root=self.root, keep=self.keep, teacher=self.teacher, batch_size=self.batch_size,
+                              device=self.device, store=self.store, shard_size=self.shard_size)
 
     def check(self) -> None:
         if not is_bundle_root(self.root):
@@ -102,8 +106,7 @@ def step(req: FollowRequest) -> int:
     if req.compact and due(base, req):
         log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts),
                  base.deleted, sum(s.count for s in base.parts))
-        compact(VersionRequest(root=req.root, keep=req.keep, teacher=req.teacher, batch_size=req.batch_size,
-                               device=req.device, store=req.store, shard_size=req.shard_size))
+        compact(req.version_request)
     return len(files)
 
 
@@ -115,13 +118,10 @@ def due(manifest: BundleManifest, req: FollowRequest) -> bool:
 
 def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:
     started = time.perf_counter()
-    card = load_card(resolve("teacher", req.teacher))
-    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    vectors = teacher_vectors(card, store, TeacherRun(device=req.device, batch_size=req.batch_size))
+    vectors = teacher_vectors(*req.version_request.teacher_for(base))
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
-    with publish(Target(root=req.root, keep=req.keep)) as (staging, version):
+    with publish(req.version_request.target) as (staging, version):
         assert version is not None
         link_version(current, base, staging)
         manifest = base

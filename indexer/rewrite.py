@@ -29,14 +29,13 @@ from indexer.publish import publish
 from indexer.request import UpdateRequest
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import Bundle, read_bundle_manifest
-from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import EmbeddingStore, store_key
 from models.errors import InputError
 from models.index_spec import Quantization
 from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.registry import ModelCard, sha256_file
 from models.rotation import Rotation
 from models.search.query import stored_vectors
 
@@ -155,12 +154,9 @@ def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
     fields = described_base.payload_fields
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra, fields=fields)
     bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    run = TeacherRun(device=req.device, batch_size=req.batch_size)
     try:
         base = bundle.manifest
-        card = load_card(resolve("teacher", req.teacher))
-        check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
+        card, store, run = req.teacher_for(base)
         with publish(req.target) as (staging, version):
             writer = DocstoreWriter(staging / DOCSTORE_FILE)
             try:

@@ -26,11 +26,10 @@ from indexer.rewrite import rewrite
 from indexer.segments import Applied, Vectors, apply_changes, link_version
 from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
-from models.contract import check_same_teacher
 from models.corpus import Document, corpus_key
 from models.embedding_store import EmbeddingStore, store_key
 from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
-from models.registry import ModelCard, load_card, resolve
+from models.registry import ModelCard
 from models.versions import new_version_name
 
 log = logging.getLogger(__name__)
@@ -55,10 +54,7 @@ def update(req: UpdateRequest) -> BundleManifest:
     # the version's payload schema is kept, so a value of one of its fields must have the field's type.
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=base.corpus.metadata_extra,
                            fields=base.payload_fields)
-    card = load_card(resolve("teacher", req.teacher))
-    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    run = TeacherRun(device=req.device, batch_size=req.batch_size)
+    card, store, run = req.teacher_for(base)
     with publish(req.target) as (staging, version):
         link_version(source_dir, base, staging)
         applied = apply_changes(staging, base, changes, name=version or new_version_name(),
