@@ -28,12 +28,12 @@ from indexer.compact import compact
 from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
-from indexer.update import teacher_vectors
+from indexer.update import finish, teacher_vectors
 from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
 from models.embedding_store import SHARD_SIZE
 from models.errors import InputError
-from models.manifest import BaseInfo, BundleManifest, FollowState, utc_now
+from models.manifest import BundleManifest, FollowState
 from models.versions import is_bundle_root, read_current
 
 log = logging.getLogger(__name__)
@@ -131,18 +131,14 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
             applied = apply_changes(staging, manifest, changes, name=f"{version}-{i:03d}", space=space,
                                     vectors=vectors)
             manifest = applied.manifest
-            if manifest.parts[-1].name == f"{version}-{i:03d}":
-                parts = [*manifest.parts[:-1], manifest.parts[-1].model_copy(update={"changes": [path.name]})]
+            if applied.segment is not None:  # the file's segment records it
+                parts = [*manifest.parts[:-1], applied.segment.model_copy(update={"changes": [path.name]})]
                 manifest = manifest.model_copy(update={"segments": parts})
-            for key in ("added", "replaced", "deleted"):
-                totals[key] += applied.counts[key]
-            totals["encoded"] += applied.encoded
+            for key, n in applied.changed.items():
+                totals[key] += n
         done = (base.follow.files if base.follow is not None else 0) + len(files)
-        manifest = manifest.model_copy(update={
-            "version": version, "build_time": utc_now(), "build_seconds": round(time.perf_counter() - started, 3),
-            "follow": FollowState(last=files[-1].name, files=done),
-            "base": BaseInfo(action="follow", version=base.version or current.name, build_time=base.build_time,
-                             count=base.count, **totals)})
+        manifest = finish(manifest, base, current, version, started, totals, action="follow",
+                          follow=FollowState(last=files[-1].name, files=done))
         write_version_manifest(staging, manifest)
     log.info("applied %d change files (%s … %s) to %s: +%d added, %d replaced, -%d deleted; published %s",
              len(files), files[0].name, files[-1].name, base.version or current.name, totals["added"],

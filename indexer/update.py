@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from indexer.export import StoredRows, stored_key
 from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
-from indexer.segments import Applied, Vectors, apply_changes, link_version
+from indexer.segments import Vectors, apply_changes, link_version
 from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
 from models.corpus import Document, corpus_key
@@ -60,7 +61,7 @@ def update(req: UpdateRequest) -> BundleManifest:
         applied = apply_changes(staging, base, changes, name=version or new_version_name(),
                                 space=Space.of(source_dir, base),
                                 vectors=teacher_vectors(card, store, run))
-        manifest = finish(applied, base, source_dir, version, started)
+        manifest = finish(applied.manifest, base, source_dir, version, started, applied.changed)
         write_version_manifest(staging, manifest)
     c = applied.counts
     log.info("update of %s: %d added, %d replaced, %d deleted, %d unchanged; encoded %d; published %s in %.1fs",
@@ -69,15 +70,15 @@ def update(req: UpdateRequest) -> BundleManifest:
     return manifest
 
 
-def finish(applied: Applied, base: BundleManifest, source_dir: Path, version: str | None,
-           started: float) -> BundleManifest:
-    """The new version's manifest: what it started from and what changed."""
-    c = applied.counts
-    info = BaseInfo(version=base.version or source_dir.name, build_time=base.build_time, count=base.count,
-                    added=c["added"], replaced=c["replaced"], deleted=c["deleted"], encoded=applied.encoded)
-    return applied.manifest.model_copy(update={
+def finish(manifest: BundleManifest, base: BundleManifest, source_dir: Path, version: str | None, started: float,
+           changed: dict[str, int], action: Literal["update", "follow"] = "update", **more: object) -> BundleManifest:
+    """The new version's manifest: what it started from, which `action` made it and what changed (`changed`:
+    Applied.changed), with `more` of its fields (a follower's state)."""
+    info = BaseInfo(action=action, version=base.version or source_dir.name, build_time=base.build_time,
+                    count=base.count, **changed)
+    return manifest.model_copy(update={
         "version": version, "base": info, "build_time": utc_now(),
-        "build_seconds": round(time.perf_counter() - started, 3)})
+        "build_seconds": round(time.perf_counter() - started, 3), **more})
 
 
 def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> Vectors:
