@@ -37,7 +37,8 @@ log = logging.getLogger(__name__)
 
 
 def takes_segments(manifest: BundleManifest) -> bool:
-    """Whether a version can take a new segment: every segment's lexical index is postings (or none has one)."""
+    """Whether a version can take a new segment: every segment's lexical index is postings. One built before
+    segments has bm25s's or, older still, none (dense only); its first update rewrites it, with postings."""
     kinds = {s.lexical.engine if s.lexical is not None else None for s in manifest.parts}
     return kinds == {"postings"}
 
