@@ -13,23 +13,24 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.export import has_vectors, live_documents, rows
+from indexer.export import has_vectors, live_documents, live_vectors
 from indexer.ingest import CHUNK as INGEST_CHUNK
 from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import in_segment, read_bundle_manifest
-from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
-from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.embedding_store import EmbeddingStore, store_key
 from models.index_spec import IndexSpec, IndexType, resolve_spec
 from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
-from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.registry import ModelCard, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -40,47 +41,31 @@ def compact(req: VersionRequest) -> BundleManifest:
     req.check()
     source_dir = base_dir(req)
     base = read_bundle_manifest(source_dir)
-    card = load_card(resolve("teacher", req.teacher))
-    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    run = TeacherRun(device=req.device, batch_size=req.batch_size)
+    card, store, run = req.teacher_for(base)
     sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
     with publish(req.target) as (staging, version):
-        writer = DocstoreWriter(staging / DOCSTORE_FILE)
         hasher = CorpusHasher()
-        batch: list[Document] = []
-        try:
-            with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
-                for docs in live_documents(source_dir, base):
-                    for doc in docs:
-                        hasher.update(doc)
-                        corpus.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
-                        batch.append(doc)
-                        if len(batch) == INGEST_CHUNK:  # the build's transactions, so the same docstore bytes
-                            writer.add(batch)
-                            batch = []
-                if batch:
-                    writer.add(batch)
-        finally:
-            writer.close()
-        count = writer.count
+        with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
+            docs = _recorded(live_documents(source_dir, base), hasher, corpus)
+            # the build's transactions (INGEST_CHUNK documents each), so the same docstore bytes
+            count = write_docstore(staging / DOCSTORE_FILE, docs, chunk=INGEST_CHUNK)
         key = store_key(card.fingerprint, card.max_seq_length, hasher.hexdigest())
         if not store.complete(key):
-            store.put_stream(key, (x for _, x in rows(source_dir, store, sourced)), {
+            store.put_stream(key, live_vectors(source_dir, sourced, store), {
                 "source": "compacted", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
                 "precision": _precision(sourced)})
         index = _index_spec(base, count)
         names = write_vectors(staging, count, lambda: store.iter_chunks(key), dim=base.dim,
                               quantization=base.quantization, rotation=base.rotation, index=index,
                               center=base.binary_center, spin=base.binary_spin)
-        fields = base.payload.fields if base.payload is not None else []  # the version's fields keep their types
-        described, index_names = write_doc_indexes(staging, count, fields)
+        # the version's fields keep their types
+        described, index_names = write_doc_indexes(staging, count, base.payload_fields)
         if base.fusion is not None:
             described["fusion"] = base.fusion  # a default chosen for this corpus survives its compactions
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
                                  metadata_extra=base.corpus.metadata_extra)
         info = BaseInfo(action="compact", version=base.version or source_dir.name, build_time=base.build_time,
-                        count=base.count, deleted=sum(s.deleted for s in base.parts), encoded=encoded)
+                        count=base.count, deleted=base.deleted, encoded=encoded)
         source = EmbeddingSource(kind="encoded", store_key=key, precision=_precision(sourced),
                                  device=base.embeddings.device, engine=base.embeddings.engine)
         manifest = write_manifest(
@@ -91,6 +76,15 @@ def compact(req: VersionRequest) -> BundleManifest:
     log.info("compacted %s (%d segments, %d deleted rows) into %s: %d documents in %.1fs", source_dir,
              len(base.parts), info.deleted, req.target.describe(version), count, time.perf_counter() - started)
     return manifest
+
+
+def _recorded(chunks: Iterable[list[Document]], hasher: CorpusHasher, corpus: TextIO) -> Iterator[Document]:
+    """Each document, once the corpus key counts it and its corpus.jsonl line is written."""
+    for chunk in chunks:
+        for doc in chunk:
+            hasher.update(doc)
+            corpus.write(json.dumps(doc.to_json(), ensure_ascii=False) + "\n")
+            yield doc
 
 
 def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingStore, card: ModelCard,

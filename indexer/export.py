@@ -35,10 +35,35 @@ log = logging.getLogger(__name__)
 CHUNK = 4096
 
 
-def _stored_key(segment: SegmentInfo, store: EmbeddingStore) -> str | None:
+def stored_key(segment: SegmentInfo, store: EmbeddingStore) -> str | None:
     """The segment's embedding-store entry, if the store holds it whole."""
     key = segment.embeddings.store_key if segment.embeddings is not None else None
     return key if key and store.complete(key) else None
+
+
+class StoredRows:
+    """Rows of a complete embedding-store entry picked by number (an update's unchanged texts, a rewrite's kept
+    rows): the rows of one shard are taken from one load of it, and the last shard loaded is kept for the next
+    call, whose rows are usually in it."""
+
+    def __init__(self, store: EmbeddingStore, key: str, dim: int) -> None:
+        self.store, self.key, self.dim = store, key, dim
+        self.shard_size = int(store.meta(key)["shard_size"])
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The float32 vectors of `rows` (any order), in that order."""
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        shard_of = rows // self.shard_size
+        for shard in np.unique(shard_of):
+            pick = shard_of == shard
+            out[pick] = self._shard(int(shard))[rows[pick] - shard * self.shard_size]
+        return out
+
+    def _shard(self, index: int) -> np.ndarray:
+        if self._cache is None or self._cache[0] != index:
+            self._cache = (index, self.store.shard(self.key, index))
+        return self._cache[1]
 
 
 def _index_holds_vectors(manifest: BundleManifest) -> bool:
@@ -49,14 +74,14 @@ def _index_holds_vectors(manifest: BundleManifest) -> bool:
 
 def has_vectors(manifest: BundleManifest, segment: SegmentInfo, store: EmbeddingStore) -> bool:
     """Whether `segment_vectors` can read the segment's vectors (without reading any)."""
-    return _stored_key(segment, store) is not None or _index_holds_vectors(manifest)
+    return stored_key(segment, store) is not None or _index_holds_vectors(manifest)
 
 
 def segment_vectors(directory: Path, manifest: BundleManifest, segment: SegmentInfo,
                     store: EmbeddingStore) -> Iterator[np.ndarray]:
     """Every row's full-dimension teacher vector of one segment, deleted rows included, in row order: from its
     embedding-store entry, else (a first segment of a 768-d float index without rotation) from the index."""
-    key = _stored_key(segment, store)
+    key = stored_key(segment, store)
     if key is not None:
         yield from store.iter_chunks(key)
         return
@@ -82,11 +107,26 @@ def live_documents(directory: Path, manifest: BundleManifest) -> Iterator[list[D
             docs.close()
 
 
-def rows(directory: Path, store: EmbeddingStore | None = None,
-         manifest: BundleManifest | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
-    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order; `manifest`
-    (default: the version's own) may name other embedding-store entries for its segments."""
-    manifest = manifest or read_bundle_manifest(directory)
+def live_vectors(directory: Path, manifest: BundleManifest, store: EmbeddingStore) -> Iterator[np.ndarray]:
+    """The float32 teacher vectors of a version's live rows, in chunks, segment by segment, in row order (those of
+    `rows`, without reading a document); `manifest` may name other embedding-store entries for its segments."""
+    for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
+        start = 0
+        for chunk in segment_vectors(directory, manifest, segment, store):
+            yield np.asarray(chunk[~deleted[start : start + len(chunk)]], dtype=np.float32)
+            start += len(chunk)
+        _check_count(directory, segment, start)
+
+
+def _check_count(directory: Path, segment: SegmentInfo, vectors: int) -> None:
+    if vectors != segment.count:
+        raise InputError(f"{directory}: {vectors} vectors for segment {segment.name}, the manifest counts "
+                         f"{segment.count}")
+
+
+def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple[list[Document], np.ndarray]]:
+    """(live documents, float32 vectors) chunks of a version, segment by segment, in row order."""
+    manifest = read_bundle_manifest(directory)
     store = store or EmbeddingStore()
     for segment, deleted in zip(manifest.parts, tombstone_masks(directory, manifest), strict=True):
         docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
@@ -97,9 +137,7 @@ def rows(directory: Path, store: EmbeddingStore | None = None,
                 live = ~deleted[start : start + len(chunk)]
                 yield [d for d, keep in zip(got, live, strict=True) if keep], np.asarray(chunk[live], dtype=np.float32)
                 start += len(chunk)
-            if start != segment.count:
-                raise InputError(f"{directory}: {start} vectors for segment {segment.name}, the manifest counts "
-                                 f"{segment.count}")
+            _check_count(directory, segment, start)
         finally:
             docs.close()
 

@@ -25,18 +25,15 @@ from pathlib import Path
 
 from indexer.changes import read_changes
 from indexer.compact import compact
-from indexer.encode import TeacherRun
-from indexer.publish import Target, publish
+from indexer.publish import publish
 from indexer.request import VersionRequest
-from indexer.segments import apply_changes, link_version, write_version_manifest
-from indexer.update import payload_fields, teacher_vectors
-from indexer.writer import Space
+from indexer.segments import apply_changes, link_version
+from indexer.update import finish, teacher_vectors
+from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
-from models.contract import check_same_teacher
-from models.embedding_store import SHARD_SIZE, EmbeddingStore
+from models.embedding_store import SHARD_SIZE
 from models.errors import InputError
-from models.manifest import BaseInfo, BundleManifest, FollowState, utc_now
-from models.registry import load_card, resolve
+from models.manifest import BundleManifest, FollowState
 from models.versions import is_bundle_root, read_current
 
 log = logging.getLogger(__name__)
@@ -59,6 +56,13 @@ class FollowRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
+
+    @property
+    def version_request(self) -> VersionRequest:
+        """What each version the follower publishes is asked (a step's, a compaction's): the root's CURRENT, with
+        the follower's keep, teacher and store."""
+        return VersionRequest(root=self.root, keep=self.keep, teacher=self.teacher, batch_size=self.batch_size,
+                              device=self.device, store=self.store, shard_size=self.shard_size)
 
     def check(self) -> None:
         if not is_bundle_root(self.root):
@@ -101,49 +105,40 @@ def step(req: FollowRequest) -> int:
         base = _publish(req, current, base, files)
     if req.compact and due(base, req):
         log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts),
-                 sum(s.deleted for s in base.parts), sum(s.count for s in base.parts))
-        compact(VersionRequest(root=req.root, keep=req.keep, teacher=req.teacher, batch_size=req.batch_size,
-                               device=req.device, store=req.store, shard_size=req.shard_size))
+                 base.deleted, sum(s.count for s in base.parts))
+        compact(req.version_request)
     return len(files)
 
 
 def due(manifest: BundleManifest, req: FollowRequest) -> bool:
     """Whether the version has more segments, or a larger share of deleted rows, than the follower allows."""
     rows = sum(s.count for s in manifest.parts)
-    deleted = sum(s.deleted for s in manifest.parts)
-    return len(manifest.parts) > req.max_segments or deleted > req.max_deleted * rows
+    return len(manifest.parts) > req.max_segments or manifest.deleted > req.max_deleted * rows
 
 
 def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:
     started = time.perf_counter()
-    card = load_card(resolve("teacher", req.teacher))
-    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    vectors = teacher_vectors(card, store, TeacherRun(device=req.device, batch_size=req.batch_size))
+    vectors = teacher_vectors(*req.version_request.teacher_for(base))
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
-    with publish(Target(root=req.root, keep=req.keep)) as (staging, version):
+    with publish(req.version_request.target) as (staging, version):
         assert version is not None
         link_version(current, base, staging)
         manifest = base
         for i, path in enumerate(files):
             changes = read_changes(path, None, extra_metadata=base.corpus.metadata_extra,
-                                   fields=payload_fields(manifest))
+                                   fields=manifest.payload_fields)
             applied = apply_changes(staging, manifest, changes, name=f"{version}-{i:03d}", space=space,
                                     vectors=vectors)
             manifest = applied.manifest
-            if manifest.parts[-1].name == f"{version}-{i:03d}":
-                parts = [*manifest.parts[:-1], manifest.parts[-1].model_copy(update={"changes": [path.name]})]
+            if applied.segment is not None:  # the file's segment records it
+                parts = [*manifest.parts[:-1], applied.segment.model_copy(update={"changes": [path.name]})]
                 manifest = manifest.model_copy(update={"segments": parts})
-            for key in ("added", "replaced", "deleted"):
-                totals[key] += applied.counts[key]
-            totals["encoded"] += applied.encoded
+            for key, n in applied.changed.items():
+                totals[key] += n
         done = (base.follow.files if base.follow is not None else 0) + len(files)
-        manifest = manifest.model_copy(update={
-            "version": version, "build_time": utc_now(), "build_seconds": round(time.perf_counter() - started, 3),
-            "follow": FollowState(last=files[-1].name, files=done),
-            "base": BaseInfo(action="follow", version=base.version or current.name, build_time=base.build_time,
-                             count=base.count, **totals)})
+        manifest = finish(manifest, base, current, version, started, totals, action="follow",
+                          follow=FollowState(last=files[-1].name, files=done))
         write_version_manifest(staging, manifest)
     log.info("applied %d change files (%s … %s) to %s: +%d added, %d replaced, -%d deleted; published %s",
              len(files), files[0].name, files[-1].name, base.version or current.name, totals["added"],

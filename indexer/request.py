@@ -6,9 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from indexer.encode import TeacherRun
 from indexer.publish import Target
-from models.embedding_store import SHARD_SIZE
+from models.contract import check_same_teacher
+from models.embedding_store import SHARD_SIZE, EmbeddingStore
 from models.errors import InputError
+from models.manifest import BundleManifest
+from models.registry import ModelCard, load_card, resolve
 from models.versions import is_bundle_root, resolve_bundle
 
 
@@ -36,6 +40,14 @@ class VersionRequest:
         if self.shard_size < 1:
             raise InputError(f"--shard-size must be at least 1, got {self.shard_size}")
         self.target.check()
+
+    def teacher_for(self, base: BundleManifest) -> tuple[ModelCard, EmbeddingStore, TeacherRun]:
+        """The teacher this request names, refused unless `base` was built with it; the embedding store and how
+        the teacher runs, for the documents the new version encodes."""
+        card = load_card(resolve("teacher", self.teacher))
+        check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
+        return card, EmbeddingStore(self.store, shard_size=self.shard_size), TeacherRun(device=self.device,
+                                                                                       batch_size=self.batch_size)
 
 
 @dataclass(frozen=True)

@@ -23,19 +23,19 @@ import numpy as np
 
 from indexer.changes import Changes, read_changes
 from indexer.encode import TeacherRun, encode_into, local_teacher
+from indexer.export import StoredRows
 from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import UpdateRequest
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle import Bundle, read_bundle_manifest
-from models.contract import check_same_teacher
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.embedding_store import EmbeddingStore, store_key
 from models.errors import InputError
 from models.index_spec import Quantization
 from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.registry import ModelCard, load_card, resolve, sha256_file
+from models.registry import ModelCard, sha256_file
 from models.rotation import Rotation
 from models.search.query import stored_vectors
 
@@ -107,13 +107,12 @@ class BaseVectors:
     def __init__(self, bundle: Bundle, card: ModelCard, store: EmbeddingStore, base_key: str) -> None:
         m = bundle.manifest
         keys = [k for k in (m.embeddings.store_key, store_key(card.fingerprint, card.max_seq_length, base_key)) if k]
-        self.key = next((k for k in keys if store.complete(k)), None)
-        self.store, self.bundle, self.dim = store, bundle, card.dim
+        key = next((k for k in keys if store.complete(k)), None)
+        self.stored = StoredRows(store, key, card.dim) if key is not None else None
+        self.bundle = bundle
         self.from_index = False
-        self._cache: tuple[int, np.ndarray] | None = None
-        if self.key is not None:
-            self.shard_size = int(store.meta(self.key)["shard_size"])
-            log.info("base vectors: %d from the embedding store (key %s)", m.count, self.key)
+        if key is not None:
+            log.info("base vectors: %d from the embedding store (key %s)", m.count, key)
         elif m.quantization is Quantization.FLOAT and m.dim == card.dim and m.rotation is Rotation.NONE:
             self.from_index = True
             log.info("base vectors: not in the embedding store; reconstructed from the %d-d float index", m.dim)
@@ -123,23 +122,13 @@ class BaseVectors:
 
     @property
     def available(self) -> bool:
-        return self.key is not None or self.from_index
+        return self.stored is not None or self.from_index
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Vectors of base `rows` (ascending, as kept documents are), loading each shard once."""
-        if self.key is None:
+        if self.stored is None:
             return stored_vectors(self.bundle.segments[0].vectors, rows)  # a float index: the vectors as added
-        out = np.empty((len(rows), self.dim), dtype=np.float32)
-        shard_of = rows // self.shard_size
-        for shard in np.unique(shard_of):
-            pick = shard_of == shard
-            out[pick] = self._shard(int(shard))[rows[pick] - shard * self.shard_size]
-        return out
-
-    def _shard(self, index: int) -> np.ndarray:
-        if self._cache is None or self._cache[0] != index:
-            self._cache = (index, self.store.shard(self.key or "", index))
-        return self._cache[1]
+        return self.stored.take(rows)
 
 
 def merged(plan: Plan, base: BaseVectors, fresh: np.ndarray) -> Iterator[np.ndarray]:
@@ -162,15 +151,12 @@ def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
     # the base's payload schema is kept, so a value of one of its fields must have the field's type.
     described_base = read_bundle_manifest(source_dir)
     extra = described_base.corpus.metadata_extra
-    fields = described_base.payload.fields if described_base.payload is not None else []
+    fields = described_base.payload_fields
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=extra, fields=fields)
     bundle = Bundle(source_dir, lexical=False)  # its BM25 index is rebuilt, not read
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    run = TeacherRun(device=req.device, batch_size=req.batch_size)
     try:
         base = bundle.manifest
-        card = load_card(resolve("teacher", req.teacher))
-        check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
+        card, store, run = req.teacher_for(base)
         with publish(req.target) as (staging, version):
             writer = DocstoreWriter(staging / DOCSTORE_FILE)
             try:

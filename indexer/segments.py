@@ -74,6 +74,13 @@ class Applied:
     manifest: BundleManifest
     counts: dict[str, int] = field(default_factory=dict)  # added, replaced, deleted, unchanged
     encoded: int = 0
+    segment: SegmentInfo | None = None  # the segment added (none when no document was added or replaced)
+
+    @property
+    def changed(self) -> dict[str, int]:
+        """What the new version's manifest records of the change (models.manifest.BaseInfo)."""
+        c = self.counts
+        return {"added": c["added"], "replaced": c["replaced"], "deleted": c["deleted"], "encoded": self.encoded}
 
 
 def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, name: str, space: Space,
@@ -128,6 +135,7 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
     metadata_fields = set(manifest.metadata_fields)
     payload = manifest.payload
     encoded = 0
+    info: SegmentInfo | None = None
     if new:
         x, source, encoded = vectors(fresh, reused, reuse_rows)
         info, names = write_segment(staging / SEGMENTS_DIRECTORY / name, new, x, manifest, space, name, source)
@@ -137,7 +145,7 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
         payload = with_fields(manifest.payload, info.payload)
     updated = manifest.model_copy(update={"segments": parts, "count": live, "files": files, "payload": payload,
                                           "metadata_fields": sorted(metadata_fields)})
-    return Applied(updated, counts, encoded)
+    return Applied(updated, counts, encoded, info)
 
 
 def _locate(stores: list[DocStore], masks: list[np.ndarray], ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -198,9 +206,3 @@ def with_fields(version: PayloadInfo | None, segment: PayloadInfo | None) -> Pay
     new = [f for f in segment.fields if f.name not in known]
     unindexed = sorted(set(version.unindexed) | set(segment.unindexed))
     return version.model_copy(update={"fields": [*version.fields, *new], "unindexed": unindexed})
-
-
-def write_version_manifest(staging: Path, manifest: BundleManifest) -> None:
-    """The manifest last: the files it lists carry the sha256 computed as they were written (a linked file's
-    is its base's)."""
-    staging.joinpath("manifest.json").write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")

@@ -14,34 +14,31 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from indexer.changes import read_changes
 from indexer.encode import TeacherRun, encode_into, local_teacher
+from indexer.export import StoredRows, stored_key
 from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
-from indexer.segments import Applied, Vectors, apply_changes, link_version, write_version_manifest
-from indexer.writer import Space
+from indexer.segments import Vectors, apply_changes, link_version
+from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
-from models.contract import check_same_teacher
 from models.corpus import Document, corpus_key
 from models.embedding_store import EmbeddingStore, store_key
-from models.fields import PayloadField
 from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
-from models.registry import ModelCard, load_card, resolve
+from models.registry import ModelCard
 from models.versions import new_version_name
 
 log = logging.getLogger(__name__)
 
 
-def payload_fields(manifest: BundleManifest) -> list[PayloadField]:
-    return manifest.payload.fields if manifest.payload is not None else []
-
-
 def takes_segments(manifest: BundleManifest) -> bool:
-    """Whether a version can take a new segment: every segment's lexical index is postings (or none has one)."""
+    """Whether a version can take a new segment: every segment's lexical index is postings. One built before
+    segments has bm25s's or, older still, none (dense only); its first update rewrites it, with postings."""
     kinds = {s.lexical.engine if s.lexical is not None else None for s in manifest.parts}
     return kinds == {"postings"}
 
@@ -58,17 +55,14 @@ def update(req: UpdateRequest) -> BundleManifest:
     # Change lines are parsed as the base corpus was: with --metadata-extra, a line's other keys stay metadata; and
     # the version's payload schema is kept, so a value of one of its fields must have the field's type.
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=base.corpus.metadata_extra,
-                           fields=payload_fields(base))
-    card = load_card(resolve("teacher", req.teacher))
-    check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-    store = EmbeddingStore(req.store, shard_size=req.shard_size)
-    run = TeacherRun(device=req.device, batch_size=req.batch_size)
+                           fields=base.payload_fields)
+    card, store, run = req.teacher_for(base)
     with publish(req.target) as (staging, version):
         link_version(source_dir, base, staging)
         applied = apply_changes(staging, base, changes, name=version or new_version_name(),
                                 space=Space.of(source_dir, base),
                                 vectors=teacher_vectors(card, store, run))
-        manifest = finish(applied, base, source_dir, version, started)
+        manifest = finish(applied.manifest, base, source_dir, version, started, applied.changed)
         write_version_manifest(staging, manifest)
     c = applied.counts
     log.info("update of %s: %d added, %d replaced, %d deleted, %d unchanged; encoded %d; published %s in %.1fs",
@@ -77,15 +71,15 @@ def update(req: UpdateRequest) -> BundleManifest:
     return manifest
 
 
-def finish(applied: Applied, base: BundleManifest, source_dir: Path, version: str | None,
-           started: float) -> BundleManifest:
-    """The new version's manifest: what it started from and what changed."""
-    c = applied.counts
-    info = BaseInfo(version=base.version or source_dir.name, build_time=base.build_time, count=base.count,
-                    added=c["added"], replaced=c["replaced"], deleted=c["deleted"], encoded=applied.encoded)
-    return applied.manifest.model_copy(update={
+def finish(manifest: BundleManifest, base: BundleManifest, source_dir: Path, version: str | None, started: float,
+           changed: dict[str, int], action: Literal["update", "follow"] = "update", **more: object) -> BundleManifest:
+    """The new version's manifest: what it started from, which `action` made it and what changed (`changed`:
+    Applied.changed), with `more` of its fields (a follower's state)."""
+    info = BaseInfo(action=action, version=base.version or source_dir.name, build_time=base.build_time,
+                    count=base.count, **changed)
+    return manifest.model_copy(update={
         "version": version, "base": info, "build_time": utc_now(),
-        "build_seconds": round(time.perf_counter() - started, 3)})
+        "build_seconds": round(time.perf_counter() - started, 3), **more})
 
 
 def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> Vectors:
@@ -95,7 +89,7 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> 
 
     def vectors(fresh: list[Document], reused: list[Document],
                 rows: list[tuple[SegmentInfo, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
-        kept = _stored(store, rows) if rows else None
+        kept = _stored(store, rows, card.dim) if rows else None
         encode = fresh if kept is not None else fresh + reused  # not in the store: encoded again
         x = np.zeros((0, card.dim), dtype=np.float32)
         if encode:
@@ -116,14 +110,19 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> 
     return vectors
 
 
-def _stored(store: EmbeddingStore, rows: list[tuple[SegmentInfo, int]]) -> np.ndarray | None:
+def _stored(store: EmbeddingStore, rows: list[tuple[SegmentInfo, int]], dim: int) -> np.ndarray | None:
     """Full vectors of (segment, row)s from their segments' embedding-store entries; None if one is missing."""
-    out: list[np.ndarray] = []
-    for segment, row in rows:
-        source = segment.embeddings
-        key = source.store_key if source is not None else None
-        if key is None or not store.complete(key):
-            return None
-        size = int(store.meta(key)["shard_size"])
-        out.append(store.shard(key, row // size)[row % size])
-    return np.asarray(out, dtype=np.float32) if out else None
+    readers: dict[str, StoredRows] = {}
+    for segment, _ in rows:
+        if segment.name not in readers:
+            key = stored_key(segment, store)
+            if key is None:
+                return None
+            readers[segment.name] = StoredRows(store, key, dim)
+    out = np.empty((len(rows), dim), dtype=np.float32)
+    names = np.array([segment.name for segment, _ in rows])
+    numbers = np.array([row for _, row in rows], dtype=np.int64)
+    for name, reader in readers.items():
+        pick = names == name
+        out[pick] = reader.take(numbers[pick])
+    return out

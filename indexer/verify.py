@@ -68,8 +68,7 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
 
 def _segments(manifest: BundleManifest) -> str:
     parts = manifest.parts
-    deleted = sum(s.deleted for s in parts)
-    return f"{len(parts)} segment{'s' if len(parts) > 1 else ''}, {deleted} deleted rows"
+    return f"{len(parts)} segment{'s' if len(parts) > 1 else ''}, {manifest.deleted} deleted rows"
 
 
 def _computed_by(source: EmbeddingSource) -> str:

@@ -160,8 +160,14 @@ def write_vectors(
 def write_manifest(staging: Path, names: list[str], **fields: object) -> BundleManifest:
     """The manifest last, listing the sha256 of every file written before it."""
     manifest = BundleManifest.model_validate({**fields, "files": {n: sha256_file(staging / n) for n in names}})
-    (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
+    write_version_manifest(staging, manifest)
     return manifest
+
+
+def write_version_manifest(staging: Path, manifest: BundleManifest) -> None:
+    """The manifest last: a new segment's files carry the sha256 computed as they were written, a linked
+    file's is its base's (indexer.segments)."""
+    (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 
 def write_bundle(

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from models.contract import TeacherRef
 from models.errors import ContractMismatch
-from models.fields import PayloadInfo
+from models.fields import PayloadField, PayloadInfo
 from models.index_spec import IndexSpec, Quantization
 from models.rotation import Rotation
 
@@ -216,6 +216,17 @@ class BundleManifest(BaseModel):
             return self.segments
         return [SegmentInfo(name=self.version or "base", count=self.count, index=self.index, lexical=self.lexical,
                             payload=self.payload, embeddings=self.embeddings, build_time=self.build_time)]
+
+    @property
+    def payload_fields(self) -> list[PayloadField]:
+        """The payload fields with their types (none without a payload index): what a change to the version must
+        keep, and what its compaction keeps."""
+        return self.payload.fields if self.payload is not None else []
+
+    @property
+    def deleted(self) -> int:
+        """The version's deleted rows, over all its segments."""
+        return sum(s.deleted for s in self.parts)
 
     def segment_files(self, segment: SegmentInfo) -> dict[str, str]:
         """The files of one segment (names relative to the version), with their sha256."""

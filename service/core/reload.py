@@ -63,7 +63,7 @@ def version_info(searcher: Searcher) -> VersionInfo:
     bundle = searcher.bundle
     return VersionInfo(version=searcher.version, build_time=manifest.build_time, count=manifest.count,
                        path=str(bundle.directory), loaded_at=loaded, segments=len(manifest.parts),
-                       deleted=sum(s.deleted for s in manifest.parts), shared_segments=bundle.reused)
+                       deleted=manifest.deleted, shared_segments=bundle.reused)
 
 
 class Reloader:

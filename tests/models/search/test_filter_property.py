@@ -160,8 +160,8 @@ def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndar
     """A base of the first third of `docs` and two updates, each adding documents and deleting some, the second
     also changing the metadata of some (their vectors kept); returns the live ids in version row order."""
     from indexer.changes import Changes
-    from indexer.segments import apply_changes, link_version, write_version_manifest
-    from indexer.writer import Space
+    from indexer.segments import apply_changes, link_version
+    from indexer.writer import Space, write_version_manifest
     from models.bundle import read_bundle_manifest
     from models.manifest import SegmentInfo
 
@@ -243,8 +243,8 @@ def test_a_key_the_first_segment_left_to_the_docstore_stays_there_in_later_ones(
     """`year` holds numbers and strings in the base, so the base filters on it through the docstore; an update whose
     documents hold numbers only must not index it (it would filter by types the base does not use)."""
     from indexer.changes import Changes
-    from indexer.segments import apply_changes, link_version, write_version_manifest
-    from indexer.writer import Space
+    from indexer.segments import apply_changes, link_version
+    from indexer.writer import Space, write_version_manifest
     from models.bundle import read_bundle_manifest
 
     base = [Document(id=f"b{i}", title="", text="tide moon", metadata=json.dumps({"year": y}))
