@@ -28,7 +28,7 @@ from indexer.compact import compact
 from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
-from indexer.update import finish, teacher_vectors
+from indexer.update import finish, takes_segments, teacher_vectors
 from indexer.writer import Space, write_version_manifest
 from models.bundle import read_bundle_manifest
 from models.embedding_store import SHARD_SIZE
@@ -101,6 +101,13 @@ def step(req: FollowRequest) -> int:
     current = read_current(req.root)
     base = read_bundle_manifest(current)
     files = pending(req.changes_dir, base.follow)
+    if files and not takes_segments(base):
+        # Built before segments: rewritten whole once, as `index update` does (a compaction, which keeps the
+        # follower's state), so that its segments all have postings.
+        log.info("%s was built before segments: compacting it once before its first change", current)
+        compact(req.version_request)
+        current = read_current(req.root)
+        base = read_bundle_manifest(current)
     if files:
         base = _publish(req, current, base, files)
     if req.compact and due(base, req):

@@ -22,7 +22,7 @@ from models.errors import InputError
 from models.registry import sha256_file
 from models.search import Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from models.teacher import TeacherEncoder
-from models.versions import list_versions, read_current
+from models.versions import list_versions, read_current, set_current
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.indexer.test_publish_safety import _kill_everywhere
 
@@ -248,6 +248,37 @@ def test_a_bundle_built_before_segments_serves_as_before_and_its_first_update_re
     (work / "more.txt").write_text("bees\n")
     segmented = update(UpdateRequest(delete_ids=work / "more.txt", base=work / "v2", out=work / "v3"))
     assert segmented.segments is not None and [s.deleted for s in segmented.parts] == [1]
+
+
+def test_a_follower_rewrites_a_bundle_built_before_segments_once_then_adds_segments(tiny_bundle: Path,
+                                                                                     work: Path) -> None:
+    """As `index update` does: a version whose lexical index is bm25s's cannot take a postings segment (the service
+    refuses the mix), so the follower's first batch starts from a whole rewrite of it."""
+    root = work / "root"
+    root.mkdir()
+    _as_built_before_segments(tiny_bundle, root / "v1")
+    set_current(root, "v1")
+    changes = work / "changes"
+    changes.mkdir()
+    _lines(changes / "0001.jsonl", [{"_id": "git", "delete": True}])
+    _lines(changes / "0002.jsonl", [{"_id": "kites", "title": "Kite flying", "text": "Wind lifts the kite."}])
+    request = FollowRequest(root=root, changes_dir=changes, once=True, compact=False)
+    assert follow(request) == 2
+    current = read_current(root)
+    verify_one(current)
+    manifest = read_bundle_manifest(current)
+    assert {s.lexical.engine for s in manifest.parts if s.lexical is not None} == {"postings"}
+    assert manifest.follow is not None and (manifest.follow.last, manifest.follow.files) == ("0002.jsonl", 2)
+    bundle = Bundle(current)
+    try:
+        assert bundle.ids() == [d[0] for d in DOCS if d[0] != "git"] + ["kites"]
+        [hit] = search(bundle, None, ["kite wind"], SearchOptions(top_k=1, mode=Mode.LEXICAL), 4).hits
+        assert hit[0].doc.id == "kites"
+    finally:
+        bundle.close()
+    _lines(changes / "0003.jsonl", [{"_id": "bees", "delete": True}])
+    assert follow(request) == 1  # on the rewritten version: a tombstone, no second rewrite (which would drop them)
+    assert read_bundle_manifest(read_current(root)).deleted == 2
 
 
 def test_a_follower_keeps_the_vector_of_a_document_an_earlier_file_of_its_batch_added(tandem_home: Path,
