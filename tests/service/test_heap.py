@@ -61,7 +61,7 @@ def test_the_lexical_index_keeps_no_python_container_of_its_vocabulary(tiny_bund
     try:
         index = bundle.segments[0].lexical
         assert isinstance(index, PostingsIndex)
-        for array in (index.terms._blob, index.terms._offsets, index.offsets, index.rows, index.tf, index.lengths):
+        for array in (index.terms.data, index.terms.offsets, index.offsets, index.rows, index.tf, index.lengths):
             assert isinstance(array, np.memmap)
         assert bundle.lexical is not None
         [(scores, rows)] = bundle.lexical.search(next(iter(PROBES)), 3, [None])
