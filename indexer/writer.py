@@ -137,7 +137,7 @@ def write_index(directory: Path, count: int, source: VectorSource, *, dim: int, 
             writer.train(space.truncated(source(), dim))
         for chunk in space.truncated(source(), dim):
             writer.add(chunk)
-        return writer.finish(space=False)
+        return writer.finish()
     finally:
         writer.close()
 

@@ -205,16 +205,16 @@ class IndexWriter:
             self._rescore.write(int8_encode(x, self.calibration).tobytes())
         self.added += len(x)
 
-    def finish(self, space: bool = True) -> list[str]:
-        """Write the index and (unless `space` is False) its calibration, center and spin; returns every file
-        name written."""
+    def finish(self) -> list[str]:
+        """Write the index; returns every file name written. Its calibration, center and spin are its version's
+        space, which the indexer writes once for all of the version's segments (indexer.writer.Space)."""
         if self.added != self.count:
             raise ValueError(f"index writer got {self.added} vectors, expected {self.count}")
         if self._rescore is not None:
             self._rescore.close()
         apply_search_params(self.index, self.spec)
         names = VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
-                            self.center, self.spin).save(self.directory, space)
+                            self.center, self.spin).save(self.directory, space=False)
         return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:
