@@ -22,9 +22,7 @@ def describe_index(loader: LoaderDep) -> IndexDescription:
     with loader.lease() as searcher:
         manifest = searcher.bundle.manifest
         summary = searcher.index_summary()
-    payload = manifest.payload
-    fields = [FieldDescription(name=f.name, type=f.type.value, declared=f.declared)
-              for f in (payload.fields if payload is not None else [])]
+    fields = [FieldDescription(name=f.name, type=f.type.value, declared=f.declared) for f in manifest.payload_fields]
     typed = {f.name for f in fields}
     fields += [FieldDescription(name=name, type=None, declared=False)
                for name in manifest.metadata_fields if name not in typed]
