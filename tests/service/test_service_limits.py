@@ -97,9 +97,14 @@ def strict_timeouts(tiny_bundle: Path, tiny_student: Path) -> Iterator[LiveServe
         yield server
 
 
-def _trickler(url: str, body: bool) -> socket.socket:
+def _connect(url: str) -> socket.socket:
+    """A bare connection to the server at `url` (http://HOST:PORT)."""
     host, port = url.removeprefix("http://").split(":")
-    sock = socket.create_connection((host, int(port)), timeout=30)
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _trickler(url: str, body: bool) -> socket.socket:
+    sock = _connect(url)
     if body:  # complete headers, then a body that never arrives
         sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: 100\r\n\r\n{\"query\":")
@@ -134,9 +139,8 @@ def test_trickling_clients_neither_block_search_nor_hold_connections(strict_time
 
 
 def _refused(url: str) -> bool:
-    host, port = url.removeprefix("http://").split(":")
     try:
-        socket.create_connection((host, int(port)), timeout=30).close()
+        _connect(url).close()
     except ConnectionRefusedError:
         return True
     return False
@@ -148,8 +152,7 @@ def test_a_request_sent_as_the_server_shuts_down_is_answered(tiny_bundle: Path, 
     before the shutdown may still send one within the grace: it is answered, then closed; a silent one is closed."""
     settings = ServiceSettings(index=tiny_bundle, student=tiny_student, shutdown_grace_s=5.0)
     with serve_app(create_app(settings)) as live:
-        host, port = live.url.removeprefix("http://").split(":")
-        late, silent = (socket.create_connection((host, int(port)), timeout=30) for _ in range(2))
+        late, silent = _connect(live.url), _connect(live.url)
         try:
             # Answered on a later connection: the loop has accepted the two before it (it accepts in order).
             with httpx.Client(base_url=live.url, timeout=30.0, trust_env=False) as client:
