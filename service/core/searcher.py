@@ -3,7 +3,7 @@
 A dense query runs code in two files of the core: service/core/loader.py leases the searcher in service,
 then this module does the rest: `Searcher.search` is admitted and queued by `MicroBatcher.submit` and run
 by `MicroBatcher._run` (on a worker thread, or on the event loop with `workers` 0), which encodes with
-`QueryEncoder.encode` → models/student.py `StudentEncoder.encode_counted`, then searches with
+`QueryEncoder.encode` → models/encoders/student.py `StudentEncoder.encode_counted`, then searches with
 `Searcher.retrieve` → models/search/query.py `search` (FAISS). Batching lives here, with the searcher it
 serves, so that path crosses one module of the core rather than three.
 
@@ -64,10 +64,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from models.bundle import Bundle
+from models.bundle.version import Bundle
+from models.encoders.student import StudentEncoder
 from models.errors import ContractMismatch
 from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, search, set_search_threads
-from models.student import StudentEncoder
 from models.timing import StageObserver
 
 log = logging.getLogger(__name__)
