@@ -25,11 +25,12 @@ from pathlib import Path
 
 from indexer.changes import read_changes
 from indexer.compact import compact
+from indexer.next_version import finish, teacher_vectors, with_changes, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
-from indexer.update import finish, takes_segments, teacher_vectors
 from indexer.writer import Space, write_version_manifest
+from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, FollowState
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import is_bundle_root, read_current
@@ -139,8 +140,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
                                     vectors=vectors)
             manifest = applied.manifest
             if applied.segment is not None:  # the file's segment records it
-                parts = [*manifest.parts[:-1], applied.segment.model_copy(update={"changes": [path.name]})]
-                manifest = manifest.model_copy(update={"segments": parts})
+                manifest = with_segments(manifest, [*manifest.parts[:-1], with_changes(applied.segment, [path.name])])
             for key, n in applied.changed.items():
                 totals[key] += n
         done = (base.follow.files if base.follow is not None else 0) + len(files)

@@ -34,6 +34,7 @@ import numpy as np
 
 from models.bundle.first_stage import hamming_top, sign_codes, stored_codes
 from models.bundle.index_spec import Quantization
+from models.bundle.legacy import has_payload_index
 from models.bundle.lexical import top_k
 from models.bundle.manifest import FusionMethod, FusionSpec
 from models.bundle.quantize import int8_decode
@@ -123,7 +124,7 @@ def _filtered_live(bundle: Bundle, flt: Filter) -> list[Allowed]:
 def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
     """The mask of the segment's rows a filter allows, deleted ones included: a new array the caller owns."""
     count = segment.count
-    if segment.payload is None:
+    if not has_payload_index(segment.payload):  # built before payload indexes (models.bundle.legacy)
         return row_mask(segment.docs.rows_where(flt.sql, flt.params), count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
