@@ -24,6 +24,7 @@ from indexer.ingest import Passages
 from indexer.next_version import base_info, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
+from indexer.rootlock import writer_step
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
@@ -37,14 +38,20 @@ log = logging.getLogger(__name__)
 
 
 def compact(req: VersionRequest) -> BundleManifest:
-    """Publish the base version's live documents as one segment."""
-    started = time.perf_counter()
+    """Publish the base version's live documents as one segment; into a root, under its writer lock from reading
+    the base to moving CURRENT (indexer.rootlock)."""
     req.check()
+    with writer_step(req.root):
+        return _compact(req)
+
+
+def _compact(req: VersionRequest) -> BundleManifest:
+    started = time.perf_counter()
     source_dir = base_dir(req)
     base = read_bundle_manifest(source_dir)
     card, store, run = req.teacher_for(base)
     sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
-    with publish(req.target) as (staging, version):
+    with publish(req.target, what="compaction") as (staging, version):
         hasher = CorpusHasher()
         with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
             docs = _recorded(live_documents(source_dir, base), hasher, corpus)

@@ -28,6 +28,7 @@ from indexer.compact import compact
 from indexer.next_version import finish, teacher_vectors, with_changes, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest
+from indexer.rootlock import LockTimeout, root_lock
 from indexer.segments import apply_changes, link_version
 from indexer.writer import Space, write_version_manifest
 from models.bundle.legacy import takes_segments
@@ -82,7 +83,12 @@ def follow(req: FollowRequest) -> int:
     applied = 0
     while True:
         began = time.monotonic()
-        applied += step(req)
+        try:
+            applied += step(req)
+        except LockTimeout as exc:
+            if req.once:
+                raise
+            log.warning("%s; trying again in %g s", exc, req.interval_s)  # another writer's long step
         if req.once:
             return applied
         time.sleep(max(0.0, req.interval_s - (time.monotonic() - began)))
@@ -98,7 +104,13 @@ def pending(changes_dir: Path, state: FollowState | None) -> list[Path]:
 
 def step(req: FollowRequest) -> int:
     """Publish CURRENT plus every pending file (one segment each) as one version, then compact if due;
-    returns the files applied."""
+    returns the files applied. Under the root's writer lock (indexer.rootlock) from reading CURRENT to the last
+    publish: an operator's update meanwhile waits for it, then starts from what it published."""
+    with root_lock(req.root):
+        return _step(req)
+
+
+def _step(req: FollowRequest) -> int:
     current = read_current(req.root)
     base = read_bundle_manifest(current)
     files = pending(req.changes_dir, base.follow)
@@ -129,7 +141,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
     vectors = teacher_vectors(*req.version_request.teacher_for(base))
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
-    with publish(req.version_request.target) as (staging, version):
+    with publish(req.version_request.target, what="follow step") as (staging, version):
         assert version is not None
         link_version(current, base, staging)
         manifest = base

@@ -158,7 +158,7 @@ def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
     try:
         base = bundle.manifest
         card, store, run = req.teacher_for(base)
-        with publish(req.target) as (staging, version):
+        with publish(req.target, what="update") as (staging, version):
             writer = DocstoreWriter(staging / DOCSTORE_FILE)
             try:
                 with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus_fh:

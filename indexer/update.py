@@ -19,6 +19,7 @@ from indexer.next_version import finish, teacher_vectors
 from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
+from indexer.rootlock import writer_step
 from indexer.segments import apply_changes, link_version
 from indexer.writer import Space, write_version_manifest
 from models.bundle.legacy import takes_segments
@@ -30,8 +31,15 @@ log = logging.getLogger(__name__)
 
 
 def update(req: UpdateRequest) -> BundleManifest:
-    started = time.perf_counter()
+    """Publish the base plus the changes. Into a root, under its writer lock from reading the base to moving
+    CURRENT (indexer.rootlock): a concurrent writer's version is this one's base, or is made from this one."""
     req.check()
+    with writer_step(req.root):
+        return _update(req)
+
+
+def _update(req: UpdateRequest) -> BundleManifest:
+    started = time.perf_counter()
     source_dir = base_dir(req)
     base = read_bundle_manifest(source_dir)
     if not takes_segments(base):
@@ -43,7 +51,7 @@ def update(req: UpdateRequest) -> BundleManifest:
     changes = read_changes(req.changes, req.delete_ids, extra_metadata=base.corpus.metadata_extra,
                            fields=base.payload_fields)
     card, store, run = req.teacher_for(base)
-    with publish(req.target) as (staging, version):
+    with publish(req.target, what="update") as (staging, version):
         link_version(source_dir, base, staging)
         applied = apply_changes(staging, base, changes, name=version or new_version_name(),
                                 space=Space.of(source_dir, base),
