@@ -87,12 +87,12 @@ def root_lock(root: Path, timeout_s: float | None = None) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise LockTimeout(f"{root} is locked by another writer, {_holder(fd)} (a build, update, compaction, follow "
-                                      f"step or `index current --set`); waited {wait:g} s: try again, or raise "
-                                      f"{LOCK_TIMEOUT_ENV}") from None
+                    raise LockTimeout(f"{root} is locked by another writer, {_holder(fd)} (a build, update, "
+                                      f"compaction, follow step or `index current --set`); waited {wait:g} s: try "
+                                      f"again, or raise {LOCK_TIMEOUT_ENV}") from None
                 if not warned:
-                    log.warning("waiting for the writer lock of %s, held by another writer, %s (up to %g s, %s)", root, _holder(fd),
-                                wait, LOCK_TIMEOUT_ENV)
+                    log.warning("waiting for the writer lock of %s, held by another writer, %s (up to %g s, %s)",
+                                root, _holder(fd), wait, LOCK_TIMEOUT_ENV)
                     warned = True
                 time.sleep(_POLL_S)
         os.ftruncate(fd, 0)

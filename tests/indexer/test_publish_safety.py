@@ -135,7 +135,7 @@ def test_two_builds_of_one_version_never_overwrite_each_other(tiny_bundle: Path,
                                                                tmp_path: Path) -> None:
     root = tmp_path / "bundles"
     # the first to finish moved CURRENT: the other is refused, by the base check under the lock, else by the rename
-    with pytest.raises(InputError, match="published by another writer meanwhile|CURRENT moved from"), \
+    with pytest.raises(InputError, match=r"published by another writer meanwhile|CURRENT moved from"), \
             publish(Target(root=root, version="v9")) as (staging, _):
         _copy_into(v2_bundle, staging)
         with publish(Target(root=root, version="v9")) as (other, _):  # started after, finishes first
