@@ -26,7 +26,7 @@ from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.lexical import build_lexical
 from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
 from models.bundle.payload_writer import write_payload
-from models.bundle.version import in_segment, tombstone_masks, tombstones_name
+from models.bundle.version import check_own_directories, in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
 from models.encoders.registry import sha256_file
 from models.errors import InputError
@@ -39,6 +39,7 @@ FLAT_SEGMENT_ROWS = 100_000  # a new segment up to this size is searched exactly
 
 def link_version(source: Path, manifest: BundleManifest, staging: Path) -> None:
     """Hard-link every file `manifest` lists from `source` into `staging`."""
+    check_own_directories(source, manifest)  # never a link through a directory that leads out of the version
     for name in manifest.files:
         target = staging / name
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -127,10 +127,22 @@ def _check_listed(directory: Path, manifest: BundleManifest) -> None:
     if sum(s.live for s in manifest.parts) != manifest.count:
         raise ContractMismatch(f"{directory}: the segments hold {sum(s.live for s in manifest.parts)} live documents, "
                                f"the manifest says {manifest.count}")
+    check_own_directories(directory, manifest)
     for name in manifest.files:
         path = directory / name
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise ContractMismatch(f"{directory}: {name} is not a regular file of the bundle")
+
+
+def check_own_directories(directory: Path, manifest: BundleManifest) -> None:
+    """Every directory the manifest's files lie in (lexical/, payload/, segments/NAME/, tombstones/) is the
+    version's own: a symbolic link to a directory elsewhere would have the loader read, and a writer hard-link,
+    files from outside the version."""
+    inside = {"/".join(parts[:i]) for parts in (n.split("/") for n in manifest.files) for i in range(1, len(parts))}
+    for name in sorted(inside):
+        if (directory / name).is_symlink():
+            raise ContractMismatch(f"{directory}: {name}/ is a symbolic link; a version's directories must be its "
+                                   "own (copy the directory in, or publish the version again)")
 
 
 def verify_bundle(directory: Path, skip: frozenset[str] = frozenset()) -> BundleManifest:
