@@ -86,7 +86,7 @@ def test_a_trusted_identity_counts_only_for_the_sha256_it_was_verified_with(tmp_
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ContractMismatch, match="missing gone.npy"):
+    with pytest.raises(ContractMismatch, match=r"missing gone\.npy"):
         verify_files(tmp_path, {"gone.npy": "0" * 64})
 
 
@@ -97,5 +97,5 @@ def test_arrays_load_from_the_bytes_that_were_checked(tmp_path: Path) -> None:
     _flip_in_place(tmp_path / "center.npy", keep_mtime=True)
     with pytest.raises(ContractMismatch, match=r"center\.npy: checksum mismatch"):
         load_checked_array(tmp_path, "center.npy", files)
-    with pytest.raises(ContractMismatch, match="does not list spin.npy"):
+    with pytest.raises(ContractMismatch, match=r"does not list spin\.npy"):
         load_checked_array(tmp_path, "spin.npy", files)
