@@ -1,10 +1,10 @@
 """Hot reload: validate a bundle off the event loop, swap it in atomically, keep previous versions for rollback.
 
 One reload thread runs reloads and rollbacks in order, so POST /admin/reload, POST /admin/rollback
-and the CURRENT-pointer watcher never race each other. A candidate must pass verification (the
-sha256 of every file it does not share, as the very file, with the version in service: service.core.loader.open_bundle),
-the student/teacher check, a FAISS load and a warm-up query before it is
-swapped in; any failure leaves the version in service untouched and is recorded as the last outcome.
+and the CURRENT-pointer watcher never race each other. A candidate must pass verification (the sha256
+of every file it does not share, as the very file, with the version in service: loader.open_bundle), the
+student/teacher check, a FAISS load and a warm-up query before it is swapped in; any failure leaves the
+version in service untouched and is recorded as the last outcome.
 Swapped-out versions stay loaded (up to TANDEM_KEEP_VERSIONS), so a rollback is instant and survives
 the indexer pruning their files; older ones are closed once the requests holding them have finished.
 
