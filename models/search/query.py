@@ -19,6 +19,9 @@ those rows, so a page fills whenever enough documents match:
 
 Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
 float query against the int8 vectors (memory-mapped from disk).
+
+A search with a deadline (`SearchOptions.deadline`) checks it before each segment's filter, dense and BM25 pass
+and before fetching documents, and stops with DeadlineExceeded past it, so its worker is free again.
 """
 
 from __future__ import annotations
