@@ -53,7 +53,7 @@ def test_hostile_bodies_are_422s_naming_the_field(meta_server: LiveServer, body:
 
 
 def test_the_body_depth_bound_spares_strings(meta_server: LiveServer) -> None:
-    query = "[" * 5000 + " tides"  # brackets inside a string nest nothing
+    query = "[" * 2000 + " tides"  # brackets inside a string nest nothing
     assert _post(meta_server, {"query": query, "top_k": 1}).status_code == 200
 
 
@@ -82,10 +82,11 @@ def test_a_lexical_query_is_capped_in_distinct_terms_not_in_repeats(meta_server:
     lexical = _bundle(meta_server).require_lexical()
     assert isinstance(lexical, Lexical)
     before = lexical.postings_scored
-    once = _post(meta_server, {"query": "glucose", "mode": "lexical", "top_k": 5}).json()["results"]
+    once = _post(meta_server, {"query": "blood", "mode": "lexical", "top_k": 5}).json()["results"]
     single = lexical.postings_scored - before
     assert single > 0
-    repeated = _post(meta_server, {"query": " ".join(["glucose"] * 340), "mode": "lexical", "top_k": 5})
+    repeated = _post(meta_server, {"query": " ".join(["blood"] * 340), "mode": "lexical", "top_k": 5})
+    assert repeated.status_code == 200
     assert lexical.postings_scored - before == 2 * single  # the 340 words cost what one did
     assert [h["id"] for h in repeated.json()["results"]] == [h["id"] for h in once]
 
