@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 from pathlib import Path
 
 import pytest
 
 from indexer.follow import ChangeDir, FollowReport, FollowRequest, follow, step
 from models.bundle.version import Bundle, read_bundle_manifest
-from models.bundle.versions import list_versions, read_current, set_current
+from models.bundle.versions import list_versions, read_current
 from models.search import documents
 from tests.fixtures.corpus import DOCS
+from tests.indexer.test_writer_races import root
+
+__all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle
 
 pytestmark = pytest.mark.slow
 
@@ -25,14 +27,6 @@ BAKE = next(d for d in DOCS if d[0] == "bake")
 def _change(path: Path, n: int) -> None:
     """A tiny change file: the metadata of one document (its vector is kept: no teacher)."""
     path.write_text(json.dumps({"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}) + "\n")
-
-
-@pytest.fixture
-def root(tiny_bundle: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "bundles"
-    shutil.copytree(tiny_bundle, root / "v1")
-    set_current(root, "v1")
-    return root
 
 
 def test_a_backlog_of_200_files_is_published_in_versions_of_bounded_segments(root: Path, tmp_path: Path) -> None:
