@@ -33,13 +33,13 @@ def switch_current(root: Path, version: str) -> None:
     verified (not pruned meanwhile): else StaleBase (or InputError), naming them, and CURRENT stays."""
     root = _root(root)
     previous = current_name(root)
-    _check_listed(root, version)
+    _check_exists(root, version)
     verified = (root / version).stat().st_ino
     verify_one(root / version)
     pause("current --set")  # test-only; a no-op unless TANDEM_TEST_PAUSE_FIFO is set (indexer.pause)
     with root_lock(root):
         check_base(root, previous, f"`index current --set {version}`")
-        _check_listed(root, version)
+        _check_exists(root, version)
         if (root / version).stat().st_ino != verified:
             raise InputError(f"{root / version} was pruned and published again while it was verified; run "
                              "`tandem index current --set` again")
@@ -47,7 +47,7 @@ def switch_current(root: Path, version: str) -> None:
     log.info("%s/CURRENT: %s → %s", root, previous, version)
 
 
-def _check_listed(root: Path, version: str) -> None:
+def _check_exists(root: Path, version: str) -> None:
     if version not in list_versions(root):
         raise InputError(f"{root} has no version {version!r}; versions: {', '.join(list_versions(root)) or 'none'}")
 

@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from models.bundle.versions import is_bundle_root, read_current
+from models.bundle.versions import POINTER
 from models.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -112,8 +112,12 @@ def writer_step(root: Path | None) -> contextlib.AbstractContextManager[object]:
 
 
 def current_name(root: Path) -> str | None:
-    """The version ROOT/CURRENT names, or None for a root without one (yet)."""
-    return read_current(root).name if is_bundle_root(root) else None
+    """The name ROOT/CURRENT holds, or None for a root without one (yet). Not checked: a build may repair a root
+    whose pointer names no bundle, and comparing names is all a base check needs."""
+    try:
+        return (Path(root) / POINTER).read_text(encoding="utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return None
 
 
 def check_base(root: Path, base: str | None, what: str) -> None:
