@@ -28,7 +28,8 @@ from models.manifest import BundleManifest, StudentManifest
 from models.student import StudentEncoder, read_student_manifest
 from models.timing import StageObserver
 from models.versions import resolve_bundle
-from service.core.searcher import BatchLimits, QueryEncoder, Searcher
+from service.core.batcher import BatchLimits
+from service.core.searcher import QueryEncoder, Searcher
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
 

@@ -1,4 +1,4 @@
-"""Micro-batching (service.core.searcher): first over plain functions, loading no model (coalescing, grouping by
+"""Micro-batching (service.core.batcher): first over plain functions, loading no model (coalescing, grouping by
 options, admission, deadlines, encode-only and lexical jobs, failures); then over the real tiny bundle and ONNX
 student: same answers, coalesced, bounded."""
 
@@ -18,16 +18,9 @@ import pytest
 from models.corpus import Document
 from models.search import Hit, Mode, Retrieved, SearchOptions
 from models.student import StudentEncoder
+from service.core.batcher import BatchLimits, BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded
 from service.core.loader import open_searcher
-from service.core.searcher import (
-    BatchLimits,
-    BatchOutcome,
-    DeadlineExceeded,
-    MicroBatcher,
-    Overloaded,
-    QueryEncoder,
-    Searcher,
-)
+from service.core.searcher import QueryEncoder, Searcher
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 
