@@ -1,10 +1,11 @@
 """Queries in, hits or vectors out: the student and a bundle behind the micro-batcher (service/core/batcher.py).
 
-A dense query runs through three modules of the core: service/core/loader.py leases the searcher in service,
-`Searcher.search` hands it to the `MicroBatcher` (service/core/batcher.py), which admits and queues it and runs
-its batch (on a worker thread, or on the event loop with `workers` 0): it encodes with `QueryEncoder.encode` →
-models/student.py `StudentEncoder.encode_counted`, then searches with `Searcher.retrieve` →
-models/search/query.py `search` (FAISS).
+In the core, a dense query goes from service/core/loader.py, which leases the searcher in service, to
+`Searcher.search`, which hands it to the `MicroBatcher` (service/core/batcher.py): that admits and queues it
+and runs its batch (on a worker thread, or on the event loop with `workers` 0), which encodes with
+`QueryEncoder.encode` → models/student.py `StudentEncoder.encode_counted`, then searches with
+`Searcher.retrieve` → models/search/query.py `search` (FAISS). docs/architecture.md#the-query-path maps the
+whole path.
 
 Two pieces, each usable without the next:
 - `QueryEncoder`: the student behind a MicroBatcher; what /v1/embeddings needs, and no bundle.
