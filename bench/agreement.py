@@ -49,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     import torch
 
-    from models.bundle import Bundle
+    from models.bundle.version import Bundle
     from models.contract import check_same_teacher
     from models.datasets.beir import QUERIES_FILE, load_beir
     from models.datasets.teacher_targets import TeacherTargets
@@ -57,10 +57,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from models.distill.presets import Preset
     from models.distill.queries import read_train_queries
     from models.distill.scores import overlap_at_k
+    from models.encoders.registry import load_card, resolve
+    from models.encoders.student import StudentEncoder, read_student_manifest
+    from models.encoders.teacher import TeacherEncoder
     from models.errors import TandemError
-    from models.registry import load_card, resolve
-    from models.student import StudentEncoder, read_student_manifest
-    from models.teacher import TeacherEncoder
 
     try:
         bundle = Bundle(args.index)

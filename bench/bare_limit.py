@@ -82,10 +82,10 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
     try:
         import faiss
 
-        from models.bundle import Bundle
+        from models.bundle.version import Bundle
+        from models.bundle.versions import resolve_bundle
+        from models.encoders.student import StudentEncoder
         from models.search import SearchOptions, search
-        from models.student import StudentEncoder
-        from models.versions import resolve_bundle
         from service.settings import ServiceSettings
 
         settings = ServiceSettings(index=Path(index), student=Path(student), **overrides)
@@ -124,8 +124,8 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
 
 def check_memory(index: Path, workers: int) -> None:
     """Refuse to start `workers` copies of a FAISS index that the machine's available memory cannot hold."""
-    from models.search.vector_index import INDEX_FILE
-    from models.versions import resolve_bundle
+    from models.bundle.vector_index import INDEX_FILE
+    from models.bundle.versions import resolve_bundle
 
     need_mb = (resolve_bundle(index) / INDEX_FILE).stat().st_size / 2**20 * workers
     try:

@@ -19,15 +19,15 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from models.bundle.index_spec import Quantization
+from models.bundle.quantize import binary_encode, int8_decode
+from models.bundle.rotation import fit_pca_rotation
 from models.contract import truncate
 from models.datasets.beir import load_beir
+from models.encoders.registry import resolve
+from models.encoders.student import StudentEncoder
 from models.evaluation.metrics import NDCG, TOP_K, run_from_rows, score_run
-from models.index_spec import Quantization
-from models.registry import resolve
-from models.rotation import fit_pca_rotation
 from models.search import VectorIndex, rotate, search_index
-from models.search.quantize import binary_encode, int8_decode
-from models.student import StudentEncoder
 
 log = logging.getLogger("bench.binary_center")
 
@@ -48,7 +48,7 @@ def main() -> None:
     docs = np.asarray(np.load(args.docs), dtype=np.float32)
     docs /= np.linalg.norm(docs, axis=1, keepdims=True)
     qids, texts = list(data.queries), list(data.queries.values())
-    from models.teacher import TeacherEncoder
+    from models.encoders.teacher import TeacherEncoder
 
     cache = args.cache / f"queries-{args.data.name}-{args.split}.npz" if args.cache else None
     if cache is not None and cache.is_file():

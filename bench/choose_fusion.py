@@ -19,14 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import Bundle
+from models.bundle.manifest import FusionMethod, FusionSpec
+from models.bundle.version import Bundle
 from models.datasets.beir import load_beir
+from models.encoders.student import StudentEncoder
 from models.evaluation.metrics import NDCG, score_run
-from models.manifest import FusionMethod, FusionSpec
 from models.search import DEFAULT_OVERSAMPLE
 from models.search.fusion import fuse
 from models.search.query import allowed_rows, dense_candidates, documents, lexical_candidates
-from models.student import StudentEncoder
 
 log = logging.getLogger("bench.choose_fusion")
 ALPHAS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

@@ -28,7 +28,7 @@ import numpy as np
 from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
 from encode_latency import DEFAULT_SCIFACT, load_queries
 
-from models.student import StudentEncoder
+from models.encoders.student import StudentEncoder
 
 log = logging.getLogger("bench.encode_interference")
 

@@ -219,10 +219,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     import torch
 
+    from models.encoders.registry import resolve
+    from models.encoders.student import StudentEncoder
+    from models.encoders.teacher import TeacherEncoder
     from models.errors import TandemError
-    from models.registry import resolve
-    from models.student import StudentEncoder
-    from models.teacher import TeacherEncoder
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)

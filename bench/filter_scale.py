@@ -2,7 +2,7 @@
 the planner's two plans side by side, and the payload index's memory.
 
 Why: a filter used to be SQLite's JSON functions over every row of the docstore on each request (500 ms and
-more at 1M documents, a broad one past the deadline); the payload index (models.search.payload) and the planner
+more at 1M documents, a broad one past the deadline); the payload index (models.bundle.payload) and the planner
 (models.search.planner) should make a filtered request cost about what an unfiltered one does. In one run:
 
 1. Inputs: `--n` synthetic documents (SciFact's teacher vectors plus covariance-shaped noise, as
@@ -190,7 +190,7 @@ def measure_plans(bundle_dir: Path, index: str, encoder: Any, texts: list[str], 
     """Each plan forced, per selectivity, one query at a time. Each query is encoded by the student just before its
     search, as the service does: right after an encode, FAISS's selector scan ran twice as slow as on its own,
     so timing searches back to back would misplace the crossover."""
-    from models.bundle import Bundle
+    from models.bundle.version import Bundle
     from models.search import SearchOptions, parse_filter, search, set_search_threads
     from models.search.planner import Planner
 
@@ -318,10 +318,10 @@ def _status_bytes(name: str) -> int:
 def memory_child(bundle: Path) -> None:
     import gc
 
-    from models.bundle import read_bundle_manifest
+    from models.bundle.payload import PayloadIndex
+    from models.bundle.payload_writer import part_name
+    from models.bundle.version import read_bundle_manifest
     from models.search import parse_filter
-    from models.search.payload import PayloadIndex
-    from models.search.payload_writer import part_name
 
     manifest = read_bundle_manifest(bundle)
     assert manifest.payload is not None
@@ -481,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     shares = {name: 1.0 if m is None else float(m.mean()) for name, m in masks.items()}
     del columns
 
-    from models.student import StudentEncoder
+    from models.encoders.student import StudentEncoder
 
     texts, source = load_queries(args.scifact, args.queries)
     args.texts = texts

@@ -47,7 +47,7 @@ WORDS = ("protein", "cell", "gene", "expression", "tumor", "patient", "clinical"
 
 def home_with_teacher(path: Path) -> Path:
     """A TANDEM_HOME whose teacher is this machine's provisioned one (no copy of its weights)."""
-    from models import registry
+    from models.encoders import registry
 
     (path / "models").mkdir(parents=True, exist_ok=True)
     (path / "models/roles.json").write_text(json.dumps({"teacher": str(registry.resolve("teacher"))}))
@@ -200,9 +200,9 @@ def measure_precisions(n: int, device: str, rounds: int, work: Path) -> list[tup
     """
     import torch
 
-    from models import registry
     from models.corpus import read_corpus
-    from models.teacher import TeacherEncoder
+    from models.encoders import registry
+    from models.encoders.teacher import TeacherEncoder
 
     texts = [d.passage() for d in read_corpus(scifact_corpus(work / "precision.jsonl", n))]
     model_dir = registry.resolve("teacher")

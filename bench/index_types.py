@@ -143,9 +143,9 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
     """In a fresh process: load the index, record RSS growth, search (recall batch; latency one by one)."""
     import faiss
 
-    from models.index_spec import IndexSpec, Quantization
+    from models.bundle.index_spec import IndexSpec, Quantization
+    from models.bundle.vector_index import RESCORE_FILE
     from models.search import VectorIndex, search_index
-    from models.search.vector_index import RESCORE_FILE
 
     queries = np.load(directory.parent / "queries.npy")
     truth = np.load(directory.parent / f"truth-{meta['dim']}.npy")
@@ -174,9 +174,9 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
 def run_one(workdir: Path, docs: np.ndarray, dim: int, kind: str, quantization: str, args: argparse.Namespace) -> Row:
     import faiss
 
-    from models.index_spec import Quantization, resolve_spec
+    from models.bundle.index_spec import Quantization, resolve_spec
+    from models.bundle.vector_index import RESCORE_FILE
     from models.search import VectorIndex
-    from models.search.vector_index import RESCORE_FILE
 
     q = Quantization(quantization)
     overrides = {"ef_search": args.ef_search} if kind == "hnsw" else {}

@@ -54,13 +54,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     from onnxruntime.quantization import QuantType
 
-    from models.bundle import Bundle
+    from models.bundle.version import Bundle
     from models.datasets.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
     from models.distill.export import quantize_onnx
+    from models.encoders.student import StudentEncoder, read_student_manifest
     from models.errors import TandemError
     from models.evaluation.metrics import NDCG, TOP_K, score_run
     from models.evaluation.run import bundle_search_run
-    from models.student import StudentEncoder, read_student_manifest
 
     variants = {  # name: (reduce_range, weight type)
         "int8 weights, 7 bits (exported)": (True, QuantType.QInt8),

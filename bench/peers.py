@@ -10,7 +10,7 @@ run, on the same machine and corpus, with the same open-loop load generator (`ta
 - `tandem serve` with its defaults: the student encodes queries, the bundle holds the same reference vectors.
 
 Each server is started fresh, checked (its top 10 against exact search with the teacher's query vectors;
-for txtai also its query vectors against models/teacher.py), warmed up, measured at a low open-loop rate
+for txtai also its query vectors against models/encoders/teacher.py), warmed up, measured at a low open-loop rate
 (latency), then up a ladder of rates (throughput: the highest step with no error, ≥ 95% of the target rate
 answered and p99 within a bound), and stopped; its peak RSS is read from /proc first. Results go into a
 dated record in the lab notebook (docs/lab/<date>-peers.md).
@@ -104,7 +104,7 @@ class Reference:
 def reference(queries: list[str], teacher: Path, embeddings: Path, ids: Path, top_k: int) -> Reference:
     import torch
 
-    from models.teacher import TeacherEncoder
+    from models.encoders.teacher import TeacherEncoder
 
     torch.set_num_threads(2)
     encoder = TeacherEncoder(teacher, device="cpu")
@@ -133,7 +133,7 @@ def check_hits(peer: Peer, ref: Reference, top_k: int) -> float:
 
 
 def check_txtai_vectors(url: str, ref: Reference) -> float:
-    """Min cosine between txtai's query vectors (GET /transform) and models/teacher.py's."""
+    """Min cosine between txtai's query vectors (GET /transform) and models/encoders/teacher.py's."""
     with httpx.Client(base_url=url, timeout=120.0, trust_env=False) as client:
         served = np.asarray([client.get("/transform", params={"text": q}).raise_for_status().json()
                              for q in ref.queries], dtype=np.float32)
@@ -260,7 +260,7 @@ def render(command: str, setup: str, load: str, note: str | None, outcomes: list
         f"and p99 ≤ {args.p99_bound_ms:g} ms; the ladder stops at the first step that is not. Peak RSS is the "
         "server process's `VmHWM` after all its load. Max rps, and so its ratios, are only as fine as the ladder's "
         "steps. The overlap is the mean share of a server's top "
-        f"{args.top_k} found by exact search with the teacher's query vectors (models/teacher.py), over the "
+        f"{args.top_k} found by exact search with the teacher's query vectors (models/encoders/teacher.py), over the "
         "check queries: 1.0 for servers that run the teacher, lower for tandem's student by design.",
     ])
 
@@ -279,7 +279,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--index", type=Path, default=REPO / ".tandem" / "bundles" / "scifact-768-float",
                         help="tandem bundle built from the SciFact reference vectors.")
     parser.add_argument("--student", type=Path, default=REPO / ".tandem" / "students" / "scifact-trainq-4ep")
-    parser.add_argument("--teacher", type=Path, help="Teacher directory (default: as models/registry.py resolves).")
+    parser.add_argument("--teacher", type=Path,
+                        help="Teacher directory (default: as models/encoders/registry.py resolves).")
     parser.add_argument("--scifact", type=Path, default=Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT)),
                         help="SciFact directory: corpus, queries, reference/ vectors (default: $TANDEM_SCIFACT_DIR "
                              "or ../shared/data/scifact).")
@@ -344,7 +345,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start_logging()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from models.registry import resolve
+    from models.encoders.registry import resolve
 
     teacher = resolve("teacher", args.teacher)
     embeddings = args.scifact / "reference" / f"{REFERENCE}.f16.npy"
@@ -376,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"`reference/{REFERENCE}.f16.npy` for every server, so no server encoded the corpus. "
         "Servers, one at a time, each started fresh, on 127.0.0.1:",
         "; ".join(f"**{o.peer.name}**: {o.peer.describe}" for o in outcomes) + ".",
-        *([f"txtai's query vectors (`GET /transform`) against models/teacher.py's: min cosine "
+        *([f"txtai's query vectors (`GET /transform`) against models/encoders/teacher.py's: min cosine "
            f"{txtai_check.cosine:.6f}."] if txtai_check else []),
         f"Load: `tandem.loadtest` open loop in the benchmark's process (10 s client timeout), cycling the queries, "
         f"top {args.top_k}; {args.warmup} untimed queries one at a time before it.",

@@ -140,7 +140,7 @@ def prepare_corpus(work: Path, corpus: Path | None, docs: int) -> Path:
 def build_version(corpus: Path, root: Path, quantization: str) -> str:
     """A published version under `root`; the teacher vectors are cached after the first build."""
     from indexer.build import BuildRequest, build
-    from models.versions import new_version_name
+    from models.bundle.versions import new_version_name
 
     name = new_version_name()
     build(BuildRequest(corpus=corpus, out=root / name, quantization=quantization))
@@ -212,7 +212,7 @@ def reload_by_request(clients: dict[str, httpx.Client], token: str, root: Path, 
 def reload_by_pointer(clients: dict[str, httpx.Client], token: str, root: Path, event: Event) -> None:
     """Repoint CURRENT, then poll every replica's status until each watcher has recorded an outcome for that
     version; each replica's confirmation time is its own."""
-    from models.versions import set_current
+    from models.bundle.versions import set_current
 
     start = time.perf_counter()
     set_current(root, event.target)
@@ -442,7 +442,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start_logging()
-    from models.versions import set_current
+    from models.bundle.versions import set_current
     from tandem.loadtest import DEFAULT_QUERIES, format_report, run_loadtest
     from tandem.loadtest import Answer as LoadAnswer
 

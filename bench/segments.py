@@ -171,7 +171,7 @@ def measure(n: int, work: Path, student: Path, rps: float, duration: float) -> R
                    home)
     root_mb = (disk_bytes(root) - before_root) / 1e6
     store_mb = (disk_bytes(home / "embeddings") - before_store) / 1e6
-    from models.versions import set_current
+    from models.bundle.versions import set_current
 
     set_current(root, "v1")  # the server starts on the base, and reloads to the update under load
     figures = reload_under_load(root, student, directory, rps, duration)

@@ -86,7 +86,7 @@ def prepare(data: Path, work: Path) -> tuple[Path, list[Path]]:
 
 
 def top10(bundle_dir: Path, vectors: np.ndarray) -> list[list[str]]:
-    from models.bundle import Bundle
+    from models.bundle.version import Bundle
     from models.search import dense_hits
 
     bundle = Bundle(bundle_dir)
@@ -120,11 +120,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     tandem("index", "build", "--corpus", str(args.work / "final.jsonl"), "--embeddings", str(export),
            "--out", str(fresh))
 
-    from models.bundle import read_bundle_manifest
+    from models.bundle.version import read_bundle_manifest
     from models.datasets.beir import load_beir
-    from models.registry import resolve
-    from models.student import StudentEncoder
-    from models.teacher import TeacherEncoder
+    from models.encoders.registry import resolve
+    from models.encoders.student import StudentEncoder
+    from models.encoders.teacher import TeacherEncoder
 
     manifest = read_bundle_manifest(segmented)
     queries = list(load_beir(args.data, "test").queries.values())

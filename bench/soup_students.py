@@ -22,8 +22,8 @@ import onnx
 from onnx import numpy_helper
 
 from models.distill.export import quantize_onnx
-from models.manifest import STUDENT_MANIFEST
-from models.student import read_student_manifest
+from models.encoders.student import read_student_manifest
+from models.encoders.student_manifest import STUDENT_MANIFEST
 
 log = logging.getLogger("soup_students")
 

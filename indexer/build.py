@@ -18,15 +18,15 @@ from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
 from indexer.writer import write_doc_indexes, write_manifest, write_vectors
+from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.bundle.fields import declared_fields
+from models.bundle.index_spec import IndexSpec, Quantization, resolve_spec
+from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource
+from models.bundle.rotation import Rotation
 from models.contract import SUPPORTED_DIMS
-from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
-from models.embedding_store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
+from models.embeddings.store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
+from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
 from models.errors import InputError
-from models.fields import declared_fields
-from models.index_spec import IndexSpec, Quantization, resolve_spec
-from models.manifest import BundleManifest, CorpusInfo, EmbeddingSource
-from models.registry import ModelCard, load_card, resolve, sha256_file
-from models.rotation import Rotation
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ class BuildRequest:
     ray_actors: int | None = None
     ray_threads: int = 1
     metadata_extra: bool = False
-    fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.fields)
-    # binary: subtract the corpus mean, then spin, before taking signs (models.search.first_stage)
+    fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.bundle.fields)
+    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.first_stage)
     binary_center: bool = True
 
     @property

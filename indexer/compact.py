@@ -24,13 +24,13 @@ from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
-from models.bundle import in_segment, read_bundle_manifest
+from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
+from models.bundle.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
+from models.bundle.version import in_segment, read_bundle_manifest
 from models.corpus import CorpusHasher, Document, corpus_key
-from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.embedding_store import EmbeddingStore, store_key
-from models.index_spec import IndexSpec, IndexType, resolve_spec
-from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
-from models.registry import ModelCard, sha256_file
+from models.embeddings.store import EmbeddingStore, store_key
+from models.encoders.registry import ModelCard, sha256_file
 
 log = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from indexer.rootlock import root_lock
 from indexer.verify import verify_one
-from models.bundle import read_bundle_manifest
+from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import is_bundle_root, list_versions, read_current, set_current
 from models.errors import InputError, TandemError
-from models.versions import is_bundle_root, list_versions, read_current, set_current
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 
 from indexer.options import Engine
-from models.embedding_store import EmbeddingStore, ShardRunner, local_runner
+from models.embeddings.store import EmbeddingStore, ShardRunner, local_runner
+from models.encoders.precision import TEACHER_PRECISIONS
+from models.encoders.registry import ModelCard
 from models.errors import InputError
-from models.manifest import TEACHER_PRECISIONS
-from models.registry import ModelCard
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def encode_into(store: EmbeddingStore, key: str, count: int, runner: ShardRunner
 
 def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precision: str) -> ShardRunner:
     """Encode shards in this process; loads torch and the teacher only now."""
-    from models.teacher import TeacherEncoder
+    from models.encoders.teacher import TeacherEncoder
 
     encoder = TeacherEncoder(Path(card.path), device=run.device, precision=precision, batch_tokens=run.batch_tokens)
 

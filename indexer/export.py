@@ -19,16 +19,16 @@ import numpy as np
 
 from indexer.options import ExportFormat
 from models.atomic import atomic_write
-from models.bundle import in_segment, read_bundle_manifest, tombstone_masks
+from models.bundle.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.index_spec import Quantization
+from models.bundle.manifest import BundleManifest, SegmentInfo
+from models.bundle.rotation import Rotation
+from models.bundle.vector_index import float_vectors
+from models.bundle.version import in_segment, read_bundle_manifest, tombstone_masks
+from models.bundle.versions import resolve_bundle
 from models.corpus import Document
-from models.docstore import DOCSTORE_FILE, DocStore
-from models.embedding_store import EmbeddingStore
+from models.embeddings.store import EmbeddingStore
 from models.errors import InputError
-from models.index_spec import Quantization
-from models.manifest import BundleManifest, SegmentInfo
-from models.rotation import Rotation
-from models.search.vector_index import float_vectors
-from models.versions import resolve_bundle
 
 log = logging.getLogger(__name__)
 

@@ -30,11 +30,11 @@ from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
 from indexer.update import finish, takes_segments, teacher_vectors
 from indexer.writer import Space, write_version_manifest
-from models.bundle import read_bundle_manifest
-from models.embedding_store import SHARD_SIZE
+from models.bundle.manifest import BundleManifest, FollowState
+from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import is_bundle_root, read_current
+from models.embeddings.store import SHARD_SIZE
 from models.errors import InputError
-from models.manifest import BundleManifest, FollowState
-from models.versions import is_bundle_root, read_current
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.docstore import DocstoreWriter
+from models.bundle.docstore import DocstoreWriter
+from models.encoders.registry import sha256_file
 from models.errors import InputError
-from models.registry import sha256_file
 
 log = logging.getLogger(__name__)
 

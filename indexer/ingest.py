@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.bundle.docstore import DocStore, DocstoreWriter, DuplicateId
+from models.bundle.fields import PayloadField, check_metadata
 from models.corpus import CorpusHasher, Document, first_line_of, scan_corpus
-from models.docstore import DocStore, DocstoreWriter, DuplicateId
 from models.errors import InputError
-from models.fields import PayloadField, check_metadata
 
 CHUNK = 10_000
 OFFSET_STRIDE = 64
@@ -32,7 +32,7 @@ class IngestedCorpus:
 def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = False,
                   fields: Sequence[PayloadField] = ()) -> IngestedCorpus:
     """Stream `path` into `docstore`; raise InputError naming file and line on a bad line, a duplicate id or a
-    value of another type than its declared field's (`fields`, models.fields).
+    value of another type than its declared field's (`fields`, models.bundle.fields).
 
     `extra_metadata` keeps a line's keys outside id, title and text as metadata (models.corpus)."""
     hasher = CorpusHasher()

@@ -1,6 +1,6 @@
 """Where a bundle goes: a plain directory (`--out`) or a new version under a root (`--root`).
 
-Either way the bundle is staged beside its final name and renamed into place (models.staging).
+Either way the bundle is staged beside its final name and renamed into place (models.bundle.staging).
 A root's `CURRENT` pointer moves only after the new version is complete on disk, then old
 versions beyond `--keep` are pruned (never the current one), so a crash at any point leaves
 the service a complete bundle to follow. Placing, pointing and pruning hold the root's writer
@@ -19,9 +19,9 @@ from pathlib import Path
 from types import FrameType
 
 from indexer.rootlock import root_lock
+from models.bundle.staging import check_target, staged
+from models.bundle.versions import check_version_name, list_versions, new_version_name, prune_versions, set_current
 from models.errors import InputError, TandemError
-from models.staging import check_target, staged
-from models.versions import check_version_name, list_versions, new_version_name, prune_versions, set_current
 
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,9 @@ import numpy as np
 
 from indexer.ingest import OFFSET_STRIDE, IngestedCorpus
 from models.corpus import parse_line
-from models.embedding_store import Shard, ShardRunner
+from models.embeddings.store import Shard, ShardRunner
+from models.encoders.registry import ModelCard
 from models.errors import InputError
-from models.registry import ModelCard
 
 if TYPE_CHECKING:
     from indexer.encode import TeacherRun
@@ -94,7 +94,7 @@ class TeacherActor:
                  threads: int) -> None:
         import torch
 
-        from models.teacher import TeacherEncoder
+        from models.encoders.teacher import TeacherEncoder
 
         torch.set_num_threads(threads)
         self.batch_size = batch_size

@@ -8,12 +8,12 @@ from pathlib import Path
 
 from indexer.encode import TeacherRun
 from indexer.publish import Target
+from models.bundle.manifest import BundleManifest
+from models.bundle.versions import is_bundle_root, resolve_bundle
 from models.contract import check_same_teacher
-from models.embedding_store import SHARD_SIZE, EmbeddingStore
+from models.embeddings.store import SHARD_SIZE, EmbeddingStore
+from models.encoders.registry import ModelCard, load_card, resolve
 from models.errors import InputError
-from models.manifest import BundleManifest
-from models.registry import ModelCard, load_card, resolve
-from models.versions import is_bundle_root, resolve_bundle
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """An update that rewrites the whole bundle: how `tandem index update` changes a bundle built before segments.
 
 Such a bundle's lexical index holds bm25s's scores, precomputed with its own statistics, which cannot be summed
-with a later segment's (models.search.lexical), so its first update writes every document again, as every
+with a later segment's (models.bundle.lexical), so its first update writes every document again, as every
 update did before segments: unchanged documents keep their vectors (from the embedding store entry of the base
 corpus, else from a full-dimension float index), only new or changed texts go through the teacher. Replaced
 documents keep their position, new ones are appended. The result is a one-segment bundle of today's format,
@@ -28,15 +28,15 @@ from indexer.ingest import Passages
 from indexer.publish import publish
 from indexer.request import UpdateRequest
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
-from models.bundle import Bundle, read_bundle_manifest
+from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.bundle.index_spec import Quantization
+from models.bundle.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
+from models.bundle.rotation import Rotation
+from models.bundle.version import Bundle, read_bundle_manifest
 from models.corpus import CorpusHasher, Document, corpus_key
-from models.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
-from models.embedding_store import EmbeddingStore, store_key
+from models.embeddings.store import EmbeddingStore, store_key
+from models.encoders.registry import ModelCard, sha256_file
 from models.errors import InputError
-from models.index_spec import Quantization
-from models.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.registry import ModelCard, sha256_file
-from models.rotation import Rotation
 from models.search.query import stored_vectors
 
 log = logging.getLogger(__name__)

@@ -21,16 +21,17 @@ import numpy as np
 from indexer.changes import Changes
 from indexer.writer import Space, write_index
 from models.atomic import atomic_write
-from models.bundle import in_segment, tombstone_masks, tombstones_name
+from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.bundle.fields import PayloadInfo
+from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
+from models.bundle.lexical import build_lexical
+from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
+from models.bundle.payload_writer import write_payload
+from models.bundle.version import in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
-from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.encoders.registry import sha256_file
 from models.errors import InputError
-from models.fields import PayloadInfo
-from models.index_spec import IndexSpec, IndexType, resolve_spec
-from models.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
-from models.registry import sha256_file
-from models.search.lexical import build_lexical
-from models.search.payload_writer import write_payload
+from models.manifest_io import utc_now
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,7 @@ class Applied:
 
     @property
     def changed(self) -> dict[str, int]:
-        """What the new version's manifest records of the change (models.manifest.BaseInfo)."""
+        """What the new version's manifest records of the change (models.bundle.manifest.BaseInfo)."""
         c = self.counts
         return {"added": c["added"], "replaced": c["replaced"], "deleted": c["deleted"], "encoded": self.encoded}
 

@@ -26,12 +26,13 @@ from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
 from indexer.segments import Vectors, apply_changes, link_version
 from indexer.writer import Space, write_version_manifest
-from models.bundle import read_bundle_manifest
+from models.bundle.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo
+from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import new_version_name
 from models.corpus import Document, corpus_key
-from models.embedding_store import EmbeddingStore, store_key
-from models.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo, utc_now
-from models.registry import ModelCard
-from models.versions import new_version_name
+from models.embeddings.store import EmbeddingStore, store_key
+from models.encoders.registry import ModelCard
+from models.manifest_io import utc_now
 
 log = logging.getLogger(__name__)
 

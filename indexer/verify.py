@@ -1,6 +1,6 @@
 """`tandem index verify`: prove a published bundle is what its manifest says, before trusting it.
 
-Checks every file's sha256 against the manifest (models.bundle.verify_bundle), that the FAISS
+Checks every file's sha256 against the manifest (models.bundle.version.verify_bundle), that the FAISS
 index, the docstore and the manifest agree on the count, that the payload index's columns hold what the
 search relies on (sorted values, rows inside the bundle), and that the manifest's teacher is the
 provisioned (or --teacher) model when one is available; says how that teacher pooled and which
@@ -12,12 +12,12 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from models.bundle import Bundle, verify_bundle
+from models.bundle.manifest import BundleManifest, EmbeddingSource
+from models.bundle.version import Bundle, verify_bundle
+from models.bundle.versions import is_bundle_root, list_versions, read_current
 from models.contract import TeacherRef
+from models.encoders.registry import load_card, resolve
 from models.errors import ContractMismatch, ModelNotFound, TandemError
-from models.manifest import BundleManifest, EmbeddingSource
-from models.registry import load_card, resolve
-from models.versions import is_bundle_root, list_versions, read_current
 
 log = logging.getLogger(__name__)
 

@@ -16,21 +16,21 @@ from pathlib import Path
 
 import numpy as np
 
+from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.bundle.fields import PayloadField
+from models.bundle.first_stage import spin_matrix
+from models.bundle.index_spec import IndexSpec, Quantization
+from models.bundle.lexical import build_lexical
+from models.bundle.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
+from models.bundle.payload_writer import write_payload
+from models.bundle.quantize import Int8Calibration
+from models.bundle.rotation import ROTATION_FILE, PcaAccumulator, Rotation
+from models.bundle.vector_index import CALIBRATION_FILE, CENTER_FILE, SPIN_FILE, IndexWriter
 from models.contract import truncate
 from models.corpus import Document
-from models.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.fields import PayloadField
-from models.index_spec import IndexSpec, Quantization
-from models.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.registry import ModelCard, sha256_file
-from models.rotation import ROTATION_FILE, PcaAccumulator, Rotation
-from models.search.first_stage import spin_matrix
+from models.encoders.registry import ModelCard, sha256_file
 from models.search.fusion import DEFAULT_FUSION
-from models.search.lexical import build_lexical
-from models.search.payload_writer import write_payload
-from models.search.quantize import Int8Calibration
 from models.search.query import rotate
-from models.search.vector_index import CALIBRATION_FILE, CENTER_FILE, SPIN_FILE, IndexWriter
 
 CORPUS_FILE = "corpus.jsonl"
 
@@ -52,7 +52,7 @@ def write_doc_indexes(staging: Path, count: int, fields: Sequence[PayloadField] 
                                                                                            list[str]]:
     """The lexical and payload indexes over the staging docstore, and the manifest fields that describe the
     documents: lexical parameters, the default fusion, the metadata keys present and the payload schema
-    (`fields` with their types, every other key inferred: models.search.payload_writer)."""
+    (`fields` with their types, every other key inferred: models.bundle.payload_writer)."""
     docs = DocStore(staging / DOCSTORE_FILE)
     try:
         info, names = build_lexical(staging, docs, count)
@@ -150,7 +150,7 @@ def write_vectors(
     calibration, the binary center and spin) and its index; returns the names.
 
     `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
-    only): the codes are taken after a random orthogonal rotation (models.search.first_stage.sign_codes)."""
+    only): the codes are taken after a random orthogonal rotation (models.bundle.first_stage.sign_codes)."""
     space = fit_space(count, source, dim=dim, quantization=quantization, rotation=rotation, center=center, spin=spin)
     names = space.save(staging)
     return names + write_index(staging, count, source, dim=dim, quantization=quantization, index=index,

@@ -9,8 +9,8 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from models.encoders.precision import StudentPrecision
 from models.errors import InputError
-from models.manifest import StudentPrecision
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 ENV_PREFIX = "TANDEM_"

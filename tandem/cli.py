@@ -13,12 +13,13 @@ from typing import Annotated
 import typer
 
 from indexer.options import Engine, ExportFormat
-from models.encoder_setup import POOLING_MODES, Overrides
+from models.bundle.index_spec import IndexType, Quantization
+from models.bundle.manifest import BundleManifest
+from models.bundle.rotation import Rotation
+from models.encoders.encoder_setup import POOLING_MODES, Overrides
+from models.encoders.precision import StudentPrecision, TeacherPrecision
+from models.encoders.registry import ModelCard
 from models.errors import TandemError
-from models.index_spec import IndexType, Quantization
-from models.manifest import BundleManifest, StudentPrecision, TeacherPrecision
-from models.registry import ModelCard
-from models.rotation import Rotation
 from tandem.provision import ROLES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -301,7 +302,7 @@ def index_update(
 
 def _echo_fields(manifest: BundleManifest) -> None:
     """The payload schema a build or update published: each field's type, and whether declared or inferred."""
-    from models.fields import schema_lines
+    from models.bundle.fields import schema_lines
 
     if manifest.payload is not None:
         for line in schema_lines(manifest.payload):

@@ -17,12 +17,12 @@ import typer
 
 from indexer.build import BuildRequest, build
 from indexer.demo_corpus import write_demo_corpus
-from models.bundle import read_bundle_manifest
+from models.bundle.version import read_bundle_manifest
 from models.distill.pipeline import DistillRequest, run_distill
+from models.encoders.registry import load_card, resolve, sha256_file
+from models.encoders.student import read_student_manifest
 from models.errors import ContractMismatch
 from models.paths import tandem_home
-from models.registry import load_card, resolve, sha256_file
-from models.student import read_student_manifest
 
 log = logging.getLogger(__name__)
 

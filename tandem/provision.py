@@ -9,7 +9,7 @@ says so first.
 Any other model comes in through one path (`install`): it is transferred into a staging folder
 (copied from a local directory by `add`, or from a `file://` source, or downloaded from a model
 hub by `fetch --teacher HUB_ID` where one is reachable), checked (transformers can load its
-config and tokenizer, and models.encoder_setup can read how it encodes), described with its
+config and tokenizer, and models.encoders.encoder_setup can read how it encodes), described with its
 fingerprint, and only then published into the store and given its role.
 """
 
@@ -29,10 +29,8 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from models.encoder_setup import Overrides
-from models.errors import InputError, ModelNotFound
-from models.paths import models_dir
-from models.registry import (
+from models.encoders.encoder_setup import Overrides
+from models.encoders.registry import (
     CARD_FILE,
     DEFAULT_BACKBONE,
     DEFAULT_TEACHER,
@@ -45,6 +43,8 @@ from models.registry import (
     record_role,
     write_card,
 )
+from models.errors import InputError, ModelNotFound
+from models.paths import models_dir
 
 log = logging.getLogger(__name__)
 

@@ -326,7 +326,7 @@ SOURCE_PATH = re.compile(r"(?<![\w./-])(?:models|service|indexer|tandem|bench|te
 
 
 def test_source_paths_the_docs_name_exist() -> None:
-    """Every module or package path the pages name (`models/bundle.py`, `models/distill/`) is in the tree."""
+    """Every module or package path the pages name (`models/bundle/version.py`, `models/distill/`) is in the tree."""
     missing = [f"{_rel(page)}: {path}" for page in COMMAND_PAGES for path in SOURCE_PATH.findall(page.read_text())
                if not (ROOT / path).exists()]
     assert not missing, missing

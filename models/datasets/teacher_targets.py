@@ -23,10 +23,10 @@ import numpy as np
 
 from models.atomic import atomic_write
 from models.corpus import Document, corpus_key
-from models.embedding_store import EmbeddingStore, store_key
+from models.embeddings.store import EmbeddingStore, store_key
+from models.encoders.registry import ModelCard
+from models.encoders.teacher import TeacherEncoder
 from models.paths import cache_dir
-from models.registry import ModelCard
-from models.teacher import TeacherEncoder
 
 log = logging.getLogger(__name__)
 

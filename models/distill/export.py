@@ -23,12 +23,12 @@ import torch
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
 
+from models.bundle.staging import staged
 from models.distill.model import StudentModel
 from models.distill.tokens import Tokens, embed
+from models.encoders.student import StudentEncoder
+from models.encoders.student_manifest import STUDENT_MANIFEST, ParityReport, StudentManifest
 from models.errors import ContractMismatch
-from models.manifest import STUDENT_MANIFEST, ParityReport, StudentManifest
-from models.staging import staged
-from models.student import StudentEncoder
 
 log = logging.getLogger(__name__)
 

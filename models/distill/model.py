@@ -8,7 +8,7 @@ Two families (DISTILLATION.md):
   as the teacher pools and carried through the teacher's own head (its Dense layers, its truncation),
   already in the teacher's space, so nothing to fit: the head trains on as it is.
 
-Either way the pooling is traced into the ONNX graph (models/pooling.py), so serving needs no more
+Either way the pooling is traced into the ONNX graph (models/encoders/pooling.py), so serving needs no more
 than the token ids. The student reads raw text: whatever prompts the teacher or backbone use,
 queries reach the service as the user typed them (docs/decisions.md#the-student-reads-raw-text).
 
@@ -31,8 +31,8 @@ import torch
 from torch import nn
 from transformers import AutoModel
 
-from models.encoder_setup import PoolingMode
-from models.pooling import pool
+from models.encoders.encoder_setup import PoolingMode
+from models.encoders.pooling import pool
 
 
 class StudentModel(nn.Module):
@@ -40,7 +40,7 @@ class StudentModel(nn.Module):
         self, backbone_dir: Path, teacher_dim: int, keep_layers: Sequence[int] | None = None, name: str = "",
         pooling: PoolingMode = "mean", head: nn.Module | None = None,
     ) -> None:
-        """`head`, with `keep_layers`: the teacher's own layers after pooling (models.pooling.Head)."""
+        """`head`, with `keep_layers`: the teacher's own layers after pooling (models.encoders.pooling.Head)."""
         super().__init__()
         self.name = name or Path(backbone_dir).name
         self.pooling: PoolingMode = pooling

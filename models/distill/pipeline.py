@@ -21,7 +21,9 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
-from models.bundle import read_bundle_manifest
+from models.bundle.manifest import BundleManifest
+from models.bundle.staging import check_target
+from models.bundle.version import read_bundle_manifest
 from models.corpus import read_corpus
 from models.datasets.teacher_targets import TeacherTargets
 from models.distill.checkpoints import LAST
@@ -36,13 +38,12 @@ from models.distill.ridge import fit_ridge
 from models.distill.soup import average_states, member_seed
 from models.distill.tokens import Tokens, embed
 from models.distill.trainer import TrainResult, Validation, train, validate
+from models.encoders.pooling import Head
+from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
+from models.encoders.student_manifest import StudentManifest
+from models.encoders.teacher import pick_device
 from models.errors import ContractMismatch
-from models.manifest import BundleManifest, StudentManifest
 from models.paths import cache_dir
-from models.pooling import Head
-from models.registry import ModelCard, load_card, resolve, sha256_file
-from models.staging import check_target
-from models.teacher import pick_device
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +176,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     """Train a student into the bundle's teacher space and export it to ONNX (fp32 and int8) with a parity report.
 
     Resumable: the teacher's targets are cached and each epoch is checkpointed, so a killed run picks up where it
-    stopped. The student directory is published only when complete (models.staging).
+    stopped. The student directory is published only when complete (models.bundle.staging).
     """
     started = time.perf_counter()
     preset = resolve_preset(req.preset)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from models.distill.model import StudentModel
-from models.student import load_tokenizer
+from models.encoders.student import load_tokenizer
 
 EVAL_BATCH = 64
 

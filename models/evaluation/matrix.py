@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.bundle.first_stage import sign_codes
+from models.bundle.index_spec import Quantization
+from models.bundle.rotation import Rotation, fit_pca_rotation
 from models.contract import truncate
 from models.datasets.beir import Qrels
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
-from models.index_spec import Quantization
-from models.rotation import Rotation, fit_pca_rotation
 from models.search import DEFAULT_OVERSAMPLE, VectorIndex, rotate, search_index
-from models.search.first_stage import sign_codes
 
 MATRIX_DIMS = (768, 512, 256, 128)
 QUANTIZATIONS = ("float", "int8", "binary", "binary+rescore")

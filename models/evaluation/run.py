@@ -28,16 +28,17 @@ import numpy as np
 from pydantic import BaseModel
 from tqdm.auto import tqdm
 
-from models.bundle import Bundle
+from models.bundle.manifest import FusionSpec
+from models.bundle.version import Bundle
 from models.contract import check_same_teacher
 from models.datasets.beir import BeirDataset, load_beir
+from models.encoders.precision import StudentPrecision
+from models.encoders.registry import ModelCard, resolve
+from models.encoders.student import StudentEncoder
 from models.errors import ContractMismatch
 from models.evaluation.matrix import Setup, evaluate_matrix
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
-from models.manifest import FusionSpec, StudentPrecision
-from models.registry import ModelCard, resolve
 from models.search import DEFAULT_OVERSAMPLE, Mode, SearchOptions, VectorIndex, dense_hits, search, search_index
-from models.student import StudentEncoder
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def run_eval(req: EvalRequest) -> dict:
         _check_corpus(bundle, dataset)
         student = StudentEncoder(req.student, precision=precision, threads=os.cpu_count() or 1)
         bundle.check_student(student.teacher)
-        from models.teacher import TeacherEncoder  # torch: imported only once the inputs check out
+        from models.encoders.teacher import TeacherEncoder  # torch: imported only once the inputs check out
 
         teacher = TeacherEncoder(resolve("teacher", req.teacher), device=req.device)
         check_same_teacher(teacher.card.teacher_ref(), bundle.teacher, what="teacher model")
@@ -209,7 +210,7 @@ def _backbone_vectors(
     backbone: Path | None, queries: list[str], passages: list[str], device: str | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The student's backbone alone, un-distilled, in its own space: what skipping the teacher gives."""
-    from models.teacher import TeacherEncoder
+    from models.encoders.teacher import TeacherEncoder
 
     encoder = TeacherEncoder(resolve("backbone", backbone), device=device)
     log.info("backbone %s alone: encoding %d queries and %d documents", encoder.card.name, len(queries),

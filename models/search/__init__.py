@@ -10,11 +10,12 @@ The service, `tandem eval`, bench/ and tests search through these names:
 
 Modules: `query` (the search itself: a dense query runs only there), `vector_index` (FAISS indexes:
 build, save, load; the indexer builds through it), `first_stage` (FAISS's first stage per index type ×
-quantization), `quantize` (int8 and binary codes), `lexical` (BM25), `filters`, `fusion`. models.bundle
-loads a bundle's index files through `vector_index` and `lexical`; nothing here imports models.bundle
+quantization), `quantize` (int8 and binary codes), `lexical` (BM25), `filters`, `fusion`. models.bundle.version
+loads a bundle's index files through `vector_index` and `lexical`; nothing here imports models.bundle.version
 but for type annotations, so opening a bundle never needs the search.
 """
 
+from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.search.filters import Filter, FilterError, parse_filter
 from models.search.query import (
     Hit,
@@ -28,7 +29,6 @@ from models.search.query import (
     search_index,
     set_search_threads,
 )
-from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 
 __all__ = [
     "DEFAULT_OVERSAMPLE",

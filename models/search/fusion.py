@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.manifest import FusionMethod, FusionSpec
+from models.bundle.manifest import FusionMethod, FusionSpec
 
 Candidates = tuple[np.ndarray, np.ndarray]  # (scores, rows), best first
 

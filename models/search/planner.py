@@ -1,8 +1,7 @@
 """The rows a filtered search may return, and how a dense search over them runs, chosen by how many there are.
 
-`Allowed` is a row mask over one bundle (a filter's, models.search.payload; a later change may AND it with a
-segment's deletions before searching), with what the searches derive from it computed once per search and shared
-by every query and mode: its count, its rows in order, and FAISS's bitmap of it.
+The rows come as an `Allowed` (models.bundle.rows): a filter's mask (models.bundle.payload), ANDed with a
+segment's deletions.
 
 `Planner` picks one of two plans for the dense side (docs/decisions.md#filtered-search-planned-by-cardinality):
 - few rows: score exactly the rows that match (their stored vectors; binary bundles their sign codes, then the
@@ -19,11 +18,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property
 
-import numpy as np
-
-from models.index_spec import IndexType
+from models.bundle.index_spec import IndexType
+from models.bundle.rows import Allowed
 
 # At or below this share of the bundle's rows, a filtered dense search scores the matching rows exactly. At 1M binary
 # documents, each search right after its query's encode as served, the exact pass was the faster up to 20% (flat)
@@ -32,35 +29,6 @@ from models.index_spec import IndexType
 EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04, IndexType.IVF: 0.04}
 EXACT_ROWS = 2048  # ... and always at or below this many rows, however large the bundle
 MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan covers the shares below)
-
-
-def row_mask(rows: np.ndarray, size: int) -> np.ndarray:
-    """The bool mask of `size` rows that is True at `rows` (a new array the caller owns)."""
-    mask = np.zeros(size, dtype=bool)
-    mask[rows] = True
-    return mask
-
-
-class Allowed:
-    """The rows of one bundle a search may return, as a bool mask (one per row); the rest derived once."""
-
-    def __init__(self, mask: np.ndarray) -> None:
-        self.mask = mask
-        self.count = int(np.count_nonzero(mask))
-
-    @property
-    def share(self) -> float:
-        return self.count / max(1, len(self.mask))
-
-    @cached_property
-    def rows(self) -> np.ndarray:
-        """The allowed rows, ascending (int64)."""
-        return np.flatnonzero(self.mask)
-
-    @cached_property
-    def bitmap(self) -> np.ndarray:
-        """FAISS's IDSelectorBitmap layout: bit (row & 7) of byte (row >> 3)."""
-        return np.packbits(self.mask, bitorder="little")
 
 
 @dataclass(frozen=True)

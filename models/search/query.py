@@ -3,13 +3,13 @@ hybrid), with filters, pagination and a score floor, down to the FAISS calls (`s
 dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). Rotating the query into
 the bundle's basis, the FAISS search and the binary rescoring live in this module, so a dense query on a
 float bundle runs here, in models.contract (MRL truncation) and in the docstore that fetches its documents
-(binary adds the sign codes of models.search.first_stage and the codecs of models.search.quantize);
-models.search.vector_index builds, saves and loads the indexes.
+(binary adds the sign codes of models.bundle.first_stage and the codecs of models.bundle.quantize);
+models.bundle.vector_index builds, saves and loads the indexes.
 
-A version may be made of several segments (models.bundle): each is searched with the request's options and
+A version may be made of several segments (models.bundle.version): each is searched with the request's options and
 its best are merged (`merge`), so a hit's row counts across the version; `documents` reads each hit from its
 segment's docstore. A filter becomes the rows it allows once per search and segment (`allowed_rows`: the
-segment's payload index, models.search.payload, or the docstore's SQL for older bundles), less the segment's
+segment's payload index, models.bundle.payload, or the docstore's SQL for older bundles), less the segment's
 deleted rows (its tombstones, which without a filter are the rows it leaves out), and both sides search only
 those rows, so a page fills whenever enough documents match:
 - dense: as models.search.planner chooses from their count, an exact pass over the allowed rows' stored
@@ -32,20 +32,21 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
+from models.bundle.first_stage import hamming_top, sign_codes, stored_codes
+from models.bundle.index_spec import Quantization
+from models.bundle.lexical import top_k
+from models.bundle.manifest import FusionMethod, FusionSpec
+from models.bundle.quantize import int8_decode
+from models.bundle.rows import Allowed, row_mask
+from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.contract import truncate
 from models.corpus import Document
-from models.index_spec import Quantization
-from models.manifest import FusionMethod, FusionSpec
 from models.search.filters import Filter, sql_of
-from models.search.first_stage import hamming_top, sign_codes, stored_codes
 from models.search.fusion import fuse
-from models.search.lexical import top_k
-from models.search.planner import Allowed, Planner, row_mask
-from models.search.quantize import int8_decode
-from models.search.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+from models.search.planner import Planner
 
 if TYPE_CHECKING:
-    from models.bundle import Bundle, Segment
+    from models.bundle.version import Bundle, Segment
 
 EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
 
@@ -272,7 +273,7 @@ def _hits(bundle: Bundle, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
 def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
     """Full-width vectors in a bundle's rotated basis (unchanged without a rotation); norms are preserved.
 
-    The indexer rotates the documents with it (models.rotation fits the matrix), the search the queries."""
+    The indexer rotates the documents with it (models.bundle.rotation fits the matrix), the search the queries."""
     if rotation is None:
         return vectors
     return np.asarray(vectors, dtype=np.float32) @ rotation

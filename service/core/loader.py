@@ -21,13 +21,14 @@ from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
-from models.bundle import Bundle, read_bundle_manifest
+from models.bundle.manifest import BundleManifest
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import resolve_bundle
 from models.contract import check_same_teacher
+from models.encoders.student import StudentEncoder, read_student_manifest
+from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
-from models.manifest import BundleManifest, StudentManifest
-from models.student import StudentEncoder, read_student_manifest
 from models.timing import StageObserver
-from models.versions import resolve_bundle
 from service.core.batcher import BatchLimits
 from service.core.searcher import QueryEncoder, Searcher
 from service.redact import printable, public_error

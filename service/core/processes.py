@@ -29,7 +29,7 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from models.atomic import atomic_write
-from models.manifest import utc_now
+from models.manifest_io import utc_now
 from service.core.outcomes import ProcessState, Trigger
 
 log = logging.getLogger(__name__)

@@ -25,10 +25,10 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from models.bundle import read_bundle_manifest, verify_bundle
+from models.bundle.version import read_bundle_manifest, verify_bundle
+from models.bundle.versions import POINTER, is_bundle_root, read_current, resolve_bundle
 from models.errors import ContractMismatch
-from models.manifest import utc_now
-from models.versions import POINTER, is_bundle_root, read_current, resolve_bundle
+from models.manifest_io import utc_now
 from service.core.loader import LoadState, NotReady, SearcherLoader
 from service.core.outcomes import AdminStatus, ReloadOutcome, Trigger, VersionInfo
 from service.core.processes import Change, ProcessGroup

@@ -3,7 +3,7 @@
 In the core, a dense query goes from service/core/loader.py, which leases the searcher in service, to
 `Searcher.search`, which hands it to the `MicroBatcher` (service/core/batcher.py): that admits and queues it
 and runs its batch (on a worker thread, or on the event loop with `workers` 0), which encodes with
-`QueryEncoder.encode` → models/student.py `StudentEncoder.encode_counted`, then searches with
+`QueryEncoder.encode` → models/encoders/student.py `StudentEncoder.encode_counted`, then searches with
 `Searcher.retrieve` → models/search/query.py `search` (FAISS). docs/architecture.md#the-query-path maps the
 whole path.
 
@@ -21,10 +21,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from models.bundle import Bundle
+from models.bundle.version import Bundle
+from models.encoders.student import StudentEncoder
 from models.errors import ContractMismatch
 from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, search, set_search_threads
-from models.student import StudentEncoder
 from models.timing import StageObserver
 from service.core.batcher import BatchLimits, BatchOutcome, MicroBatcher, Search
 

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-from models.versions import POINTER
+from models.bundle.versions import POINTER
 from service.redact import printable
 
 log = logging.getLogger(__name__)

@@ -20,15 +20,15 @@ from indexer.build import BuildRequest, build
 from indexer.changes import read_changes
 from indexer.update import UpdateRequest, update
 from indexer.verify import verify
-from models.bundle import Bundle, read_bundle_manifest
-from models.embedding_store import EmbeddingStore
+from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import list_versions, read_current
+from models.embeddings.shard_log import SHARD_LOG, ShardLog
+from models.embeddings.store import EmbeddingStore
+from models.encoders.teacher import TeacherEncoder
 from models.errors import ContractMismatch, InputError
-from models.manifest import BUNDLE_MANIFEST
 from models.search import FilterError, Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from models.search.query import matching_rows
-from models.shard_log import SHARD_LOG, ShardLog
-from models.teacher import TeacherEncoder
-from models.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,14 +14,14 @@ import pytest
 from indexer.build import BuildRequest, build
 from indexer.export import export
 from indexer.options import ExportFormat
-from models.bundle import Bundle
-from models.embedding_store import EmbeddingStore
+from models.bundle.index_spec import Quantization, resolve_spec
+from models.bundle.manifest import BundleManifest
+from models.bundle.rotation import ROTATION_FILE, fit_pca_rotation
+from models.bundle.vector_index import CALIBRATION_FILE, RESCORE_FILE
+from models.bundle.version import Bundle
+from models.embeddings.store import EmbeddingStore
 from models.errors import InputError
-from models.index_spec import Quantization, resolve_spec
-from models.manifest import BundleManifest
-from models.rotation import ROTATION_FILE, fit_pca_rotation
 from models.search import VectorIndex, rotate, search_index
-from models.search.vector_index import CALIBRATION_FILE, RESCORE_FILE
 
 N = 1500
 

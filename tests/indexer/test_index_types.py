@@ -14,10 +14,10 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.update import UpdateRequest, update
-from models.bundle import Bundle, read_bundle_manifest, verify_bundle
+from models.bundle.index_spec import IndexSpec, IndexType, Quantization, default_nlist, resolve_spec
+from models.bundle.manifest import BundleManifest
+from models.bundle.version import Bundle, read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch, InputError
-from models.index_spec import IndexSpec, IndexType, Quantization, default_nlist, resolve_spec
-from models.manifest import BundleManifest
 from models.search import VectorIndex, dense_hits, search_index
 from tests.fixtures.corpus import DOCS
 

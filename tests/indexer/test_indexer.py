@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle import Bundle, read_bundle_manifest
+from models.bundle.manifest import BundleManifest
+from models.bundle.staging import staged
+from models.bundle.version import Bundle, read_bundle_manifest
 from models.contract import TeacherRef
 from models.corpus import read_corpus
-from models.embedding_store import EmbeddingStore
+from models.embeddings.store import EmbeddingStore
+from models.encoders.teacher import TeacherEncoder
 from models.errors import ContractMismatch, InputError
-from models.manifest import BundleManifest
 from models.search import dense_hits
-from models.staging import staged
-from models.teacher import TeacherEncoder
 from tests.fixtures.corpus import DOCS, PROBES
 
 DEFAULT_SCIFACT = Path(__file__).resolve().parents[3] / "shared/data/scifact"

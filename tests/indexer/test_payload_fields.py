@@ -13,10 +13,10 @@ import pytest
 from indexer.build import BuildRequest, build
 from indexer.update import UpdateRequest, update
 from indexer.verify import verify
-from models.bundle import Bundle, read_bundle_manifest
+from models.bundle.fields import FieldType
+from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.version import Bundle, read_bundle_manifest
 from models.errors import ContractMismatch, InputError
-from models.fields import FieldType
-from models.manifest import BUNDLE_MANIFEST
 from models.search import parse_filter
 from models.search.query import documents, matching_rows
 from tests.fixtures.corpus import DOCS

@@ -22,10 +22,10 @@ import pytest
 from indexer.publish import Target, publish
 from indexer.rootlock import root_lock
 from indexer.verify import verify_one
-from models.bundle import read_bundle_manifest
+from models.bundle.staging import staged
+from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
-from models.staging import staged
-from models.versions import list_versions, read_current, set_current
 from tests.service.test_service_reload import v2_bundle
 
 __all__ = ["v2_bundle"]  # fixture shared with test_service_reload

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle import Bundle
-from models.shard_log import SHARD_LOG, ShardLog
-from models.versions import list_versions, read_current
+from models.bundle.version import Bundle
+from models.bundle.versions import list_versions, read_current
+from models.embeddings.shard_log import SHARD_LOG, ShardLog
 from tests.fixtures.corpus import DOCS
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's switch for a loopback-only local cluster,

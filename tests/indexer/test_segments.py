@@ -17,12 +17,12 @@ from indexer.follow import FollowRequest, follow
 from indexer.request import VersionRequest
 from indexer.update import UpdateRequest, update
 from indexer.verify import verify_one
-from models.bundle import Bundle, read_bundle_manifest
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import list_versions, read_current, set_current
+from models.encoders.registry import sha256_file
+from models.encoders.teacher import TeacherEncoder
 from models.errors import InputError
-from models.registry import sha256_file
 from models.search import Mode, SearchOptions, dense_hits, documents, parse_filter, search
-from models.teacher import TeacherEncoder
-from models.versions import list_versions, read_current, set_current
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.indexer.test_publish_safety import _kill_everywhere
 
@@ -207,9 +207,9 @@ def _as_built_before_segments(bundle: Path, out: Path) -> Path:
     import bm25s
     from bm25s.tokenization import Tokenized
 
-    from models.docstore import DocStore
-    from models.manifest import LexicalInfo
-    from models.search.lexical import Analyzer
+    from models.bundle.docstore import DocStore
+    from models.bundle.lexical import Analyzer
+    from models.bundle.manifest import LexicalInfo
 
     shutil.copytree(bundle, out)
     shutil.rmtree(out / "lexical")

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from models.corpus import Document
+from models.encoders.student import StudentEncoder
 from models.search import Hit, Mode, Retrieved, SearchOptions
-from models.student import StudentEncoder
 from service.core.batcher import BatchLimits, BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded
 from service.core.loader import open_searcher
 from service.core.searcher import QueryEncoder, Searcher

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle import Bundle
-from models.search.lexical import Bm25sIndex, PostingsIndex
+from models.bundle.lexical import Bm25sIndex, PostingsIndex
+from models.bundle.version import Bundle
 from tests.fixtures.corpus import PROBES
 from tests.indexer.test_segments import _as_built_before_segments
 

@@ -15,17 +15,17 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.verify import verify
-from models.bundle import Bundle, read_bundle_manifest
+from models.bundle.version import Bundle, read_bundle_manifest
 from models.datasets.beir import load_beir
 from models.datasets.teacher_targets import TeacherTargets
 from models.distill.pipeline import DistillRequest, run_distill
-from models.embedding_store import EmbeddingStore
-from models.encoder_setup import Overrides
+from models.embeddings.store import EmbeddingStore
+from models.encoders.encoder_setup import Overrides
+from models.encoders.registry import describe, load_card, write_card
+from models.encoders.student import StudentEncoder, read_student_manifest
 from models.errors import ContractMismatch
 from models.evaluation.metrics import NDCG, score_run
 from models.evaluation.run import EvalRequest, bundle_search_run, run_eval
-from models.registry import describe, load_card, write_card
-from models.student import StudentEncoder, read_student_manifest
 from service.core.loader import check_compatible
 from service.http.app import create_app
 from service.settings import ServiceSettings

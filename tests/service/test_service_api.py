@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from models.bundle import read_bundle_manifest
+from models.bundle.version import read_bundle_manifest
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.server import LiveServer
 

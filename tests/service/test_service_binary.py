@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle import Bundle
+from models.bundle.version import Bundle
+from models.encoders.student import StudentEncoder
 from models.search import dense_hits
-from models.student import StudentEncoder
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS, PROBES

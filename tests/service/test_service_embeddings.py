@@ -12,9 +12,9 @@ import openai
 import pytest
 
 from indexer.build import BuildRequest, build
+from models.bundle.docstore import DOCSTORE_FILE, DocStore
 from models.contract import truncate
-from models.docstore import DOCSTORE_FILE, DocStore
-from models.student import StudentEncoder
+from models.encoders.student import StudentEncoder
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fastapi import FastAPI
 
-from models.search.vector_index import INDEX_FILE
+from models.bundle.vector_index import INDEX_FILE
 from service.http.app import create_app
 from service.http.exception_handlers import install_error_handlers
 from service.settings import ServiceSettings

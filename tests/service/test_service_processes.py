@@ -25,7 +25,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from models.versions import set_current
+from models.bundle.versions import set_current
 from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import READY_TIMEOUT_S, post_together
 from tests.service.test_service_limits import _closed_by_server, _trickler

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from models.bundle.manifest import BUNDLE_MANIFEST
+from models.encoders.student_manifest import STUDENT_MANIFEST
 from models.errors import ContractMismatch
-from models.manifest import BUNDLE_MANIFEST, STUDENT_MANIFEST
 from service.core.loader import check_compatible
 from service.settings import ServiceSettings
 

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle import read_bundle_manifest
-from models.embedding_store import EmbeddingStore
-from models.manifest import BUNDLE_MANIFEST
-from models.registry import sha256_file
-from models.versions import set_current
+from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import set_current
+from models.embeddings.store import EmbeddingStore
+from models.encoders.registry import sha256_file
 from service.core.loader import SearcherLoader, check_compatible
 from service.core.reload import Reloader
 from service.http.app import create_app

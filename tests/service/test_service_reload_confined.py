@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from models.bundle import Bundle
-from models.docstore import DocStore
-from models.manifest import BUNDLE_MANIFEST
-from models.registry import sha256_file
-from models.versions import set_current
+from models.bundle.docstore import DocStore
+from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.version import Bundle
+from models.bundle.versions import set_current
+from models.encoders.registry import sha256_file
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app

@@ -14,7 +14,7 @@ from indexer.build import BuildRequest, build
 from indexer.compact import compact
 from indexer.request import VersionRequest
 from indexer.update import UpdateRequest, update
-from models.versions import set_current
+from models.bundle.versions import set_current
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer
 from tests.service.test_service_processes import under_load

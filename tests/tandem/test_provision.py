@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from models.encoder_setup import Overrides
+from models.encoders.encoder_setup import Overrides
+from models.encoders.registry import CARD_FILE, ROLES_FILE, describe, load_card, resolve
 from models.errors import InputError, ModelNotFound
-from models.registry import CARD_FILE, ROLES_FILE, describe, load_card, resolve
 from tandem.cli import app
 from tandem.provision import _dist_file, add, fetch
 from tests.fixtures.tiny_models import StSpec, TinyModels

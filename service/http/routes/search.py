@@ -2,7 +2,7 @@
 
 The first file of a query's path: `search` checks the request, leases the searcher in service
 (service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose micro-batcher
-(service/core/batcher.py) encodes with `StudentEncoder.encode_counted` (models/student.py) and searches with
+(service/core/batcher.py) encodes with `StudentEncoder.encode_counted` (models/encoders/student.py) and searches with
 `search` (models/search/query.py), which calls FAISS; docs/architecture.md#the-query-path maps the modules it
 runs through, in order.
 
@@ -28,7 +28,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from models.manifest import FusionMethod
+from models.bundle.manifest import FusionMethod
 from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
 from service.core.searcher import Searcher
 from service.http.deps import LoaderDep, MetricsDep, SettingsDep

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models.bundle.manifest import BUNDLE_MANIFEST
 from models.contract import l2_normalize
 from models.corpus import Document
 from models.distill.data import (
@@ -26,7 +27,6 @@ from models.distill.presets import PRESETS, Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge, l2_loss
 from models.errors import ContractMismatch, InputError
-from models.manifest import BUNDLE_MANIFEST
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from models.distill.checkpoints import LAST
+from models.encoders.student import StudentEncoder, read_student_manifest
 from models.paths import cache_dir
-from models.student import StudentEncoder, read_student_manifest
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 

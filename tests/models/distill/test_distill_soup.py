@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from models.bundle import Bundle
+from models.bundle.version import Bundle
 from models.distill.checkpoints import LAST
 from models.distill.pipeline import DistillRequest, run_distill
+from models.encoders.student import StudentEncoder
 from models.paths import cache_dir
 from models.search import dense_hits
-from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 

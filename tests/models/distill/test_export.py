@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.bundle import Bundle
+from models.bundle.version import Bundle
 from models.distill.export import (
     FP32_MIN_COSINE,
     INT8_MIN_COSINE,
@@ -23,12 +23,12 @@ from models.distill.export import (
 from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
 from models.distill.tokens import Tokens, embed
-from models.encoder_setup import POOLING_MODES
+from models.encoders.encoder_setup import POOLING_MODES
+from models.encoders.registry import load_card, resolve
+from models.encoders.student import StudentEncoder, read_student_manifest
+from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
-from models.manifest import StudentManifest
-from models.registry import load_card, resolve
 from models.search import dense_hits
-from models.student import StudentEncoder, read_student_manifest
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.tiny_models import TinyModels
 

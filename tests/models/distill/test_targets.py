@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from models.datasets.teacher_targets import TeacherTargets, texts_key
-from models.registry import load_card
-from models.teacher import TeacherEncoder
+from models.encoders.registry import load_card
+from models.encoders.teacher import TeacherEncoder
 
 
 @pytest.mark.slow

@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle import Bundle
+from models.bundle.version import Bundle
 from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import Preset
-from models.registry import load_card, resolve
+from models.encoders.registry import load_card, resolve
+from models.encoders.student import StudentEncoder
 from models.search import dense_hits
-from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels

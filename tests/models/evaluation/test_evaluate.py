@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from models.bundle import read_bundle_manifest
+from models.bundle.version import read_bundle_manifest
 from models.datasets.beir import load_beir
 from models.errors import ContractMismatch, InputError
 from models.evaluation.matrix import MATRIX_DIMS, QUANTIZATIONS

@@ -23,12 +23,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.writer import write_bundle
-from models.bundle import Bundle
+from models.bundle.fields import declared_fields
+from models.bundle.index_spec import Quantization
+from models.bundle.manifest import EmbeddingSource
+from models.bundle.version import Bundle
 from models.corpus import Document
-from models.fields import declared_fields
-from models.index_spec import Quantization
-from models.manifest import EmbeddingSource
-from models.registry import load_card, resolve
+from models.encoders.registry import load_card, resolve
 from models.search import Mode, SearchOptions, parse_filter, search
 from models.search import documents as documents_at
 from models.search.planner import Planner
@@ -162,8 +162,8 @@ def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndar
     from indexer.changes import Changes
     from indexer.segments import apply_changes, link_version
     from indexer.writer import Space, write_version_manifest
-    from models.bundle import read_bundle_manifest
-    from models.manifest import SegmentInfo
+    from models.bundle.manifest import SegmentInfo
+    from models.bundle.version import read_bundle_manifest
 
     def given_vectors(fresh: list[Document], reused: list[Document],
                       rows: list[tuple[SegmentInfo, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
@@ -245,7 +245,7 @@ def test_a_key_the_first_segment_left_to_the_docstore_stays_there_in_later_ones(
     from indexer.changes import Changes
     from indexer.segments import apply_changes, link_version
     from indexer.writer import Space, write_version_manifest
-    from models.bundle import read_bundle_manifest
+    from models.bundle.version import read_bundle_manifest
 
     base = [Document(id=f"b{i}", title="", text="tide moon", metadata=json.dumps({"year": y}))
             for i, y in enumerate([2001, "2001", 1999])]

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 
 from indexer.writer import write_bundle
-from models.bundle import Bundle
+from models.bundle.index_spec import IndexType, Quantization, resolve_spec
+from models.bundle.manifest import EmbeddingSource
+from models.bundle.quantize import int8_decode
+from models.bundle.rows import Allowed
+from models.bundle.version import Bundle
 from models.corpus import Document
-from models.index_spec import IndexType, Quantization, resolve_spec
-from models.manifest import EmbeddingSource
-from models.registry import load_card, resolve
+from models.encoders.registry import load_card, resolve
 from models.search import SearchOptions, parse_filter, search
-from models.search.planner import EXACT_ROWS, EXACT_SHARE, MAX_EF_SEARCH, Allowed, Planner
-from models.search.quantize import int8_decode
+from models.search.planner import EXACT_ROWS, EXACT_SHARE, MAX_EF_SEARCH, Planner
 
 N = 3000
 

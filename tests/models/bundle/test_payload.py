@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models.bundle.docstore import DocStore, write_docstore
+from models.bundle.fields import FieldType, PayloadField, declared_fields, schema_lines
+from models.bundle.payload import PayloadIndex
+from models.bundle.payload_writer import part_name, write_payload
 from models.corpus import Document
-from models.docstore import DocStore, write_docstore
 from models.errors import InputError
-from models.fields import FieldType, PayloadField, declared_fields, schema_lines
 from models.search import parse_filter
 from models.search.filters import sql_of
-from models.search.payload import PayloadIndex
-from models.search.payload_writer import part_name, write_payload
 
 TAGS = ["a", "b", "c", "d"]
 

@@ -6,9 +6,9 @@ import faiss
 import numpy as np
 import pytest
 
+from models.bundle.quantize import Int8Calibration, binary_encode, hamming, int8_decode, int8_encode
 from models.contract import l2_normalize, truncate
 from models.errors import ContractMismatch
-from models.search.quantize import Int8Calibration, binary_encode, hamming, int8_decode, int8_encode
 
 RNG = np.random.default_rng(0)
 

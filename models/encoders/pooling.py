@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models.encoder_setup import DenseLayer, EncoderSetup, PoolingMode
+from models.encoders.encoder_setup import DenseLayer, EncoderSetup, PoolingMode
 from models.errors import ModelNotFound
 
 _EPS = 1e-9

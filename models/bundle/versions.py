@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from models.atomic import atomic_write
+from models.bundle.manifest import BUNDLE_MANIFEST
 from models.errors import ContractMismatch
-from models.manifest import BUNDLE_MANIFEST
 
 POINTER = "CURRENT"
 _VERSION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

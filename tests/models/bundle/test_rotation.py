@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle import Bundle, verify_bundle
+from models.bundle.rotation import ROTATION_FILE, Rotation, fit_pca_rotation
+from models.bundle.version import Bundle, verify_bundle
 from models.contract import l2_normalize, truncate
+from models.encoders.student import StudentEncoder
 from models.errors import InputError
-from models.rotation import ROTATION_FILE, Rotation, fit_pca_rotation
 from models.search import dense_hits, rotate
-from models.student import StudentEncoder
 from tests.fixtures.corpus import PROBES
 
 

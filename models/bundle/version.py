@@ -1,6 +1,6 @@
 """Opening an index bundle (a version): its segments, their tombstones and the space they share, checked.
 
-A version is an ordered list of immutable segments (models.manifest.SegmentInfo): the first is the bundle's own
+A version is an ordered list of immutable segments (models.bundle.manifest.SegmentInfo): the first is the bundle's own
 top level (all there is in a fresh build and in bundles made before segments), later ones live under
 `segments/NAME/`, each with its own first stage, rescore codes, docstore and lexical postings. Rows a later
 change replaced or deleted are tombstones: `tombstones/NAME.npy`, per segment, as of this version. What makes
@@ -25,26 +25,16 @@ from pathlib import Path
 
 import numpy as np
 
-from models.contract import TeacherRef, check_same_teacher
-from models.docstore import DOCSTORE_FILE, DocStore
-from models.errors import ContractMismatch
-from models.fields import PayloadInfo
-from models.index_spec import Quantization
-from models.manifest import (
-    BUNDLE_MANIFEST,
-    TOMBSTONES_DIRECTORY,
-    BundleManifest,
-    FusionSpec,
-    SegmentInfo,
-    read_manifest,
-)
-from models.registry import sha256_file
-from models.rotation import ROTATION_FILE, Rotation
-from models.search.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
-from models.search.payload import PayloadIndex
-from models.search.payload_writer import payload_files
-from models.search.planner import Allowed, row_mask
-from models.search.vector_index import (
+from models.bundle.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.fields import PayloadInfo
+from models.bundle.index_spec import Quantization
+from models.bundle.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
+from models.bundle.manifest import BUNDLE_MANIFEST, TOMBSTONES_DIRECTORY, BundleManifest, FusionSpec, SegmentInfo
+from models.bundle.payload import PayloadIndex
+from models.bundle.payload_writer import payload_files
+from models.bundle.rotation import ROTATION_FILE, Rotation
+from models.bundle.rows import Allowed, row_mask
+from models.bundle.vector_index import (
     CALIBRATION_FILE,
     CENTER_FILE,
     INDEX_FILE,
@@ -52,6 +42,10 @@ from models.search.vector_index import (
     SPIN_FILE,
     VectorIndex,
 )
+from models.contract import TeacherRef, check_same_teacher
+from models.encoders.registry import sha256_file
+from models.errors import ContractMismatch
+from models.manifest_io import read_manifest
 
 log = logging.getLogger(__name__)
 

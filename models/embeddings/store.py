@@ -3,7 +3,7 @@
 Vectors are float16 shards keyed by (teacher fingerprint, max_seq_length, corpus content
 hash). Index builds at any dim or quantization and the distiller read them instead of
 re-encoding. Shards are written atomically as they finish and recorded in an append-only
-shard log (models.shard_log), so an interrupted encode resumes where it stopped and the log
+shard log (models.embeddings.shard_log), so an interrupted encode resumes where it stopped and the log
 shows that no shard was encoded twice.
 """
 
@@ -21,9 +21,9 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from models.atomic import atomic_write
+from models.embeddings.shard_log import ShardEvent, ShardLog, ShardRecord, entry_lock, now
+from models.encoders.registry import sha256_file
 from models.paths import embeddings_dir
-from models.registry import sha256_file
-from models.shard_log import ShardEvent, ShardLog, ShardRecord, entry_lock, now
 
 log = logging.getLogger(__name__)
 

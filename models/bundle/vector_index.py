@@ -5,8 +5,8 @@ models.search.query.
 - int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
 - binary: IndexBinaryFlat over sign bits, plus the int8 rescoring codes (memory-mapped when loaded).
 
-Those are the flat (exact) first stages; models.search.first_stage also builds HNSW and IVF ones
-(models.index_spec), with the same int8 calibration and the same binary rescoring.
+Those are the flat (exact) first stages; models.bundle.first_stage also builds HNSW and IVF ones
+(models.bundle.index_spec), with the same int8 calibration and the same binary rescoring.
 """
 
 from __future__ import annotations
@@ -19,9 +19,7 @@ from typing import BinaryIO
 import faiss
 import numpy as np
 
-from models.contract import truncate
-from models.index_spec import IndexSpec, Quantization
-from models.search.first_stage import (
+from models.bundle.first_stage import (
     apply_search_params,
     build_first_stage,
     empty_first_stage,
@@ -29,7 +27,9 @@ from models.search.first_stage import (
     spin_matrix,
     train_step,
 )
-from models.search.quantize import Int8Calibration, int8_encode
+from models.bundle.index_spec import IndexSpec, Quantization
+from models.bundle.quantize import Int8Calibration, int8_encode
+from models.contract import truncate
 from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
@@ -73,7 +73,7 @@ class VectorIndex:
     ) -> VectorIndex:
         """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat);
         binary codes are the signs of the vectors minus their mean (`center`), spun (`spin`:
-        models.search.first_stage)."""
+        models.bundle.first_stage)."""
         spec = spec or IndexSpec()
         x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
         cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
@@ -118,7 +118,7 @@ class VectorIndex:
         """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former.
 
         `space` holds the calibration, center and spin when they are not `directory`'s own: a version's later
-        segments share those of its first (models.bundle)."""
+        segments share those of its first (models.bundle.version)."""
         spec = spec or IndexSpec()
         space = directory if space is None else space
         path = str(directory / INDEX_FILE)

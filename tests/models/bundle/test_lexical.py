@@ -11,10 +11,10 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from models.bundle.docstore import DocStore, write_docstore
+from models.bundle.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
+from models.bundle.manifest import LexicalInfo
 from models.corpus import Document
-from models.docstore import DocStore, write_docstore
-from models.manifest import LexicalInfo
-from models.search.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
 
 WORDS = ["tide", "tides", "moon", "bread", "yeast", "rising", "lava", "chess", "code", "the", "of", "bee", "sun"]
 texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8).map(" ".join)

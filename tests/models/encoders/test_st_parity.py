@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.encoder_setup import POOLING_MODES, Overrides
-from models.registry import describe, write_card
-from models.teacher import TeacherEncoder
+from models.encoders.encoder_setup import POOLING_MODES, Overrides
+from models.encoders.registry import describe, write_card
+from models.encoders.teacher import TeacherEncoder
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.tiny_models import StSpec, TinyModels
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from models.bundle.fields import (
+    FieldType,
+    PayloadField,
+    Tally,
+    check_metadata,
+    declared_fields,
+    infer,
+    to_micros,
+    typed,
+)
 from models.errors import InputError
-from models.fields import FieldType, PayloadField, Tally, check_metadata, declared_fields, infer, to_micros, typed
 
 
 def test_field_options_parse_and_refuse_clearly() -> None:

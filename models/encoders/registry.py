@@ -2,7 +2,7 @@
 
 Any HF-format directory, or sentence-transformers directory, can serve as teacher or student
 backbone. Its card records the sha256 of the weights, how text becomes a vector (pooling,
-prompts, Dense layers: models.encoder_setup) and the output dimension; the fingerprint over
+prompts, Dense layers: models.encoders.encoder_setup) and the output dimension; the fingerprint over
 those is what bundles and students use to prove they share an embedding space.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ConfigDict
 
 from models.contract import TeacherRef
-from models.encoder_setup import (
+from models.encoders.encoder_setup import (
     MODULES_FILE,
     DenseLayer,
     EncoderSetup,
@@ -35,7 +35,7 @@ DEFAULT_BACKBONE = "all-MiniLM-L6-v2"
 
 
 class ModelCard(EncoderSetup):
-    """A provisioned model directory: its weights, its setup (models.encoder_setup), its output dim and fingerprint."""
+    """A provisioned model directory: its weights, its setup (models.encoders.encoder_setup), dim and fingerprint."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -1,58 +1,30 @@
-"""Manifests: the self-description of index bundles and students.
+"""The bundle's manifest: what a version promises, and where its files may be.
 
 A bundle is the only contract between indexer and service; its manifest names the
 teacher space, the dims and the quantization, and the sha256 of every file in it.
-A student's manifest names the teacher it was aligned to.
+(A student's manifest is models.encoders.student_manifest.)
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from enum import StrEnum
-from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from models.bundle.fields import PayloadField, PayloadInfo
+from models.bundle.index_spec import IndexSpec, Quantization
+from models.bundle.rotation import Rotation
 from models.contract import TeacherRef
-from models.errors import ContractMismatch
-from models.fields import PayloadField, PayloadInfo
-from models.index_spec import IndexSpec, Quantization
-from models.rotation import Rotation
+from models.manifest_io import utc_now
 
 BUNDLE_FORMAT = 1
-STUDENT_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
-LEXICAL_SUBDIRECTORY = "lexical"  # the BM25 index (models.search.lexical writes it)
-PAYLOAD_SUBDIRECTORY = "payload"  # the payload index's columns (models.search.payload_writer writes them)
+LEXICAL_SUBDIRECTORY = "lexical"  # the BM25 index (models.bundle.lexical writes it)
+PAYLOAD_SUBDIRECTORY = "payload"  # the payload index's columns (models.bundle.payload_writer writes them)
 BUNDLE_SUBDIRECTORIES = (LEXICAL_SUBDIRECTORY, PAYLOAD_SUBDIRECTORY)  # the only directories a segment may hold
 SEGMENTS_DIRECTORY = "segments"  # a version's later segments: segments/NAME/, each laid out as a bundle is
 TOMBSTONES_DIRECTORY = "tombstones"  # a version's deleted rows: tombstones/NAME.npy for segment NAME
-STUDENT_MANIFEST = "student.json"
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-class TeacherPrecision(StrEnum):
-    """What may compute teacher vectors: fp32 (the reference), bf16 (CPU or GPU), fp16 (CUDA).
-
-    Here, not in models.teacher, so that checking a flag does not import torch.
-    """
-
-    FP32 = "fp32"
-    BF16 = "bf16"
-    FP16 = "fp16"
-
-
-TEACHER_PRECISIONS = tuple(p.value for p in TeacherPrecision)
-
-# The student graphs a StudentManifest lists: int8 serves by default, fp32 is the reference.
-StudentPrecision = Literal["int8", "fp32"]
-
 
 class EmbeddingSource(BaseModel):
     """Where the document vectors came from: encoded here, or imported from a file."""
@@ -251,34 +223,6 @@ class BundleManifest(BaseModel):
         }
 
 
-class ParityReport(BaseModel):
-    texts: int
-    fp32_mean_cosine: float
-    int8_mean_cosine: float
-    int8_min_cosine: float
-    int8_fp32_nodes: list[str] = Field(default_factory=list, description="MatMuls left fp32 to hold int8 parity")
-
-
-class StudentManifest(BaseModel):
-    """student.json of an exported student: the teacher it was aligned to, its ONNX graphs and their parity."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    format_version: int = STUDENT_FORMAT
-    teacher: TeacherRef
-    backbone: str
-    backbone_fingerprint: str
-    backbone_pooling: str = Field(default="mean", description="how the graph pools the backbone's token states; older "
-                                  "students (before other poolings) are mean-pooled")
-    max_seq_length: int
-    onnx_fp32: str = "model.onnx"
-    onnx_int8: str = "model.int8.onnx"
-    tokenizer: str = "tokenizer.json"
-    created: str = Field(default_factory=utc_now)
-    parity: ParityReport | None = None
-    training: dict[str, object] = Field(default_factory=dict)
-
-
 def _safe(part: str) -> bool:
     return bool(part) and part not in {".", ".."} and not part.startswith("..") and not any(c in part for c in "\\\0")
 
@@ -293,22 +237,3 @@ def _known_place(parts: list[str]) -> bool:
     elif len(parts) == 2 and parts[0] == TOMBSTONES_DIRECTORY:
         return True
     return len(parts) == 1 or (len(parts) == 2 and parts[0] in BUNDLE_SUBDIRECTORIES)
-
-
-def read_manifest(path: Path, model: type[M], what: str) -> M:
-    """Parse a manifest, turning every failure into one readable error naming the file."""
-    if not path.is_file():
-        raise ContractMismatch(f"{path.parent} is not a {what}: {path.name} is missing")
-    try:
-        parsed = model.model_validate_json(path.read_text())
-    except ValidationError as exc:  # field and message only: no input echoed, no URL
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'manifest'}: {e['msg']}"
-                             for e in exc.errors(include_url=False, include_input=False)[:5])
-        raise ContractMismatch(f"{path}: invalid {what} manifest: {problems}") from exc
-    except ValueError as exc:
-        raise ContractMismatch(f"{path}: invalid {what} manifest: {exc}") from exc
-    version = getattr(parsed, "format_version", None)
-    expected = BUNDLE_FORMAT if model is BundleManifest else STUDENT_FORMAT
-    if version != expected:
-        raise ContractMismatch(f"{path}: {what} format {version} is not supported (expected {expected})")
-    return parsed

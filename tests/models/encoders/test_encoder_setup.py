@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from models.encoder_setup import EncoderSetup, Overrides
+from models.encoders.encoder_setup import EncoderSetup, Overrides
+from models.encoders.registry import describe, fingerprint, load_card, resolve, sha256_file
 from models.errors import InputError, ModelNotFound
-from models.registry import describe, fingerprint, load_card, resolve, sha256_file
 
 ST = "sentence_transformers.models."
 

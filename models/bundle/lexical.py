@@ -1,6 +1,6 @@
 """The bundle's lexical index: BM25 over the passages the teacher saw, with corpus-wide statistics.
 
-Each segment of a bundle (models.bundle) keeps its own postings: for every stem, the rows that hold it and
+Each segment of a bundle (models.bundle.version) keeps its own postings: for every stem, the rows that hold it and
 how often, plus every row's length. Scores are computed at query time from statistics summed over the
 segments' *live* rows (documents, document frequencies, average length), the way Lucene sums per-segment
 statistics, so a version made of a base and updates scores exactly as a fresh build of the same documents
@@ -29,9 +29,9 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from models.docstore import DocStore
-from models.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
-from models.search.dictionary import Dictionary, run_offsets, sorted_dictionary
+from models.bundle.dictionary import Dictionary, run_offsets, sorted_dictionary
+from models.bundle.docstore import DocStore
+from models.bundle.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import

@@ -16,7 +16,9 @@ import onnxruntime as ort
 from tokenizers import Tokenizer
 
 from models.contract import TeacherRef
-from models.manifest import STUDENT_MANIFEST, StudentManifest, StudentPrecision, read_manifest
+from models.encoders.precision import StudentPrecision
+from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
+from models.manifest_io import read_manifest
 from models.timing import StageObserver
 
 log = logging.getLogger(__name__)

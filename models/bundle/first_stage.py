@@ -11,8 +11,8 @@ from typing import Any, cast
 import faiss
 import numpy as np
 
-from models.index_spec import IndexSpec, IndexType, Quantization
-from models.search.quantize import Int8Calibration, binary_encode
+from models.bundle.index_spec import IndexSpec, IndexType, Quantization
+from models.bundle.quantize import Int8Calibration, binary_encode
 
 IVF_TRAIN_PER_CELL = 256  # k-means sees at most this many codes per cell; more adds time, not quality
 

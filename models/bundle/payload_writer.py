@@ -1,8 +1,8 @@
 """Building a bundle's payload index: each typed metadata field as sorted columns under payload/.
 
 Two passes over the docstore's metadata (never its texts): the first counts the JSON kinds of every key, to
-infer the type of each key not declared (models.fields); the second gathers each indexed field's (value, row)
-pairs, sorts them by value and writes numpy arrays that models.search.payload memory-maps:
+infer the type of each key not declared (models.bundle.fields); the second gathers each indexed field's (value, row)
+pairs, sorts them by value and writes numpy arrays that models.bundle.payload memory-maps:
 
 - keyword and keyword-list: the distinct values in order (`dict`: their UTF-8 bytes, `dict_offsets`), and each
   value's rows ascending, one posting list after another (`rows`, delimited by `offsets`);
@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from models.docstore import DocStore
+from models.bundle.dictionary import run_offsets, sorted_dictionary
+from models.bundle.docstore import DocStore
+from models.bundle.fields import FieldType, PayloadField, PayloadInfo, Tally, describe_kinds, infer, typed
+from models.bundle.manifest import PAYLOAD_SUBDIRECTORY
 from models.errors import InputError
-from models.fields import FieldType, PayloadField, PayloadInfo, Tally, describe_kinds, infer, typed
-from models.manifest import PAYLOAD_SUBDIRECTORY
-from models.search.dictionary import run_offsets, sorted_dictionary
 
 log = logging.getLogger(__name__)
 

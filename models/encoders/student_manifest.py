@@ -1,0 +1,39 @@
+"""student.json: what an exported student is: the teacher it was aligned to, its ONNX graphs and their parity."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.contract import TeacherRef
+from models.manifest_io import utc_now
+
+STUDENT_FORMAT = 1
+STUDENT_MANIFEST = "student.json"
+
+
+class ParityReport(BaseModel):
+    texts: int
+    fp32_mean_cosine: float
+    int8_mean_cosine: float
+    int8_min_cosine: float
+    int8_fp32_nodes: list[str] = Field(default_factory=list, description="MatMuls left fp32 to hold int8 parity")
+
+
+class StudentManifest(BaseModel):
+    """student.json of an exported student: the teacher it was aligned to, its ONNX graphs and their parity."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format_version: int = STUDENT_FORMAT
+    teacher: TeacherRef
+    backbone: str
+    backbone_fingerprint: str
+    backbone_pooling: str = Field(default="mean", description="how the graph pools the backbone's token states; older "
+                                  "students (before other poolings) are mean-pooled")
+    max_seq_length: int
+    onnx_fp32: str = "model.onnx"
+    onnx_int8: str = "model.int8.onnx"
+    tokenizer: str = "tokenizer.json"
+    created: str = Field(default_factory=utc_now)
+    parity: ParityReport | None = None
+    training: dict[str, object] = Field(default_factory=dict)
