@@ -37,6 +37,10 @@ A job without options (`embed`, for /v1/embeddings) is encoded like any other, i
 micro-batches and under the same admission, and skips the search: its outcome carries the
 student's vectors and their token counts instead of hits. A lexical job skips the encoding
 instead, but is admitted, batched and timed alike (its BM25 time is `lexical` in the timings).
+
+A request that fails, fails alone: when a batch's encode or one of its searches raises, each of its jobs runs
+again by itself (`MicroBatcher._run_alone`), so that only the job that cannot be answered gets the error and
+its batchmates get their answers. A lone job's error is its own at once.
 """
 
 from __future__ import annotations
@@ -310,28 +314,62 @@ class MicroBatcher:
             self._release(jobs)
 
     def _run(self, jobs: list[_Job], paced_from: float | None = None) -> None:
-        """Run a batch; its seconds per query, from `paced_from` (default: its start), feed the admission's pace."""
+        """Run a batch; its seconds per query, from `paced_from` (default: its start), feed the admission's pace.
+
+        A job fails alone: when the batch's encode or one of its searches raises, each job runs again by itself
+        (`_run_alone`), so that only a job that fails on its own gets the error, and its batchmates their answers."""
         started = time.monotonic()
         live = _live(jobs, started)
         if not live:
             return
+        outcomes: list[BatchOutcome | Exception]
         try:
-            encoded = self._encode_jobs(live)
-            searched = self._search_jobs(live, encoded)
+            done, answered = self._answer(live, started)
+            outcomes = list(answered)
+        except Exception as exc:  # the worker lives on
+            if len(live) == 1:
+                log.exception("a job of %d queries failed", len(live[0].queries))
+                live[0].future.set_exception(exc)
+                return
+            log.warning("a batch of %d jobs failed (%s: %s); each job runs again alone", len(live),
+                        type(exc).__name__, exc)
+            outcomes = [self._run_alone(job) for job in live]
             done = time.monotonic()
-        except Exception as exc:  # the requests get a 500; the worker lives on
-            log.exception("batch of %d jobs failed", len(live))
-            for job in live:
-                job.future.set_exception(exc)
-            return
         size = sum(len(job.queries) for job in live)
         self._learn_pace((done - (started if paced_from is None else paced_from)) / size)
+        for job, outcome in zip(live, outcomes, strict=True):
+            if isinstance(outcome, Exception):  # the request gets its own error (a 500 unless the app maps it)
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(outcome)
+
+    def _run_alone(self, job: _Job) -> BatchOutcome | Exception:
+        """One job of a failed batch, answered by itself: its outcome, or the error it alone raises. Its queue time
+        runs until now (the failed batch included), and its batch is its own queries."""
+        started = time.monotonic()
+        if job.deadline <= started:
+            return DeadlineExceeded("the request expired while its batch failed")
+        try:
+            return self._answer([job], started)[1][0]
+        except Exception as exc:
+            log.exception("a job of %d queries failed", len(job.queries))
+            return exc
+
+    def _answer(self, live: list[_Job], started: float) -> tuple[float, list[BatchOutcome]]:
+        """Encode and search a batch: when the search ended, and each job's outcome, in order. Raises what the
+        encode or a search raises."""
+        encoded = self._encode_jobs(live)
+        searched = self._search_jobs(live, encoded)
+        done = time.monotonic()
+        size = sum(len(job.queries) for job in live)
+        outcomes = []
         for i, job in enumerate(live):
             timing = {"queue": (started - job.enqueued) * 1e3, "encode": (encoded.at - started) * 1e3}
             if job.options is None:
-                job.future.set_result(_embedded(encoded, i, timing, size))
+                outcomes.append(_embedded(encoded, i, timing, size))
             else:
-                job.future.set_result(_found(searched[i], timing, (done - encoded.at) * 1e3, size))
+                outcomes.append(_found(searched[i], timing, (done - encoded.at) * 1e3, size))
+        return done, outcomes
 
     def _encode_jobs(self, live: list[_Job]) -> _Encoded:
         """One encode for every query of the batch that needs a vector (embed jobs, dense and hybrid searches)."""
