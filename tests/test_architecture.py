@@ -58,13 +58,3 @@ def test_no_import_cycles() -> None:
     except CycleError as exc:
         pytest.fail("import cycle: " + " -> ".join(exc.args[1]))
 
-
-def test_the_service_stands_at_most_six_floors() -> None:
-    """The longest chain of imports between service modules (issue 38: it was 12, HTTP over the core made it 6)."""
-    inside = {m: {d for d in deps if d.startswith("service.")}
-              for m, deps in _imports().items() if m.startswith("service.")}
-    floors: dict[str, int] = {}
-    for module in TopologicalSorter(inside).static_order():  # what a module imports comes before it
-        floors[module] = 1 + max((floors[d] for d in inside.get(module, ())), default=0)
-    top = max(floors, key=floors.__getitem__)
-    assert floors[top] <= 6, f"{top} stands {floors[top]} floors of service imports high"
