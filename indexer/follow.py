@@ -29,8 +29,9 @@ from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.segments import apply_changes, link_version
 from indexer.update import finish, takes_segments, teacher_vectors
-from indexer.writer import Space, write_version_manifest
+from indexer.writer import write_version_manifest
 from models.bundle.manifest import BundleManifest, FollowState
+from models.bundle.space import Space
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import is_bundle_root, read_current
 from models.embeddings.store import SHARD_SIZE

@@ -25,8 +25,9 @@ from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
 from indexer.segments import Vectors, apply_changes, link_version
-from indexer.writer import Space, write_version_manifest
+from indexer.writer import write_version_manifest
 from models.bundle.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo
+from models.bundle.space import Space
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import new_version_name
 from models.corpus import Document, corpus_key
