@@ -1,6 +1,6 @@
 """`tandem index verify`: prove a published bundle is what its manifest says, before trusting it.
 
-Checks every file's sha256 against the manifest (models.bundle.version.verify_bundle), that the FAISS
+Checks every file's sha256 against the manifest (models.bundle.version.verify_version), that the FAISS
 index, the docstore and the manifest agree on the count, that the payload index's columns hold what the
 search relies on (sorted values, rows inside the bundle), and that the manifest's teacher is the
 provisioned (or --teacher) model when one is available; says how that teacher pooled and which
@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from models.bundle.manifest import BundleManifest, EmbeddingSource
-from models.bundle.version import Bundle, verify_bundle
+from models.bundle.version import Bundle, read_bundle_manifest, verify_version
 from models.bundle.versions import is_bundle_root, list_versions, read_current
 from models.contract import TeacherRef
 from models.encoders.registry import load_card, resolve
@@ -43,9 +43,10 @@ def _teacher_note(directory: Path, recorded: TeacherRef, teacher: Path | None) -
 def verify_one(directory: Path, teacher: Path | None = None) -> str:
     """One-line summary of a bundle that passed every check; raises naming the file that failed."""
     directory = Path(directory)
-    manifest = verify_bundle(directory)
+    manifest = read_bundle_manifest(directory)  # once: the files are checked against it, and loaded by it
+    verified = verify_version(directory, manifest).files
     # Loading checks each segment's FAISS ntotal and docstore rows against the manifest, and its tombstones.
-    bundle = Bundle(directory)
+    bundle = Bundle(directory, manifest=manifest, verified=verified)
     try:
         for segment in bundle.segments:
             if segment.payload is not None:

@@ -14,13 +14,14 @@ for binary the centered, spun sign bits (`sign_codes`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from models.bundle.index_spec import Quantization
+from models.bundle.integrity import load_checked_array
 from models.bundle.manifest import BundleManifest
 from models.bundle.quantize import Int8Calibration, binary_encode
 from models.bundle.rotation import ROTATION_FILE, PcaAccumulator, Rotation
@@ -61,10 +62,15 @@ def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray
     return binary_encode(y if spin is None else y @ spin)
 
 
-def _load(path: Path, shape: tuple[int, ...]) -> np.ndarray:
-    array = np.asarray(np.load(path), dtype=np.float32)
+def _load(directory: Path, name: str, files: Mapping[str, str] | None) -> np.ndarray:
+    """`name` in `directory`; with `files` (a manifest's), from the very bytes checked against its sha256."""
+    return np.load(directory / name) if files is None else load_checked_array(directory, name, files)
+
+
+def _shaped(directory: Path, name: str, shape: tuple[int, ...], files: Mapping[str, str] | None) -> np.ndarray:
+    array = np.asarray(_load(directory, name, files), dtype=np.float32)
     if array.shape != shape:
-        raise ValueError(f"{path.name} has shape {array.shape}, expected {shape}")
+        raise ValueError(f"{name} has shape {array.shape}, expected {shape}")
     return array
 
 
@@ -114,27 +120,30 @@ class Space:
 
     @classmethod
     def read(cls, directory: Path, *, dim: int, quantization: Quantization, rotation_width: int | None = None,
-             centered: bool = False, spun: bool = False) -> Space:
+             centered: bool = False, spun: bool = False, files: Mapping[str, str] | None = None) -> Space:
         """The space files in `directory`, each checked against its expected shape (ValueError says which does not
         match): the rotation when `rotation_width` is given, the calibration unless float, the center and spin when
-        asked."""
-        rotation = None if rotation_width is None else _load(directory / ROTATION_FILE,
-                                                             (rotation_width, rotation_width))
+        asked. With `files` (a manifest's name → sha256), each is loaded from the very bytes checked against it
+        (models.bundle.integrity: ContractMismatch names a file that differs)."""
+        rotation = None
+        if rotation_width is not None:
+            rotation = _shaped(directory, ROTATION_FILE, (rotation_width, rotation_width), files)
         cal = None
         if quantization is not Quantization.FLOAT:
-            cal = Int8Calibration.from_array(np.load(directory / CALIBRATION_FILE))
+            cal = Int8Calibration.from_array(_load(directory, CALIBRATION_FILE, files))
             if cal.dim != dim:
                 raise ValueError(f"{CALIBRATION_FILE} has dimension {cal.dim}, expected {dim}")
-        center = _load(directory / CENTER_FILE, (dim,)) if centered else None
-        spin = _load(directory / SPIN_FILE, (dim, dim)) if spun else None
+        center = _shaped(directory, CENTER_FILE, (dim,), files) if centered else None
+        spin = _shaped(directory, SPIN_FILE, (dim, dim), files) if spun else None
         return cls(rotation=rotation, calibration=cal, center=center, spin=spin)
 
     @classmethod
     def of(cls, directory: Path, manifest: BundleManifest) -> Space:
-        """The space a version's segments share: the files at its top level that its manifest says it has."""
+        """The space a version's segments share: the files at its top level that its manifest says it has, checked
+        against the manifest's sha256 as they are read."""
         return cls.read(directory, dim=manifest.dim, quantization=manifest.quantization,
                         rotation_width=None if manifest.rotation is Rotation.NONE else manifest.teacher.dim,
-                        centered=manifest.binary_center, spun=manifest.binary_spin)
+                        centered=manifest.binary_center, spun=manifest.binary_spin, files=manifest.files)
 
     @staticmethod
     def files(manifest: BundleManifest) -> list[str]:

@@ -19,7 +19,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cached_property
 from pathlib import Path
 
@@ -28,6 +28,7 @@ import numpy as np
 from models.bundle.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.fields import PayloadInfo
 from models.bundle.index_spec import Quantization
+from models.bundle.integrity import Verification, Verified, load_checked_array, verify_files
 from models.bundle.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
 from models.bundle.manifest import BUNDLE_MANIFEST, TOMBSTONES_DIRECTORY, BundleManifest, FusionSpec, SegmentInfo
 from models.bundle.payload import PayloadIndex
@@ -36,7 +37,6 @@ from models.bundle.rows import Allowed, row_mask
 from models.bundle.space import SPACE_FILES, Space
 from models.bundle.vector_index import INDEX_FILE, RESCORE_FILE, VectorIndex
 from models.contract import TeacherRef, check_same_teacher
-from models.encoders.registry import sha256_file
 from models.errors import ContractMismatch
 from models.manifest_io import read_manifest
 
@@ -123,29 +123,30 @@ def _check_listed(directory: Path, manifest: BundleManifest) -> None:
             raise ContractMismatch(f"{directory}: {name} is not a regular file of the bundle")
 
 
-def verify_bundle(directory: Path, skip: frozenset[str] = frozenset()) -> BundleManifest:
-    """Check every file the manifest lists against its recorded sha256; raise naming the first bad one.
+def reread_files(manifest: BundleManifest) -> list[str]:
+    """The files every version reads again, however many segments it shares with the one in service: the space
+    files and the tombstones. Never trusted by their identity."""
+    names = [name for name in SPACE_FILES if name in manifest.files]
+    return names + [s.tombstones for s in manifest.parts if s.tombstones is not None]
 
-    Reading every byte is slow for large bundles, so loading does not do it; operators run
-    `tandem index verify`, and a hot reload does it before swapping a bundle in, skipping (`skip`) the files of
-    segments it already serves, which it verified when it first loaded them. The manifest must list every file
-    the loader reads, each a regular file inside the bundle (no link out of it).
+
+def verify_version(directory: Path, manifest: BundleManifest, trusted: Verified | None = None) -> Verification:
+    """Check every file `manifest` (read once, by the caller) lists against its sha256; raise naming the first bad
+    one. The manifest must list every file the loader reads, each a regular file inside the bundle (no link out).
+
+    `trusted` is what the version in service verified: a file it hashed, still with the same device, inode, size
+    and mtime_ns and the same sha256 in this manifest (a segment hard-linked into the next version), is not read
+    again; the space files and tombstones always are (models.bundle.integrity says why, and the limit).
     """
     directory = Path(directory)
-    manifest = read_bundle_manifest(directory)
     _check_listed(directory, manifest)
-    for name, expected in manifest.files.items():
-        path = directory / name
-        if not path.is_file():
-            raise ContractMismatch(f"{directory}: bundle is incomplete, missing {name}")
-        if name in skip:
-            continue
-        actual = sha256_file(path)
-        if actual != expected:
-            log.warning("%s: sha256 %s, the manifest says %s", path, actual, expected)
-            raise ContractMismatch(
-                f"{path}: checksum mismatch with the manifest; the bundle is corrupted or was modified after publishing"
-            )
+    return verify_files(directory, manifest.files, trusted, always=reread_files(manifest))
+
+
+def verify_bundle(directory: Path) -> BundleManifest:
+    """Read the manifest and check every file it lists (none trusted); `tandem index verify`'s first step."""
+    manifest = read_bundle_manifest(directory)
+    verify_version(directory, manifest)
     return manifest
 
 
@@ -159,11 +160,6 @@ def segment_key(manifest: BundleManifest, segment: SegmentInfo) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def _identity(path: Path) -> tuple[int, int]:
-    stat = path.stat()
-    return stat.st_dev, stat.st_ino
-
-
 class Segment:
     """One loaded segment: its first stage, rescore codes, docstore and lexical index. Shared by the versions
     that list it; `release` by the last one closes it."""
@@ -172,8 +168,6 @@ class Segment:
                  space: Space) -> None:
         self.info, self.key, self.with_lexical = info, key, lexical
         self.directory = version if info.path == "." else version / info.path
-        # the files it was loaded from (device, inode): a later version that hard-links them needs no check
-        self.files = {within: _identity(version / name) for within, name in _segment_names(manifest, info)}
         self._lock = threading.Lock()
         self._users = 1
         try:
@@ -240,15 +234,16 @@ def _open_lexical(directory: Path, info: SegmentInfo) -> PostingsIndex | Bm25sIn
     return Bm25sIndex(directory, info.lexical)
 
 
-def _tombstones(directory: Path, info: SegmentInfo) -> np.ndarray | None:
-    """The mask of the segment's deleted rows (None when it has none), checked against the manifest."""
+def _tombstones(directory: Path, info: SegmentInfo, files: Mapping[str, str]) -> np.ndarray | None:
+    """The mask of the segment's deleted rows (None when it has none), checked against the manifest (its sha256
+    over the very bytes loaded, and its rows)."""
     if info.tombstones is None:
         if info.deleted:
             raise ContractMismatch(f"{directory}: segment {info.name} has {info.deleted} deleted rows but no "
                                    "tombstones file")
         return None
     try:
-        rows = np.load(directory / info.tombstones)
+        rows = load_checked_array(directory, info.tombstones, files)
     except (OSError, ValueError) as exc:
         raise ContractMismatch(f"{directory / info.tombstones}: unreadable tombstones ({type(exc).__name__})") from exc
     if rows.ndim != 1 or len(rows) != info.deleted or (len(rows) and (
@@ -260,18 +255,22 @@ def _tombstones(directory: Path, info: SegmentInfo) -> np.ndarray | None:
 
 def tombstone_masks(directory: Path, manifest: BundleManifest) -> list[np.ndarray]:
     """Each segment's mask of deleted rows as of `manifest` (all False where it has none), checked."""
-    return [np.zeros(s.count, dtype=bool) if (m := _tombstones(directory, s)) is None else m for s in manifest.parts]
+    return [np.zeros(s.count, dtype=bool) if (m := _tombstones(directory, s, manifest.files)) is None else m
+            for s in manifest.parts]
 
 
 class Bundle:
     """A loaded, read-only version: its segments with their tombstones, checked against the manifest;
     models.search searches it."""
 
-    def __init__(self, directory: Path, lexical: bool = True, reuse: Bundle | None = None) -> None:
+    def __init__(self, directory: Path, lexical: bool = True, reuse: Bundle | None = None,
+                 manifest: BundleManifest | None = None, verified: Verified | None = None) -> None:
         """Load the version; `lexical=False` skips the lexical indexes; segments that `reuse` (a loaded version)
-        already holds are shared with it, not loaded again."""
+        already holds are shared with it, not loaded again. `manifest` is the one the caller read (and verified
+        the files against: `verified`, which the next reload may trust), else it is read here."""
         self.directory = Path(directory).resolve()
-        self.manifest = read_bundle_manifest(self.directory)
+        self.manifest = read_bundle_manifest(self.directory) if manifest is None else manifest
+        self.verified: Verified = dict(verified or {})
         _check_listed(self.directory, self.manifest)
         missing = [name for name in self.manifest.files if not (self.directory / name).is_file()]
         if missing:
@@ -291,7 +290,7 @@ class Bundle:
                 shared = reuse.shared(key, lexical) if reuse is not None else None
                 self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical, self.space))
                 self.reused += shared is not None
-            self.deleted = [_tombstones(self.directory, info) for info in self.manifest.parts]
+            self.deleted = [_tombstones(self.directory, info, self.manifest.files) for info in self.manifest.parts]
         except BaseException:
             self.close()
             raise
@@ -318,21 +317,6 @@ class Bundle:
         assert info is not None
         parts = [LexicalPart(i, d) for i, d in zip(indexes, self.deleted, strict=True)]  # type: ignore[arg-type]
         return Lexical(info, parts)
-
-    def linked_files(self, directory: Path, manifest: BundleManifest) -> frozenset[str]:
-        """The files of version `directory` that are the very files (hard links) this version's segments were
-        loaded from, verified then: a reload to `directory` need not read them again."""
-        loaded = {segment.key: segment for segment in self.segments}
-        out: set[str] = set()
-        for info in manifest.parts:
-            segment = loaded.get(segment_key(manifest, info))
-            if segment is None:
-                continue
-            for within, name in _segment_names(manifest, info):
-                path = directory / name
-                if path.is_file() and segment.files.get(within) == _identity(path):
-                    out.add(name)
-        return frozenset(out)
 
     def shared(self, key: str, lexical: bool = True) -> Segment | None:
         """This version's segment with `key` (loaded with its lexical index or not, as asked), with one more user,

@@ -2,8 +2,8 @@
 
 Used offline (index builds, distillation targets, evaluation). Queries and documents get their own
 prompt (`encode_queries`, `encode_documents`), as sentence-transformers' encode_query and
-encode_document do; tests/models/encoders/test_st_parity.py holds the two to the same vectors. Batches are sorted by length
-so padding is small, and with a token budget (`batch_tokens`) short texts share large batches
+encode_document do; tests/models/encoders/test_st_parity.py holds the two to the same vectors. Batches are
+sorted by length so padding is small, and with a token budget (`batch_tokens`) short texts share large batches
 while long ones go in small ones. CUDA runs fp16 from pinned host memory by default; CPU runs
 fp32, the reference, or bf16 on request (docs/decisions.md#the-teachers-precision-fp32-by-default-bf16-on-request).
 """

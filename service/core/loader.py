@@ -3,8 +3,9 @@
 `check_compatible` reads only the two manifests, so a student aligned to another teacher is
 refused before anything heavy loads. `SearcherLoader` loads in a background thread so the
 process answers liveness probes while a large bundle is still opening. Every searcher enters
-service through `SearcherLoader.load`, which builds it from the settings and wires the metrics'
-stage observers (tokenize, rescore) once, when it is loaded, so requests never touch them.
+service through `SearcherLoader.load`, which verifies every file's sha256 before it loads the bundle (the
+initial load too: /readyz turns 200 only for a verified bundle, docs/operations.md#verification), and wires the
+metrics' stage observers (tokenize, rescore) once, when it is loaded, so requests never touch them.
 
 A request leases the searcher in service for as long as it uses it; a searcher swapped out by a hot
 reload is retired, and closed only once the last lease on it has ended. The loader keeps both counts:
@@ -21,8 +22,9 @@ from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
+from models.bundle.integrity import check_unchanged
 from models.bundle.manifest import BundleManifest
-from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.version import Bundle, read_bundle_manifest, verify_version
 from models.bundle.versions import resolve_bundle
 from models.contract import check_same_teacher
 from models.encoders.student import StudentEncoder, read_student_manifest
@@ -98,9 +100,9 @@ class SearcherLoader:
 
     def load(self, directory: Path | None = None, student: StudentEncoder | None = None,
              reuse: Bundle | None = None) -> Searcher:
-        """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage timers
-        wired after the warm-up (which is not a request); a hot reload passes the student in service, and the
-        bundle in service, whose segments the new version shares."""
+        """A verified, warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage
+        timers wired after the warm-up (which is not a request); a hot reload passes the student in service, and
+        the bundle in service, whose segments the new version shares and whose verified files it may trust."""
         searcher = open_searcher(self._settings, directory, student, reuse)
         if self._observe is not None:
             searcher.observe_stages(self._observe)
@@ -192,10 +194,11 @@ class SearcherLoader:
 
 def open_searcher(settings: ServiceSettings, directory: Path | None = None,
                   student: StudentEncoder | None = None, reuse: Bundle | None = None) -> Searcher:
-    """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to); a hot reload passes
-    the student in service, which onnxruntime lets several searchers share, and the bundle in service, whose
-    loaded segments the new version shares rather than loads again."""
-    bundle = Bundle(resolve_bundle(settings.index) if directory is None else directory, reuse=reuse)
+    """A warmed-up searcher of `directory` (default: the bundle settings.index resolves to), every file checked
+    against the sha256 its manifest gives it before anything is loaded (`open_bundle`); a hot reload passes the
+    student in service, which onnxruntime lets several searchers share, and the bundle in service, whose loaded
+    segments the new version shares rather than loads again."""
+    bundle = open_bundle(resolve_bundle(settings.index) if directory is None else directory, reuse)
     try:
         if student is None:
             student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
@@ -210,6 +213,25 @@ def open_searcher(settings: ServiceSettings, directory: Path | None = None,
         searcher.close()
         raise
     return searcher
+
+
+def open_bundle(directory: Path, reuse: Bundle | None = None) -> Bundle:
+    """The version at `directory`, its manifest read once and every file verified against it first (so neither
+    FAISS nor SQLite ever reads a corrupted file), trusting only the files `reuse` verified that kept their
+    identity; checked once more after loading, so a file changed while the version loaded is refused too."""
+    started = time.perf_counter()
+    manifest = read_bundle_manifest(directory)
+    verification = verify_version(directory, manifest, reuse.verified if reuse is not None else None)
+    log.info("verified %s: %d files hashed (%.1f MB) in %.2f s, %d trusted as the very files verified before "
+             "(device, inode, size, mtime_ns)", printable(directory), len(verification.hashed),
+             verification.hashed_bytes / 1e6, time.perf_counter() - started, verification.trusted)
+    bundle = Bundle(directory, reuse=reuse, manifest=manifest, verified=verification.files)
+    try:
+        check_unchanged(directory, verification.files)
+    except BaseException:
+        bundle.close()
+        raise
+    return bundle
 
 
 def batch_limits(settings: ServiceSettings) -> BatchLimits:

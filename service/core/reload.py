@@ -1,9 +1,10 @@
 """Hot reload: validate a bundle off the event loop, swap it in atomically, keep previous versions for rollback.
 
 One reload thread runs reloads and rollbacks in order, so POST /admin/reload, POST /admin/rollback
-and the CURRENT-pointer watcher never race each other. A candidate must pass `verify_bundle` (the
-sha256 of every file), the student/teacher check, a FAISS load and a warm-up query before it is
-swapped in; any failure leaves the version in service untouched and is recorded as the last outcome.
+and the CURRENT-pointer watcher never race each other. A candidate must pass verification (the sha256
+of every file it does not share, as the very file, with the version in service: loader.open_bundle), the
+student/teacher check, a FAISS load and a warm-up query before it is swapped in; any failure leaves the
+version in service untouched and is recorded as the last outcome.
 Swapped-out versions stay loaded (up to TANDEM_KEEP_VERSIONS), so a rollback is instant and survives
 the indexer pruning their files; older ones are closed once the requests holding them have finished.
 
@@ -25,7 +26,6 @@ from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
-from models.bundle.version import read_bundle_manifest, verify_bundle
 from models.bundle.versions import POINTER, is_bundle_root, read_current, resolve_bundle
 from models.errors import ContractMismatch
 from models.manifest_io import utc_now
@@ -260,18 +260,16 @@ class Reloader:
             return bool(self._history) and _same_dir(str(self._history[0].bundle.directory), path)
 
     def _load_sharing(self, directory: Path) -> Searcher:
-        """Verify and load `directory`, sharing the segments the version in service holds. A file that is the very
-        file (a hard link) a served segment was loaded from, and verified then, is not read again; every other
-        file is checked against its sha256 (a corrupted or half-copied version stops here). Only segments the
-        service does not hold are loaded. The version in service is leased meanwhile, so its segments stay open
-        until the candidate holds them too."""
+        """Verify and load `directory`, sharing the segments the version in service holds. A file the version in
+        service verified (hashed) and that kept its device, inode, size and mtime_ns (a hard link into the new
+        version) is not read again; every other file, and always the space files and tombstones, is checked
+        against its sha256 (a corrupted, half-copied or changed version stops here, naming the file). Only
+        segments the service does not hold are loaded. The version in service is leased meanwhile, so its
+        segments stay open until the candidate holds them too."""
         state, _ = self._loader.state
         if state is not LoadState.READY:  # after a failed start: nothing to share, and a student to load
-            verify_bundle(directory)
-            return self._loader.load(directory)  # teacher check, FAISS load, warm-up, stage timers
+            return self._loader.load(directory)  # verify, teacher check, FAISS load, warm-up, stage timers
         with self._loader.lease() as served:
-            linked = served.bundle.linked_files(directory, read_bundle_manifest(directory))
-            verify_bundle(directory, skip=linked)
             return self._loader.load(directory, served.student, reuse=served.bundle)
 
     def _current(self) -> VersionInfo | None:

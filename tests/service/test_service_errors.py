@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
 
 from fastapi import FastAPI
 
+from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.vector_index import INDEX_FILE
+from models.encoders.registry import sha256_file
 from service.http.app import create_app
 from service.http.exception_handlers import install_error_handlers
 from service.settings import ServiceSettings
@@ -19,6 +22,9 @@ def test_unloadable_bundle_is_reported_not_served(tiny_bundle: Path, tiny_studen
     broken = tmp_path / "bundle"
     shutil.copytree(tiny_bundle, broken)
     (broken / INDEX_FILE).write_bytes(b"not a faiss index")
+    manifest = json.loads((broken / BUNDLE_MANIFEST).read_text())  # vouched for: only the FAISS load can tell
+    manifest["files"][INDEX_FILE] = sha256_file(broken / INDEX_FILE)
+    (broken / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
     app = create_app(ServiceSettings(index=broken, student=tiny_student))
     with serve_app(app, wait_ready=False) as server:
         deadline = time.monotonic() + READY_TIMEOUT_S

@@ -132,6 +132,7 @@ def test_a_symlinked_file_is_refused(confined: LiveServer, bad_root: Path) -> No
 def test_readyz_and_search_name_no_host_path_after_a_failed_start(root: Path, tiny_student: Path,
                                                                   tmp_path: Path) -> None:
     (root / "v1" / "index.faiss").write_bytes(b"not a faiss index" * 64)
+    _edit_manifest(root / "v1", {"index.faiss": sha256_file(root / "v1" / "index.faiss")})  # FAISS must refuse it
     settings = ServiceSettings(index=root, student=tiny_student, watch_interval_s=0)
     with serve_app(create_app(settings), wait_ready=False) as server:
         wait_for(lambda: server.client.get("/readyz").json().get("status") == "failed", "the load fails")

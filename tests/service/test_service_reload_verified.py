@@ -1,0 +1,131 @@
+"""Reloads trust only what was verified (issue 42, item 5), with a real server: v1 served, v2 published by
+`index update` (its first segment and space files hard links to v1's), then v2's files changed in place.
+
+A shared file changed in place is refused on reload, naming it, while v1 keeps answering; the space files are
+hashed on every reload even when the change restores size and mtime; the one thing identity cannot see (a write
+in place that restores size and mtime of a segment file) is served from what was verified and loaded before, and
+`tandem index verify` names it (docs/operations.md#verification). A corrupted bundle never becomes ready."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.build import BuildRequest, build
+from indexer.request import UpdateRequest
+from indexer.update import update
+from indexer.verify import verify
+from models.bundle.rotation import ROTATION_FILE
+from models.bundle.space import CALIBRATION_FILE
+from models.bundle.vector_index import INDEX_FILE
+from models.errors import ContractMismatch
+from service.http.app import create_app
+from service.settings import ServiceSettings
+from tests.fixtures.corpus import PROBES
+from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, serve_app
+from tests.service.test_service_reload import reload, search, serving
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def root(tiny_corpus: Path, tmp_path: Path) -> Path:
+    """A root whose CURRENT is v1: int8 with a PCA rotation, so it has space files (calibration, rotation)."""
+    root = tmp_path / "bundles"
+    build(BuildRequest(corpus=tiny_corpus, root=root, version="v1", dim=128, quantization="int8", rotation="pca"))
+    return root
+
+
+def _publish_v2(root: Path) -> Path:
+    changes = root.parent / "changes.jsonl"
+    changes.write_text(json.dumps({"_id": "kites", "text": "Wind lifts the kite over the beach."}) + "\n")
+    update(UpdateRequest(changes=changes, root=root, version="v2"))  # CURRENT → v2
+    for name in (INDEX_FILE, ROTATION_FILE, CALIBRATION_FILE):
+        assert (root / "v2" / name).stat().st_ino == (root / "v1" / name).stat().st_ino, f"{name} is shared"
+    return root / "v2"
+
+
+def _flip_in_place(path: Path, keep_mtime: bool) -> None:
+    """Flip one byte of the very inode (r+b), its size kept; with `keep_mtime` its mtime is put back (os.utime)."""
+    stat = path.stat()
+    with path.open("r+b") as fh:
+        fh.seek(stat.st_size // 2)
+        byte = fh.read(1)
+        fh.seek(stat.st_size // 2)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns if keep_mtime else stat.st_mtime_ns + 1_000_000))
+    now = path.stat()
+    assert (now.st_ino, now.st_size) == (stat.st_ino, stat.st_size)
+
+
+def _ids(body: dict) -> list[str]:
+    return [hit["id"] for hit in body["results"]]
+
+
+def _refused(server: LiveServer, name: str) -> None:
+    response = reload(server)
+    assert response.status_code == 409, response.text
+    message = response.json()["message"]
+    assert response.json()["error"] == "reload_rejected"
+    assert f"v2: {name}: checksum mismatch" in message, message
+    assert search(server)["index"]["version"] == "v1"  # the old version keeps serving
+    for query, expected in PROBES.items():
+        assert _ids(search(server, query))[0] == expected
+
+
+def test_a_shared_file_changed_in_place_is_refused_by_name_and_the_old_version_serves(root: Path,
+                                                                                      tiny_student: Path) -> None:
+    with serving(root, tiny_student) as server:
+        assert search(server)["index"]["version"] == "v1"
+        v2 = _publish_v2(root)
+        _flip_in_place(v2 / INDEX_FILE, keep_mtime=False)  # its mtime moves: the identity v1 verified is gone
+        _refused(server, INDEX_FILE)
+        _flip_in_place(v2 / INDEX_FILE, keep_mtime=False)  # the byte back: hashed again, and now it matches
+        response = reload(server)
+        assert response.status_code == 200, response.text
+        assert response.json()["current"]["version"] == "v2" and response.json()["current"]["shared_segments"] == 1
+
+
+@pytest.mark.parametrize("name", [ROTATION_FILE, CALIBRATION_FILE])
+def test_space_files_are_hashed_on_every_reload_even_when_size_and_mtime_are_restored(
+        root: Path, tiny_student: Path, name: str) -> None:
+    with serving(root, tiny_student) as server:
+        v2 = _publish_v2(root)
+        _flip_in_place(v2 / name, keep_mtime=True)
+        _refused(server, name)
+
+
+def test_the_limit_a_sneaky_write_to_a_shared_segment_is_not_read_and_index_verify_names_it(
+        root: Path, tiny_student: Path) -> None:
+    with serving(root, tiny_student) as server:
+        v2 = _publish_v2(root)
+        _flip_in_place(v2 / INDEX_FILE, keep_mtime=True)  # same device, inode, size and mtime_ns
+        response = reload(server)
+        # Trusted by identity: the segment is not read again; v2 serves it as loaded (and verified) from v1.
+        assert response.status_code == 200, response.text
+        assert response.json()["current"]["shared_segments"] == 1
+        for query, expected in PROBES.items():
+            assert _ids(search(server, query))[0] == expected
+    with pytest.raises(ContractMismatch, match=f"{INDEX_FILE}: checksum mismatch"):
+        verify(root)
+
+
+def test_a_corrupted_bundle_is_verified_at_startup_and_never_ready(tiny_bundle: Path, tiny_student: Path,
+                                                                   tmp_path: Path) -> None:
+    broken = tmp_path / "bundle"
+    shutil.copytree(tiny_bundle, broken)
+    _flip_in_place(broken / "docs.sqlite", keep_mtime=True)
+    with serve_app(create_app(ServiceSettings(index=broken, student=tiny_student)), wait_ready=False) as server:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        ready = server.client.get("/readyz")
+        while ready.json()["status"] == "loading" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            ready = server.client.get("/readyz")
+        assert ready.status_code == 503 and ready.json()["status"] == "failed"
+        assert "docs.sqlite: checksum mismatch" in ready.json()["error"]
+        assert server.client.post("/search", json={"query": "tides"}).status_code == 503
