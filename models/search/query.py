@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from models.bundle.legacy import has_payload_index
 from models.bundle.manifest import FusionMethod, FusionSpec
 from models.bundle.rows import Allowed, row_mask
 from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
@@ -135,7 +136,7 @@ def _filtered_live(bundle: Bundle, flt: Filter, check: Check = _unbounded) -> li
 def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
     """The mask of the segment's rows a filter allows, deleted ones included: a new array the caller owns."""
     count = segment.count
-    if segment.payload is None:
+    if not has_payload_index(segment.payload):  # built before payload indexes (models.bundle.legacy)
         return row_mask(segment.docs.rows_where(*flt.sql()), count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
