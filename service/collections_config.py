@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from models.errors import InputError
-from service.settings import CollectionSpec, check_unique
+from service.settings import DEFAULT, CollectionSpec, check_unique
 
 _HEADER = re.compile(r"^\s*\[\[\s*collection\s*\]\]")
 
@@ -73,3 +73,27 @@ def read_config(path: Path) -> list[CollectionSpec]:
         raise InputError(f"--config: {path}: {where}{field + ': ' if field else ''}{err['msg']}") from None
     base = Path(path).parent
     return [s.model_copy(update={"index": base / s.index, "student": base / s.student}) for s in specs]
+
+
+def collection_settings(index: Path | None, student: Path | None, flags: list[str],
+                        config: Path | None) -> dict[str, object]:
+    """ServiceSettings' index, student and collections from `tandem serve`'s options: `--index/--student` alone
+    serve one collection, 'default', as before collections; with `--collection` or `--config` they add 'default' to
+    those. index and student are then the default collection's, or the first one's (what /admin/reload confines
+    paths by, when no default is served)."""
+    if (index is None) != (student is None):
+        raise InputError("--index and --student go together (or declare collections with --collection/--config)")
+    specs = [parse_flag(flag) for flag in flags] + (read_config(config) if config is not None else [])
+    if not specs:
+        if index is None or student is None:
+            raise InputError("nothing to serve: give --index and --student, or --collection NAME=INDEX,STUDENT, "
+                             "or --config FILE")
+        return {"index": index, "student": student}
+    if index is not None and student is not None:
+        specs.insert(0, CollectionSpec(name=DEFAULT, index=index, student=student))
+    try:
+        check_unique(specs)
+    except ValueError as exc:
+        raise InputError(f"--collection: {exc}") from None
+    first = specs[0]
+    return {"index": first.index, "student": first.student, "collections": tuple(specs)}
