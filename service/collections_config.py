@@ -21,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from models.errors import InputError
+from service.http.keyfile import toml_error
 from service.settings import DEFAULT, CollectionSpec, check_unique
 
 _HEADER = re.compile(r"^\s*\[\[\s*collection\s*\]\]")
@@ -57,8 +58,8 @@ def read_config(path: Path) -> list[CollectionSpec]:
         raise InputError(f"--config: cannot read {path}: {exc}") from exc
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
-        raise InputError(f"--config: {path}: not valid TOML: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:  # "(at line L, column C)", or "(at end of document)"
+        raise InputError(f"--config: {path}: not valid TOML: {toml_error(exc, text)}") from None
     try:
         specs = CollectionsFile.model_validate(raw).collection
     except ValidationError as exc:

@@ -96,6 +96,14 @@ class KeyFile(BaseModel):
         return self
 
 
+def toml_error(exc: tomllib.TOMLDecodeError, text: str) -> str:
+    """tomllib's message, naming the last line where it says only "end of document"."""
+    message = str(exc)
+    if "end of document" in message:
+        message += f" (line {max(len(text.splitlines()), 1)})"
+    return message
+
+
 def _sha256(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
@@ -108,8 +116,8 @@ def read_key_file(path: Path) -> list[KeyEntry]:
         raise InputError(f"TANDEM_KEYS_FILE: cannot read {path}: {exc}") from exc
     try:
         raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:  # its message ends "(at line L, column C)"
-        raise InputError(f"TANDEM_KEYS_FILE: {path}: not valid TOML: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:  # "(at line L, column C)", or "(at end of document)"
+        raise InputError(f"TANDEM_KEYS_FILE: {path}: not valid TOML: {toml_error(exc, text)}") from None
     try:
         return KeyFile.model_validate(raw).key
     except ValidationError as exc:
