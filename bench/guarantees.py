@@ -7,7 +7,8 @@ built; a unit test shows the rule on a tiny bundle, this run shows it where the 
 1. Inputs and bundle: bench/filter_scale.py's `--n` synthetic documents (SciFact's teacher vectors plus
    covariance-shaped noise; payload keys `r`, `year`, `tag`, `labels`; every text "Synthetic text.", so the stem
    "synthet" has a posting list as long as the corpus), flat binary with BM25 and the payload index.
-2. `tandem serve` with its default settings on that bundle.
+2. `tandem serve` with its default settings on that bundle, but for TANDEM_MAX_BODY_BYTES raised to 16 MiB, so
+   that a 200,000-value `in` list reaches the filter's own cap instead of the body's.
 3. A steady client in a thread: one ordinary dense request after another, for the whole run; its answers
    (status, latency) while the hostile requests run show whether the service kept answering the others.
 4. Each hostile body, `--repeat` times: its status and wall time as the client sees it.
@@ -51,7 +52,12 @@ def _nested_not(depth: int) -> str:
 def hostile_bodies() -> dict[str, str]:
     """Each hostile body as the raw JSON text a client would send (some are not what json.dumps writes)."""
     many = json.dumps({"query": "vitamin d", "filter": {"field": "r", "in": list(range(200_000))}})
-    repeated = json.dumps({"query": " ".join(["synthetic"] * 340), "mode": "lexical"})
+    at_cap = json.dumps({"query": "vitamin d", "filter": {"field": "r", "in": list(range(1_024))}})
+    repeated = json.dumps({"query": " ".join(["text"] * 340), "mode": "lexical"})  # "text": every document
+    distinct = json.dumps({"query": " ".join(f"w{i}x" for i in range(340)), "mode": "lexical"})
+    def wide_or(n: int) -> str:
+        return json.dumps({"query": "vitamin d", "filter": {"or": [{"field": "r", "eq": i} for i in range(n)]}})
+
     return {
         "gte 1e999": '{"query": "vitamin d", "filter": {"field": "year", "gte": 1e999}}',
         "lone surrogate": '{"query": "\\ud800 vitamin d"}',
@@ -59,8 +65,12 @@ def hostile_bodies() -> dict[str, str]:
         "min_score NaN": '{"query": "vitamin d", "min_score": NaN}',
         "top_k Infinity": '{"query": "vitamin d", "top_k": Infinity}',
         "200,000-value in list": many,
+        "1,024-value in list (at the cap)": at_cap,
+        "200-condition or": wide_or(200),
+        "300-condition or": wide_or(300),
         "340-word repeated word, lexical": repeated,
         "340-word repeated word, hybrid": repeated.replace('"lexical"', '"hybrid"'),
+        "340 distinct words, lexical": distinct,
         "offset past the hits bound": '{"query": "vitamin d", "top_k": 100, "offset": 100000000}',
         "undeclared field": '{"query": "vitamin d", "filter": {"field": "no_such_field", "eq": 1}}',
     }
@@ -120,7 +130,8 @@ def render(args: argparse.Namespace, rows: list[Hostile], steady: Steady, rss: f
         f"- Command: `{command}`",
         f"- CPU: {cpu_line()}; {os.cpu_count()} cores; load {load}",
         f"- Bundle: flat binary, dim {args.dim}, BM25 and payload index (bench/filter_scale.py's inputs); "
-        f"`tandem serve` with its default settings; served RSS {rss or float('nan'):.0f} MiB",
+        "`tandem serve` with its default settings but TANDEM_MAX_BODY_BYTES 16 MiB; "
+        f"served RSS {rss or float('nan'):.0f} MiB",
         f"- Each hostile body sent {args.repeat} times, one at a time, while a steady client sent ordinary dense "
         "requests back to back.",
         "",
@@ -164,7 +175,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     texts, _ = load_queries(args.scifact, 100)
     port = free_port()
     process = start_process(tandem_serve_cmd(bundle, args.student, port), args.work / "serve-guarantees.log",
-                            {"TANDEM_LOG_FORMAT": "text", "TANDEM_LOG_LEVEL": "WARNING"})
+                            {"TANDEM_LOG_FORMAT": "text", "TANDEM_LOG_LEVEL": "WARNING",
+                             "TANDEM_MAX_BODY_BYTES": str(16 << 20)})
     url = f"http://127.0.0.1:{port}"
     steady = Steady()
     try:

@@ -21,12 +21,14 @@ from indexer.encode import TeacherRun, encode_into, local_teacher
 from indexer.export import has_vectors, live_documents, live_vectors
 from indexer.ingest import CHUNK as INGEST_CHUNK
 from indexer.ingest import Passages
+from indexer.next_version import base_info, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
+from indexer.rootlock import writer_step
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
-from models.bundle.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
+from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
 from models.bundle.version import in_segment, read_bundle_manifest
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.embeddings.store import EmbeddingStore, store_key
@@ -36,14 +38,20 @@ log = logging.getLogger(__name__)
 
 
 def compact(req: VersionRequest) -> BundleManifest:
-    """Publish the base version's live documents as one segment."""
-    started = time.perf_counter()
+    """Publish the base version's live documents as one segment; into a root, under its writer lock from reading
+    the base to moving CURRENT (indexer.rootlock)."""
     req.check()
+    with writer_step(req.root):
+        return _compact(req)
+
+
+def _compact(req: VersionRequest) -> BundleManifest:
+    started = time.perf_counter()
     source_dir = base_dir(req)
     base = read_bundle_manifest(source_dir)
     card, store, run = req.teacher_for(base)
     sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
-    with publish(req.target) as (staging, version):
+    with publish(req.target, what="compaction") as (staging, version):
         hasher = CorpusHasher()
         with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
             docs = _recorded(live_documents(source_dir, base), hasher, corpus)
@@ -64,8 +72,7 @@ def compact(req: VersionRequest) -> BundleManifest:
             described["fusion"] = base.fusion  # a default chosen for this corpus survives its compactions
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
                                  metadata_extra=base.corpus.metadata_extra)
-        info = BaseInfo(action="compact", version=base.version or source_dir.name, build_time=base.build_time,
-                        count=base.count, deleted=base.deleted, encoded=encoded)
+        info = base_info(base, source_dir, "compact", deleted=base.deleted, encoded=encoded)
         source = EmbeddingSource(kind="encoded", store_key=key, precision=_precision(sourced),
                                  device=base.embeddings.device, engine=base.embeddings.engine)
         manifest = write_manifest(
@@ -112,7 +119,7 @@ def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingS
         encoded += segment.count
         parts.append(segment.model_copy(update={"embeddings": EmbeddingSource(
             kind="encoded", store_key=key, precision="fp32", device=run.device or "cpu", engine="local")}))
-    return base.model_copy(update={"segments": parts}), encoded
+    return with_segments(base, parts), encoded
 
 
 def _precision(manifest: BundleManifest) -> str:

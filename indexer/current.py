@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from indexer.rootlock import root_lock
+from indexer.pause import pause
+from indexer.rootlock import check_base, current_name, root_lock
 from indexer.verify import verify_one
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import is_bundle_root, list_versions, read_current, set_current
@@ -25,16 +26,30 @@ def _root(root: Path) -> Path:
 
 
 def switch_current(root: Path, version: str) -> None:
-    """Point ROOT/CURRENT at an existing version (rollback or roll forward); services watching the root follow it."""
+    """Point ROOT/CURRENT at an existing version (rollback or roll forward); services watching the root follow it.
+
+    The version is verified (every byte) without the root's lock, so writers are not held up meanwhile; then, under
+    the lock, CURRENT must still name the version it named when this began, and the version must be the one
+    verified (not pruned meanwhile): else StaleBase (or InputError), naming them, and CURRENT stays."""
     root = _root(root)
-    with root_lock(root):  # a concurrent build's prune must not delete the version CURRENT moves to
-        if version not in list_versions(root):
-            raise InputError(f"{root} has no version {version!r}; versions: "
-                             f"{', '.join(list_versions(root)) or 'none'}")
-        verify_one(root / version)
-        previous = read_current(root).name
+    previous = current_name(root)
+    _check_exists(root, version)
+    verified = (root / version).stat().st_ino
+    verify_one(root / version)
+    pause("current --set")  # test-only; a no-op unless TANDEM_TEST_PAUSE_FIFO is set (indexer.pause)
+    with root_lock(root):
+        check_base(root, previous, f"`index current --set {version}`")
+        _check_exists(root, version)
+        if (root / version).stat().st_ino != verified:
+            raise InputError(f"{root / version} was pruned and published again while it was verified; run "
+                             "`tandem index current --set` again")
         set_current(root, version)
     log.info("%s/CURRENT: %s → %s", root, previous, version)
+
+
+def _check_exists(root: Path, version: str) -> None:
+    if version not in list_versions(root):
+        raise InputError(f"{root} has no version {version!r}; versions: {', '.join(list_versions(root)) or 'none'}")
 
 
 def describe_versions(root: Path, path_only: bool = False) -> list[str]:

@@ -1,16 +1,21 @@
 """`tandem index follow`: a root kept in step with a directory of change files, a segment per file.
 
 Change files (`tandem index update --changes` lines) are applied in name order, so name them to sort in the
-order they were written (a timestamp prefix). Every `interval` the files that arrived are applied, each as one
-segment, to the root's CURRENT version, and published as one new version; what was applied is recorded in that
+order they were written (a timestamp prefix), and write each under a name starting with a dot (never read), then
+rename it into place: a file is read only once whole. Every `interval` the files that arrived are applied, each as
+one segment, to the root's CURRENT version and published as one new version; what was applied is recorded in that
 version's manifest (`follow`: the last file's name), so the record and the version are published in the same
 atomic step. A follower killed at any point and started again applies every file exactly once: a file is either
-in the version CURRENT names, or not yet applied.
+in the version CURRENT names, or not yet applied. A file that appears sorting at or before the last applied name
+is never applied: the follower says so loudly (a warning naming it, and `FollowReport.late`).
 
-When the segments pass `max_segments`, or the deleted rows pass `max_deleted` of all rows, the follower
-compacts (indexer.compact) and publishes the compacted version. With `compact=False` it never does: the
-segments and tombstones accumulate until an operator runs `tandem index compact`. The trade-off is in
-docs/decisions.md#when-to-compact.
+A backlog is applied in batches, one version each, published one after another without waiting for the interval:
+at most `max_files` files (`--batch-files`, 16), and while the follower compacts, no more than the segments its
+base has room for under `max_segments`. When the segments would pass `max_segments`, the follower compacts
+(indexer.compact) before publishing the batch, and after it when the segments or the deleted rows (`max_deleted`
+of all rows) pass their bounds; so a version it publishes has at most max(`max_segments`, 2) segments. With
+`compact=False` it never compacts: each version adds at most `max_files` segments and they accumulate until an
+operator runs `tandem index compact`. The trade-off is in docs/decisions.md#when-to-compact.
 
 A bad change file stops the follower with an error naming its file and line (exit 2), before anything of it
 is published; move or fix the file and start the follower again.
@@ -20,16 +25,18 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer.changes import read_changes
 from indexer.compact import compact
+from indexer.next_version import finish, teacher_vectors, with_changes, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest
+from indexer.rootlock import LockTimeout, root_lock
 from indexer.segments import apply_changes, link_version
-from indexer.update import finish, takes_segments, teacher_vectors
 from indexer.writer import Space, write_version_manifest
+from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, FollowState
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import is_bundle_root, read_current
@@ -39,6 +46,7 @@ from models.errors import InputError
 log = logging.getLogger(__name__)
 
 CHANGE_SUFFIX = ".jsonl"
+BATCH_FILES = 16  # change files per version at most (--batch-files): a segment each, so a bound on segments
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class FollowRequest:
     max_segments: int = 8
     max_deleted: float = 0.2
     compact: bool = True
+    max_files: int = BATCH_FILES
     once: bool = False
     keep: int | None = None
     teacher: Path | None = None
@@ -70,51 +79,123 @@ class FollowRequest:
                              "`tandem index build --root`")
         if not Path(self.changes_dir).is_dir():
             raise InputError(f"--changes-dir {self.changes_dir}: not a directory")
-        if self.interval_s < 0 or self.max_segments < 1 or not 0 < self.max_deleted <= 1:
-            raise InputError("--interval must be ≥ 0, --compact-segments ≥ 1 and --compact-deleted in (0, 1]")
+        if self.interval_s < 0 or self.max_segments < 1 or not 0 < self.max_deleted <= 1 or self.max_files < 1:
+            raise InputError("--interval must be ≥ 0, --compact-segments ≥ 1, --compact-deleted in (0, 1] and "
+                             "--batch-files ≥ 1")
 
 
-def follow(req: FollowRequest) -> int:
-    """Apply change files as they arrive, until stopped (or, with `once`, until none is pending); returns how
-    many files this run applied."""
+@dataclass
+class FollowReport:
+    """What a follower run did: change files applied, versions published (batches and compactions), and the files
+    it saw arrive sorting at or before the last applied one, which it never applies."""
+
+    applied: int = 0
+    versions: int = 0
+    late: list[str] = field(default_factory=list)
+
+
+def follow(req: FollowRequest) -> FollowReport:
+    """Apply change files as they arrive, until stopped (or, with `once`, until none is pending). A backlog is
+    applied in batches (`next_batch`), one version each, the next batch at once rather than after the interval."""
     req.check()
-    applied = 0
+    report = FollowReport()
+    directory = ChangeDir(Path(req.changes_dir))
     while True:
         began = time.monotonic()
-        applied += step(req)
+        more = False
+        try:
+            more = step(req, directory, report)
+        except LockTimeout as exc:
+            if req.once:
+                raise
+            log.warning("%s; trying again in %g s", exc, req.interval_s)  # another writer's long step
+        if more:
+            continue
         if req.once:
-            return applied
+            return report
         time.sleep(max(0.0, req.interval_s - (time.monotonic() - began)))
 
 
-def pending(changes_dir: Path, state: FollowState | None) -> list[Path]:
-    """The change files not yet applied, in name order."""
-    last = state.last if state is not None else None
-    files = sorted(p for p in Path(changes_dir).iterdir() if p.is_file() and p.name.endswith(CHANGE_SUFFIX)
-                   and not p.name.startswith("."))
-    return [p for p in files if last is None or p.name > last]
+@dataclass
+class ChangeDir:
+    """A directory of change files, and the names this follower has seen sort at or before the last applied one."""
+
+    path: Path
+    seen: set[str] | None = None  # None until the first scan
+
+    def pending(self, state: FollowState | None) -> tuple[list[Path], list[str]]:
+        """The change files not yet applied, in name order; and the files that arrived since the last scan sorting
+        at or before the last applied name (never applied: a producer that renamed them in late), logged."""
+        files = sorted(p for p in self.path.iterdir() if p.is_file() and p.name.endswith(CHANGE_SUFFIX)
+                       and not p.name.startswith("."))
+        if state is None:
+            self.seen = set()
+            return files, []
+        behind = {p.name for p in files if p.name <= state.last}
+        late = sorted(behind - self.seen) if self.seen is not None else []
+        if self.seen is None and len(behind) > state.files:
+            log.warning("%s holds %d change files sorting at or before %s, the last applied, but the root applied "
+                        "%d: a file that arrived after a later name was applied is never applied. Name change files "
+                        "to sort as they are written, and write each under a dot-name, then rename it "
+                        "(docs/operations.md#a-continuous-feed)", self.path, len(behind), state.last, state.files)
+        for name in late:
+            log.warning("%s sorts at or before %s, the last change file applied: it is NEVER applied. Write change "
+                        "files under a dot-name and rename them into place in name order "
+                        "(docs/operations.md#a-continuous-feed)", self.path / name, state.last)
+        self.seen = behind
+        return [p for p in files if p.name > state.last], late
+
+    def applied(self, files: list[Path]) -> None:
+        """Files this follower applied: at or before the last applied name from now on, and not late."""
+        if self.seen is not None:
+            self.seen.update(p.name for p in files)
 
 
-def step(req: FollowRequest) -> int:
-    """Publish CURRENT plus every pending file (one segment each) as one version, then compact if due;
-    returns the files applied."""
-    current = read_current(req.root)
-    base = read_bundle_manifest(current)
-    files = pending(req.changes_dir, base.follow)
-    if files and not takes_segments(base):
-        # Built before segments: rewritten whole once, as `index update` does (a compaction, which keeps the
-        # follower's state), so that its segments all have postings.
-        log.info("%s was built before segments: compacting it once before its first change", current)
-        compact(req.version_request)
+def step(req: FollowRequest, directory: ChangeDir, report: FollowReport) -> bool:
+    """Publish CURRENT plus the next batch of pending files (one segment each) as one version, compacting before it
+    when the version has no room for the batch and after it when due; returns whether files are still pending.
+    Under the root's writer lock (indexer.rootlock) from reading CURRENT to the last publish: an operator's update
+    meanwhile waits for it, then starts from what it published."""
+    with root_lock(req.root):
         current = read_current(req.root)
         base = read_bundle_manifest(current)
-    if files:
-        base = _publish(req, current, base, files)
-    if req.compact and due(base, req):
-        log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts),
-                 base.deleted, sum(s.count for s in base.parts))
-        compact(req.version_request)
-    return len(files)
+        files, late = directory.pending(base.follow)
+        report.late += late
+        if files and not takes_segments(base):
+            # Built before segments: rewritten whole once, as `index update` does (a compaction, which keeps the
+            # follower's state), so that its segments all have postings.
+            log.info("%s was built before segments: compacting it once before its first change", current)
+            current, base = _compact(req, report)
+        elif files and req.compact and (due(base, req) or len(base.parts) >= req.max_segments):
+            current, base = _compact(req, report)  # before publishing: the batch's segments would pass the bound
+        batch = files[:next_batch(base, req)]
+        if batch:
+            base = _publish(req, current, base, batch)
+            directory.applied(batch)
+            report.applied += len(batch)
+            report.versions += 1
+        if req.compact and due(base, req):
+            _compact(req, report)
+        return len(files) > len(batch)
+
+
+def next_batch(base: BundleManifest, req: FollowRequest) -> int:
+    """How many pending files the next version takes: at most `max_files`, and when the follower compacts, no
+    more than the segments `base` has room for under `max_segments` (at least one)."""
+    if not req.compact:
+        return req.max_files
+    return max(1, min(req.max_files, req.max_segments - len(base.parts)))
+
+
+def _compact(req: FollowRequest, report: FollowReport) -> tuple[Path, BundleManifest]:
+    """Compact CURRENT (under the follower's lock); the version published."""
+    base = read_bundle_manifest(read_current(req.root))
+    log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts), base.deleted,
+             sum(s.count for s in base.parts))
+    compact(req.version_request)
+    report.versions += 1
+    current = read_current(req.root)
+    return current, read_bundle_manifest(current)
 
 
 def due(manifest: BundleManifest, req: FollowRequest) -> bool:
@@ -128,7 +209,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
     vectors = teacher_vectors(*req.version_request.teacher_for(base))
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
-    with publish(req.version_request.target) as (staging, version):
+    with publish(req.version_request.target, what="follow step") as (staging, version):
         assert version is not None
         link_version(current, base, staging)
         manifest = base
@@ -139,8 +220,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
                                     vectors=vectors)
             manifest = applied.manifest
             if applied.segment is not None:  # the file's segment records it
-                parts = [*manifest.parts[:-1], applied.segment.model_copy(update={"changes": [path.name]})]
-                manifest = manifest.model_copy(update={"segments": parts})
+                manifest = with_segments(manifest, [*manifest.parts[:-1], with_changes(applied.segment, [path.name])])
             for key, n in applied.changed.items():
                 totals[key] += n
         done = (base.follow.files if base.follow is not None else 0) + len(files)

@@ -8,14 +8,17 @@ Memory holds one chunk of documents, whatever the corpus size.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from models.bundle.docstore import DocStore, DocstoreWriter, DuplicateId
 from models.bundle.fields import PayloadField, check_metadata
-from models.corpus import CorpusHasher, Document, first_line_of, scan_corpus
+from models.corpus import RESERVED_KEYS, CorpusHasher, Document, first_line_of, json_object, scan_corpus
 from models.errors import InputError
+
+log = logging.getLogger(__name__)
 
 CHUNK = 10_000
 OFFSET_STRIDE = 64
@@ -51,11 +54,15 @@ def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = F
         lines.clear()
 
     count = 0
+    carried = dict.fromkeys((f.name for f in fields), 0)  # documents holding each declared field
     for lineno, offset, doc in scan_corpus(path, extra_metadata):
         if count % OFFSET_STRIDE == 0:
             offsets.append(offset)
         if fields and doc.metadata is not None:
-            check_metadata(doc.meta(), fields, f"{path}:{lineno}")
+            meta = doc.meta()
+            check_metadata(meta, fields, f"{path}:{lineno}")
+            for name in carried:
+                carried[name] += meta.get(name) is not None
         hasher.update(doc)
         batch.append(doc)
         lines.append(lineno)
@@ -64,7 +71,30 @@ def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = F
             flush()
     if batch:
         flush()
+    for name in (name for name, held in carried.items() if not held):
+        _check_empty_field(path, name, extra_metadata)
     return IngestedCorpus(path=Path(path), count=count, key=hasher.hexdigest(), offsets=offsets)
+
+
+def _check_empty_field(path: Path, name: str, extra_metadata: bool) -> None:
+    """A declared field no document holds: an InputError when the lines carry it at top level, which is metadata
+    only with --metadata-extra (the field would index nothing, silently); else a warning."""
+    line = None if extra_metadata or name in RESERVED_KEYS else _top_level_line(path, name)
+    if line is not None:
+        raise InputError(f"{path}:{line}: --field {name} is declared but no document's metadata holds {name!r}; "
+                         f"the lines carry {name!r} as a top-level key, which is metadata only with "
+                         "--metadata-extra: pass --metadata-extra, or move it into each line's 'metadata' object")
+    log.warning("--field %s: no document of %s holds it (the field is declared, and empty)", name, path)
+
+
+def _top_level_line(path: Path, name: str) -> int | None:
+    """The first line whose object holds `name` (not null) at top level, outside `metadata`; None if none does."""
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = raw.decode("utf-8")  # scan_corpus has read every line already: each decodes and parses
+            if line.strip() and json_object(line, f"{path}:{lineno}").get(name) is not None:
+                return lineno
+    return None
 
 
 class Passages(Sequence[str]):

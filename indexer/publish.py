@@ -4,7 +4,8 @@ Either way the bundle is staged beside its final name and renamed into place (mo
 A root's `CURRENT` pointer moves only after the new version is complete on disk, then old
 versions beyond `--keep` are pruned (never the current one), so a crash at any point leaves
 the service a complete bundle to follow. Placing, pointing and pruning hold the root's writer
-lock (indexer.rootlock), so `index current --set` or another build cannot interleave with them.
+lock (indexer.rootlock), so `index current --set` or another build cannot interleave with them, and a version is
+placed only while CURRENT still names the version it did when publishing began: a writer never undoes another's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from indexer.rootlock import root_lock
+from indexer.pause import pause
+from indexer.rootlock import check_base, current_name, root_lock
 from models.bundle.staging import check_target, staged
 from models.bundle.versions import check_version_name, list_versions, new_version_name, prune_versions, set_current
 from models.errors import InputError, TandemError
@@ -80,8 +82,12 @@ def _sigterm_as_exit() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def publish(target: Target) -> Iterator[tuple[Path, str | None]]:
-    """Yield (staging directory, version name or None); on success publish it, on failure remove it."""
+def publish(target: Target, what: str = "build") -> Iterator[tuple[Path, str | None]]:
+    """Yield (staging directory, version name or None); on success publish it, on failure remove it.
+
+    Into a root, the version is placed only if CURRENT still names what it named when `publish` began (under the
+    root's lock: indexer.rootlock.check_base); else StaleBase, naming both, and nothing is published. `what` names
+    the writer in that error."""
     target.check()
     if target.out is not None:
         with _sigterm_as_exit(), staged(Path(target.out), target.force) as staging:
@@ -91,6 +97,13 @@ def publish(target: Target) -> Iterator[tuple[Path, str | None]]:
     root = Path(target.root)
     version = target.version or new_version_name()
     root.mkdir(parents=True, exist_ok=True)
+    base = current_name(root)
+
+    @contextlib.contextmanager
+    def checked() -> Iterator[None]:  # the root's writer lock, then CURRENT still names the base
+        with root_lock(root):
+            check_base(root, base, what)
+            yield
 
     def point_and_prune() -> None:  # under the root's writer lock, right after the version is placed
         set_current(root, version)
@@ -100,7 +113,7 @@ def publish(target: Target) -> Iterator[tuple[Path, str | None]]:
             if removed:
                 log.info("pruned %d old version(s): %s", len(removed), ", ".join(removed))
 
-    with _sigterm_as_exit(), staged(root / version, force=False, lock=lambda: root_lock(root),
-                                    after=point_and_prune) as staging:
+    with _sigterm_as_exit(), staged(root / version, force=False, lock=checked, after=point_and_prune) as staging:
         yield staging, version
+        pause("publish")  # test-only; a no-op unless TANDEM_TEST_PAUSE_FIFO is set (indexer.pause)
     log.debug("versions under %s: %s", root, list_versions(root))

@@ -5,7 +5,8 @@ with a later segment's (models.bundle.lexical), so its first update writes every
 update did before segments: unchanged documents keep their vectors (from the embedding store entry of the base
 corpus, else from a full-dimension float index), only new or changed texts go through the teacher. Replaced
 documents keep their position, new ones are appended. The result is a one-segment bundle of today's format,
-which later updates change by segments (indexer.update).
+which later updates change by segments (indexer.update). Which bundles it converts is
+models.bundle.legacy.takes_segments (False: built before segments); the module says when both can go.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def rewrite(req: UpdateRequest, source_dir: Path) -> BundleManifest:
     try:
         base = bundle.manifest
         card, store, run = req.teacher_for(base)
-        with publish(req.target) as (staging, version):
+        with publish(req.target, what="update") as (staging, version):
             writer = DocstoreWriter(staging / DOCSTORE_FILE)
             try:
                 with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus_fh:

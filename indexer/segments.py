@@ -12,22 +12,21 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from indexer.changes import Changes
+from indexer.next_version import Vectors, with_fields, with_segments, with_tombstones
 from indexer.writer import Space, write_index
 from models.atomic import atomic_write
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.bundle.fields import PayloadInfo
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.lexical import build_lexical
 from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
 from models.bundle.payload_writer import write_payload
-from models.bundle.version import in_segment, tombstone_masks, tombstones_name
+from models.bundle.version import check_own_directories, in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
 from models.encoders.registry import sha256_file
 from models.errors import InputError
@@ -40,6 +39,7 @@ FLAT_SEGMENT_ROWS = 100_000  # a new segment up to this size is searched exactly
 
 def link_version(source: Path, manifest: BundleManifest, staging: Path) -> None:
     """Hard-link every file `manifest` lists from `source` into `staging`."""
+    check_own_directories(source, manifest)  # never a link through a directory that leads out of the version
     for name in manifest.files:
         target = staging / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -62,12 +62,6 @@ def segment_spec(manifest: BundleManifest, count: int) -> IndexSpec:
     if spec.type is IndexType.HNSW:
         return spec
     return resolve_spec(spec.type.value, manifest.quantization, count)
-
-
-# vectors(fresh documents, documents whose text did not change, their old (segment, row)s) → the full-dimension
-# unit vectors of both, fresh ones first; where they came from; how many texts the teacher encoded
-Vectors = Callable[[list[Document], list[Document], list[tuple[SegmentInfo, int]]],
-                   tuple[np.ndarray, EmbeddingSource, int]]
 
 
 @dataclass
@@ -127,7 +121,7 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
     live = sum(int((~m).sum()) for m in masks) + len(new)
     if not live:
         raise InputError("the update would delete every document; build a new bundle instead")
-    parts = [s.model_copy() for s in manifest.parts]
+    parts = list(manifest.parts)
     files = dict(manifest.files)
     for i, (segment, mask) in enumerate(zip(manifest.parts, masks, strict=True)):
         deleted = int(mask.sum())
@@ -144,8 +138,8 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
         files.update({f"{info.path}/{n}": sha256_file(staging / info.path / n) for n in names})
         metadata_fields.update(k for d in new for k in d.meta())
         payload = with_fields(manifest.payload, info.payload)
-    updated = manifest.model_copy(update={"segments": parts, "count": live, "files": files, "payload": payload,
-                                          "metadata_fields": sorted(metadata_fields)})
+    updated = with_segments(manifest, parts, count=live, files=files, payload=payload,
+                            metadata_fields=sorted(metadata_fields))
     return Applied(updated, counts, encoded, info)
 
 
@@ -169,7 +163,7 @@ def _tombstone(staging: Path, segment: SegmentInfo, mask: np.ndarray, files: dic
     if segment.tombstones is not None and segment.tombstones != name:
         files.pop(segment.tombstones, None)
     files[name] = sha256_file(path)
-    return segment.model_copy(update={"deleted": len(rows), "tombstones": name})
+    return with_tombstones(segment, len(rows), name)
 
 
 def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, manifest: BundleManifest,
@@ -196,14 +190,3 @@ def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, ma
     log.info("segment %s: %d documents", name, len(docs))
     return SegmentInfo(name=name, path=f"{SEGMENTS_DIRECTORY}/{name}", count=len(docs), index=spec, lexical=lexical,
                        payload=payload, embeddings=source, build_time=utc_now()), names
-
-
-def with_fields(version: PayloadInfo | None, segment: PayloadInfo | None) -> PayloadInfo | None:
-    """The version's payload schema once a segment joined it: its fields, then any the segment's documents brought
-    (a filter on such a field reads an older segment's docstore, which has no column for it)."""
-    if version is None or segment is None:
-        return version
-    known = {f.name for f in version.fields} | set(version.unindexed)
-    new = [f for f in segment.fields if f.name not in known]
-    unindexed = sorted(set(version.unindexed) | set(segment.unindexed))
-    return version.model_copy(update={"fields": [*version.fields, *new], "unindexed": unindexed})

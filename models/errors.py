@@ -15,3 +15,8 @@ class InputError(TandemError):
 
 class ModelNotFound(TandemError):
     """A model directory or weight package is missing; the message says what to install."""
+
+
+class DeadlineExceeded(TandemError):
+    """A search ran past its deadline: checked between segments and stages (models.search.query), so the worker it
+    held is free again; the service answers 503 with Retry-After."""

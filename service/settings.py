@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.encoders.precision import StudentPrecision
 from models.errors import InputError
+from models.search.filters import MAX_DEPTH, MAX_IN_VALUES, MAX_NODES, MAX_VALUES, FilterLimits
 
 LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
 ENV_PREFIX = "TANDEM_"
@@ -45,6 +46,7 @@ def check_unique(specs: list[CollectionSpec] | tuple[CollectionSpec, ...]) -> No
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise ValueError(f"collection {dup!r} is declared twice")
+MAX_FILTER_DEPTH = 64  # TANDEM_MAX_FILTER_DEPTH is at most this: a body's JSON nesting stays far below any parser's
 
 
 class ServiceSettings(BaseSettings):
@@ -85,6 +87,15 @@ class ServiceSettings(BaseSettings):
         10_000, ge=1, description="Most hits in one answer (queries × top_k): bounds the work and the body size.",
     )
     max_query_chars: int = Field(2048, ge=1)
+    max_query_terms: int = Field(128, ge=1, description="Most distinct stems a lexical or hybrid query may hold "
+                                 "(each is scored over its postings in every segment); beyond, 422.")
+    max_filter_depth: int = Field(MAX_DEPTH, ge=1, le=MAX_FILTER_DEPTH, description="Most levels of and/or/not in a "
+                                  "filter; a body's JSON may nest at most 2 × this + 8 levels (422 beyond, before "
+                                  "it is parsed).")
+    max_filter_conditions: int = Field(MAX_NODES, ge=1, description="Most conditions and combinators in a filter.")
+    max_in_values: int = Field(MAX_IN_VALUES, ge=1, description="Most values in one `in` list of a filter.")
+    max_filter_values: int = Field(MAX_VALUES, ge=1, description="Most values in a whole filter (each eq counts one, "
+                                   "each in its list's length).")
     max_top_k: int = Field(1000, ge=1)
     default_top_k: int = Field(10, ge=1)
     binary_oversample: int = Field(4, ge=1, description="Hamming candidates per hit before int8 rescoring.")
@@ -166,6 +177,17 @@ class ServiceSettings(BaseSettings):
         """What POST /search, GET /index and /admin/reload act on: 'default', or the only collection; else None."""
         names = [spec.name for spec in self.collection_specs()]
         return DEFAULT if DEFAULT in names else names[0] if len(names) == 1 else None
+
+    @property
+    def filter_limits(self) -> FilterLimits:
+        return FilterLimits(depth=self.max_filter_depth, nodes=self.max_filter_conditions,
+                            in_values=self.max_in_values, values=self.max_filter_values)
+
+    @property
+    def max_json_depth(self) -> int:
+        """How deep a request body's JSON may nest: enough for the deepest filter allowed (an and/or level is an
+        object and a list), checked on the bytes before any parser recurses into them."""
+        return 2 * self.max_filter_depth + 8
 
     def oversubscribed(self, cores: int) -> str | None:
         """A warning when the threads that encode, over all processes, outnumber `cores`; None otherwise. Each

@@ -347,6 +347,8 @@ def index_follow(
     no_compact: Annotated[bool, typer.Option("--no-compact", help="Never compact: leave it to `tandem index "
                                                                    "compact`.")] = False,
     once: Annotated[bool, typer.Option(help="Apply what is pending, then exit.")] = False,
+    batch_files: Annotated[int, typer.Option(help="At most this many change files (a segment each) per version; a "
+                                                  "backlog is published in several.")] = 16,
     keep: KeepOpt = None,
     teacher: TeacherOpt = None,
     batch_size: BatchSizeOpt = 32,
@@ -356,11 +358,14 @@ def index_follow(
     """Apply change files as they arrive, one segment each, publishing at most once per --interval."""
     from indexer.follow import FollowRequest, follow
 
-    applied = follow(FollowRequest(root=root, changes_dir=changes_dir, interval_s=interval,
-                                   max_segments=compact_segments, max_deleted=compact_deleted,
-                                   compact=not no_compact, once=once, keep=keep, teacher=teacher,
-                                   batch_size=batch_size, device=device, shard_size=shard_size))
-    typer.echo(f"applied {applied} change files to {root}")
+    report = follow(FollowRequest(root=root, changes_dir=changes_dir, interval_s=interval,
+                                  max_segments=compact_segments, max_deleted=compact_deleted,
+                                  compact=not no_compact, once=once, max_files=batch_files, keep=keep,
+                                  teacher=teacher, batch_size=batch_size, device=device, shard_size=shard_size))
+    typer.echo(f"applied {report.applied} change files to {root} in {report.versions} versions")
+    if report.late:
+        typer.echo(f"warning: {len(report.late)} change files arrived sorting before the last applied one and were "
+                   f"never applied: {', '.join(report.late)}", err=True)
 
 
 @index_app.command("verify")

@@ -44,7 +44,7 @@ from models.encoders.registry import (
     write_card,
 )
 from models.errors import InputError, ModelNotFound
-from models.paths import models_dir
+from models.paths import is_plain_name, models_dir
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,14 @@ def _stored_at(store: Path, name: str) -> Path:
     return store / name.replace("/", "--")
 
 
+def _check_name(name: str) -> None:
+    """A model the store is to hold (and `--force` to replace) is one plain entry of it: never `..`, `.`, a hidden
+    or an absolute name, so replacing it never removes more than that model."""
+    if not is_plain_name(name.replace("/", "--")):
+        raise InputError(f"model name {name!r}: use letters, digits, '.', '_', '-' (and one '/' of a hub id), "
+                         "starting with a letter or digit")
+
+
 def _check_role(role: str) -> None:
     if role not in ROLES:
         raise InputError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
@@ -262,6 +270,7 @@ def install_model(transfer: Transfer, name: str, role: str, overrides: Overrides
     _check_role(role)
     store = models_dir()
     store.mkdir(parents=True, exist_ok=True)
+    _check_name(name)
     target = _stored_at(store, name)
     if target.exists() and not force:
         raise InputError(f"{target} is already provisioned; pass --force to replace it")
@@ -288,6 +297,7 @@ def add(source: Path, role: str, name: str | None = None, overrides: Overrides |
     _check_role(role)
     source = Path(source)
     name = name or source.resolve().name
+    _check_name(name)
     target = _stored_at(models_dir(), name)
     if source.resolve() != target.resolve():
         return install_model(_copy_from(source), name, role, overrides, force)

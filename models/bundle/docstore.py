@@ -117,9 +117,14 @@ class DocStore:
     def __init__(self, path: Path) -> None:
         # Percent-encoded, so a `#`, `?` or `%` in the path cannot end it early and drop `mode=ro` (SQLite
         # would then open, or create, another file read-write).
-        uri = f"{Path(path).absolute().as_uri()}?mode=ro"
-        self._con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        self._uri = f"{Path(path).absolute().as_uri()}?mode=ro"
+        self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
         self._lock = threading.Lock()
+        # a filter's scan of the metadata (rows_where) runs on a connection of its own, opened when first needed,
+        # so that it never holds the lock every document fetch takes
+        self._scan_con: sqlite3.Connection | None = None
+        self._scan_lock = threading.Lock()
+        self.scans = 0  # scans run so far (tests count them)
         columns = {r[1] for r in self._con.execute("PRAGMA table_info(docs)")}
         self.has_metadata = "metadata" in columns
         self._cols = "id, title, text, " + ("metadata" if self.has_metadata else "NULL")
@@ -160,8 +165,11 @@ class DocStore:
         """Rows (ascending int64) whose metadata satisfies a compiled filter (models.search.filters)."""
         if not self.has_metadata:
             return np.zeros(0, dtype=np.int64)
-        with self._lock:
-            found = self._con.execute(f"SELECT row FROM docs WHERE {sql} ORDER BY row", list(params)).fetchall()
+        with self._scan_lock:
+            if self._scan_con is None:
+                self._scan_con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
+            self.scans += 1
+            found = self._scan_con.execute(f"SELECT row FROM docs WHERE {sql} ORDER BY row", list(params)).fetchall()
         return np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
 
     def metadata_fields(self) -> list[str]:
@@ -184,3 +192,6 @@ class DocStore:
 
     def close(self) -> None:
         self._con.close()
+        with self._scan_lock:
+            if self._scan_con is not None:
+                self._scan_con.close()

@@ -20,7 +20,8 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,11 @@ class Analyzer:
         words = [w for w in _WORD.findall(text.lower()) if w not in self._stopwords]
         with self._lock:
             return list(self._stemmer.stemWords(words))
+
+    def terms(self, text: str) -> Counter[str]:
+        """A query's distinct stems with how often each occurs, in the order they first occur: each is scored
+        once, its score times its count (a repeated word costs nothing more)."""
+        return Counter(s for s in self.stems(text) if s != _EMPTY)
 
 
 def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo | None = None) -> tuple[
@@ -167,27 +173,46 @@ class Lexical:
         self.parts = list(parts)
         self.documents = sum(p.live for p in self.parts)
         self.avg_length = sum(p.live_length() for p in self.parts) / max(1, self.documents)
+        self._scored = 0  # postings scored since loading: the work a query costs, which tests bound by counting
+        self._scored_lock = threading.Lock()
 
-    def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
+    @property
+    def postings_scored(self) -> int:
+        """Postings scored by every search of this index so far."""
+        with self._scored_lock:
+            return self._scored
+
+    def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None],
+               check: Callable[[], None] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per part, its top-k (scores, rows) among its `allowed` rows (live ones: the caller has left the deleted
         rows out), or among all its live rows when None, best first; documents that share no stem with the query
-        are not hits."""
-        stems = [s for s in self.analyzer.stems(query) if s != _EMPTY]
+        are not hits. Each distinct stem is scored once, weighted by its count in the query; `check` runs before
+        each part (it raises to stop a search past its deadline)."""
+        terms = self.analyzer.terms(query)
+        stems, counts = list(terms), [np.float32(c) for c in terms.values()]
         found = [[p.index.postings(s) for s in stems] for p in self.parts]
         idf = self._idf(stems, found)
         k1, b = self.info.k1, self.info.b
         out = []
+        scored = 0
         for part, postings, rows_allowed in zip(self.parts, found, allowed, strict=True):
+            if check is not None:
+                check()
             scores = np.zeros(part.index.count, dtype=np.float32)
             lengths = part.index.lengths
-            for weight, (rows, tf) in zip(idf, postings, strict=True):
+            for weight, count, (rows, tf) in zip(idf, counts, postings, strict=True):
                 if len(rows) == 0:
                     continue
                 # bm25s's arithmetic, so that its ties stay ties: each term's score in float64 from a float32 idf,
-                # rounded to float32, then summed in float32 in the query's order
+                # rounded to float32, then summed in float32 in the query's order; a repeated stem's score times its
+                # count, where bm25s adds it again (equal within a float32 rounding)
                 norm = k1 * ((1 - b) + b * np.asarray(lengths[rows], dtype=np.float64) / self.avg_length)
-                scores[rows] += (np.float64(np.float32(weight)) * (tf / (norm + tf))).astype(np.float32)
+                term = (np.float64(np.float32(weight)) * (tf / (norm + tf))).astype(np.float32)
+                scores[rows] += term if count == 1 else term * count
+                scored += len(rows)
             out.append(_best(scores, part.deleted, rows_allowed, k))
+        with self._scored_lock:
+            self._scored += scored
         return out
 
     def _idf(self, stems: list[str], found: list[list[tuple[np.ndarray, np.ndarray]]]) -> list[float]:
@@ -226,8 +251,10 @@ class Bm25sIndex:
         self.vocab: dict[str, int] = self.retriever.vocab_dict
         self.count = int(self.retriever.scores["num_docs"])
 
-    def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """As `Lexical.search`, for the one part such a bundle has."""
+    def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None],
+               check: Callable[[], None] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """As `Lexical.search`, for the one part such a bundle has (its scores are bm25s's: a repeated stem is
+        scored again, as the bundle was built to)."""
         ids = [self.vocab[s] for s in self.analyzer.stems(query) if s in self.vocab and s != _EMPTY]
         scores = np.asarray(self.retriever.get_scores_from_ids(ids), dtype=np.float32) if ids \
             else np.zeros(self.count, dtype=np.float32)

@@ -17,6 +17,7 @@ from models.bundle.index_spec import IndexSpec, Quantization
 from models.bundle.rotation import Rotation
 from models.contract import TeacherRef
 from models.manifest_io import utc_now
+from models.paths import is_plain_name
 
 BUNDLE_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
@@ -37,6 +38,13 @@ class EmbeddingSource(BaseModel):
                                   "bf16 or fp16; absent in older bundles and for imports")
     device: str | None = Field(default=None, description="the torch device type the teacher ran on")
     engine: str | None = Field(default=None, description="local or ray")
+
+    @field_validator("store_key")
+    @classmethod
+    def _plain_key(cls, key: str | None) -> str | None:
+        if key is not None and not is_plain_name(key):  # a directory name in the embedding store
+            raise ValueError(f"embedding-store key {key!r}: letters, digits, '.', '_' and '-' only")
+        return key
 
 
 class CorpusInfo(BaseModel):
@@ -125,6 +133,31 @@ class SegmentInfo(BaseModel):
     build_time: str = Field(default_factory=utc_now)
     changes: list[str] = Field(default_factory=list, description="the change files folded into this segment "
                                "(`tandem index follow`)")
+
+    # Each is joined to the version's directory: checked like version names, so `../x` never reaches a path.
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, name: str) -> str:
+        if not is_plain_name(name):
+            raise ValueError(f"segment name {name!r}: use letters, digits, '.', '_' and '-' (as version names)")
+        return name
+
+    @field_validator("path")
+    @classmethod
+    def _own_path(cls, path: str) -> str:
+        parts = path.split("/")
+        if path != "." and not (len(parts) == 2 and parts[0] == SEGMENTS_DIRECTORY and is_plain_name(parts[1])):
+            raise ValueError(f"segment path {path!r}: '.' or {SEGMENTS_DIRECTORY}/NAME, NAME a plain name")
+        return path
+
+    @field_validator("tombstones")
+    @classmethod
+    def _tombstones_file(cls, name: str | None) -> str | None:
+        parts = (name or "").split("/")
+        if name is not None and not (len(parts) == 2 and parts[0] == TOMBSTONES_DIRECTORY
+                                     and parts[1].endswith(".npy") and is_plain_name(parts[1])):
+            raise ValueError(f"tombstones {name!r}: {TOMBSTONES_DIRECTORY}/NAME.npy, NAME a plain name")
+        return name
 
     @property
     def live(self) -> int:

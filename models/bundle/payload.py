@@ -5,7 +5,9 @@ A condition is a few contiguous slices of a column's `rows` (models.bundle.paylo
 binary search: equality and `in` on keywords take their values' posting lists, a range the run of sorted values
 between its bounds. The slices are scattered into the mask, or, when they hold most rows, what they leave out is
 cleared from a full mask instead; `and`, `or` and `not` are numpy's boolean operations. A condition on a key the
-index does not hold (its values have no single type) asks `fallback`, the docstore's SQL for that condition.
+index leaves out (its values have no single type: `PayloadInfo.unindexed`) asks `fallback`, the docstore's SQL for
+that condition; a key the segment's schema lacks altogether (a field a later segment added) is absent from every
+row, answered without reading anything.
 Nothing is parsed per row per request, and RAM holds no column: the arrays are pages of the bundle's files.
 
 The semantics are the JSON path's (models.search.filters), with the two the types add: a keyword-list matches when
@@ -17,6 +19,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -158,6 +161,15 @@ class PayloadIndex:
     def __init__(self, directory: Path, info: PayloadInfo, count: int) -> None:
         self.info, self.count = info, count
         self.columns = {f.name: Column(Path(directory), i, f, count) for i, f in enumerate(info.fields)}
+        self.unindexed = frozenset(info.unindexed)
+        self._looked_up = 0  # filter values looked up in the columns since loading (tests bound work by it)
+        self._looked_up_lock = threading.Lock()
+
+    @property
+    def values_looked_up(self) -> int:
+        """Values of eq and in conditions looked up in this index's columns so far."""
+        with self._looked_up_lock:
+            return self._looked_up
 
     def evaluate(self, tree: tuple[Any, ...], fallback: Fallback) -> np.ndarray:
         """The row mask of a parsed filter (models.search.filters' tree): a new array the caller owns."""
@@ -173,7 +185,15 @@ class PayloadIndex:
                 combine(mask, self.evaluate(part, fallback), out=mask)
             return mask
         column = self.columns.get(tree[1])
-        return fallback(tree) if column is None else column.mask(tree)
+        if column is not None:
+            if op in ("eq", "in"):
+                with self._looked_up_lock:
+                    self._looked_up += 1 if op == "eq" else len(tree[2])
+            return column.mask(tree)
+        if tree[1] in self.unindexed:
+            return fallback(tree)
+        # no row of this segment holds the key: it exists nowhere and equals nothing
+        return np.full(self.count, op == "exists" and not tree[2], dtype=bool)
 
     def check(self) -> None:
         for column in self.columns.values():

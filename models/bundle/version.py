@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle.docstore import DOCSTORE_FILE, DocStore
-from models.bundle.fields import PayloadInfo
 from models.bundle.index_spec import Quantization
 from models.bundle.integrity import Verification, Verified, load_checked_array, verify_files
+from models.bundle.legacy import open_lexical, segment_payload, whole_bm25s
 from models.bundle.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
 from models.bundle.manifest import BUNDLE_MANIFEST, TOMBSTONES_DIRECTORY, BundleManifest, FusionSpec, SegmentInfo
 from models.bundle.payload import PayloadIndex
@@ -80,14 +80,6 @@ def tombstones_name(segment: SegmentInfo) -> str:
     return f"{TOMBSTONES_DIRECTORY}/{segment.name}.npy"
 
 
-def segment_payload(manifest: BundleManifest, segment: SegmentInfo) -> PayloadInfo | None:
-    """The payload index a segment holds: its own, or for a version's first segment the manifest's (bundles made
-    before segments held one payload index, the bundle's)."""
-    if segment.payload is not None or segment.path != ".":
-        return segment.payload
-    return manifest.payload
-
-
 def required_files(manifest: BundleManifest) -> list[str]:
     """Every file the loader reads for this manifest: each must be listed (and so checksummed) in `files`."""
     names = []
@@ -135,10 +127,22 @@ def _check_listed(directory: Path, manifest: BundleManifest) -> None:
     if sum(s.live for s in manifest.parts) != manifest.count:
         raise ContractMismatch(f"{directory}: the segments hold {sum(s.live for s in manifest.parts)} live documents, "
                                f"the manifest says {manifest.count}")
+    check_own_directories(directory, manifest)
     for name in manifest.files:
         path = directory / name
         if path.is_symlink() or (path.exists() and not path.is_file()):
             raise ContractMismatch(f"{directory}: {name} is not a regular file of the bundle")
+
+
+def check_own_directories(directory: Path, manifest: BundleManifest) -> None:
+    """Every directory the manifest's files lie in (lexical/, payload/, segments/NAME/, tombstones/) is the
+    version's own: a symbolic link to a directory elsewhere would have the loader read, and a writer hard-link,
+    files from outside the version."""
+    inside = {"/".join(parts[:i]) for parts in (n.split("/") for n in manifest.files) for i in range(1, len(parts))}
+    for name in sorted(inside):
+        if (directory / name).is_symlink():
+            raise ContractMismatch(f"{directory}: {name}/ is a symbolic link; a version's directories must be its "
+                                   "own (copy the directory in, or publish the version again)")
 
 
 def reread_files(manifest: BundleManifest) -> list[str]:
@@ -211,7 +215,7 @@ class Segment:
             raise ContractMismatch(f"{self.directory}: {DOCSTORE_FILE} holds {rows} documents, manifest says "
                                    f"{info.count}")
         try:
-            self.lexical = _open_lexical(self.directory, info) if lexical else None
+            self.lexical = open_lexical(self.directory, info) if lexical else None
         except (ValueError, OSError, KeyError) as exc:
             self.docs.close()
             log.error("%s: unreadable lexical index: %s", self.directory, exc)
@@ -242,14 +246,6 @@ class Segment:
             last = self._users == 0
         if last:
             self.docs.close()
-
-
-def _open_lexical(directory: Path, info: SegmentInfo) -> PostingsIndex | Bm25sIndex | None:
-    if info.lexical is None or not (directory / LEXICAL_DIR).is_dir():
-        return None
-    if info.lexical.engine == "postings":
-        return PostingsIndex(directory, info.lexical)
-    return Bm25sIndex(directory, info.lexical)
 
 
 def _tombstones(directory: Path, info: SegmentInfo, files: Mapping[str, str]) -> np.ndarray | None:
@@ -332,8 +328,9 @@ class Bundle:
         indexes = [s.lexical for s in self.segments]
         if any(i is None for i in indexes):
             return None
-        if len(indexes) == 1 and isinstance(indexes[0], Bm25sIndex):
-            return indexes[0]
+        whole = whole_bm25s(indexes)
+        if whole is not None:
+            return whole
         if not all(isinstance(i, PostingsIndex) for i in indexes):
             raise ContractMismatch(f"{self.directory}: a version of several segments needs postings in each (its "
                                    "first was built before segments): compact it with `tandem index compact`")

@@ -9,7 +9,6 @@ plain file (not a symlink) survives copies, archives and read-only volume mounts
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import uuid
 from datetime import UTC, datetime
@@ -18,9 +17,9 @@ from pathlib import Path
 from models.atomic import atomic_write
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.errors import ContractMismatch
+from models.paths import is_plain_name
 
 POINTER = "CURRENT"
-_VERSION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 def is_bundle_root(path: Path) -> bool:
@@ -33,7 +32,7 @@ def new_version_name() -> str:
 
 
 def check_version_name(name: str) -> str:
-    if not _VERSION_NAME.match(name):
+    if not is_plain_name(name):
         raise ContractMismatch(f"invalid bundle version name {name!r}: use letters, digits, '.', '_' and '-'")
     return name
 
@@ -73,7 +72,7 @@ def list_versions(root: Path) -> list[str]:
         return []
     return sorted(
         p.name for p in root.iterdir()
-        if p.is_dir() and _VERSION_NAME.match(p.name) and (p / BUNDLE_MANIFEST).is_file()
+        if p.is_dir() and is_plain_name(p.name) and (p / BUNDLE_MANIFEST).is_file()
     )
 
 

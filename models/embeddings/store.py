@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 from models.atomic import atomic_write
 from models.embeddings.shard_log import ShardEvent, ShardLog, ShardRecord, entry_lock, now
 from models.encoders.registry import sha256_file
-from models.paths import embeddings_dir
+from models.errors import ContractMismatch
+from models.paths import embeddings_dir, is_plain_name
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,9 @@ class EmbeddingStore:
         self.shard_size = shard_size
 
     def entry(self, key: str) -> Path:
+        """The entry's directory; a key (read from a bundle's manifest, too) that is not a plain name is refused."""
+        if not is_plain_name(key):
+            raise ContractMismatch(f"embedding-store key {key!r}: letters, digits, '.', '_' and '-' only")
         return self.root / key
 
     def _entry_shard_size(self, entry: Path) -> int:

@@ -14,10 +14,16 @@ keyword-list field matches when any element does and a datetime field compares i
 and keys the index leaves out, run the SQL here in the docstore (SQLite's JSON functions over the metadata
 column), so choosing the matching rows never loads documents. `Filter.matches` is the same semantics in
 Python, typed fields included: tests check the others against it.
+
+A filter is bounded before any work (`FilterLimits`): its depth, its conditions, the values of one `in` list and
+of the whole filter; an `in` list's values are deduplicated as it is parsed. A value SQLite or the payload index
+could not hold (a non-finite number, an integer past 64 bits, a string that is not valid Unicode) is refused
+with its path. The SQL is compiled only where a segment needs it (`Filter.sql`), on the worker that searches.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -29,6 +35,18 @@ _RANGE = ("gt", "gte", "lt", "lte")
 _SQL_OP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 MAX_NODES = 256  # conditions and combinators in one filter
 MAX_DEPTH = 16
+MAX_IN_VALUES = 1024  # values of one `in` list
+MAX_VALUES = 4096  # values of a whole filter (each eq one, each in its list's length)
+
+
+@dataclass(frozen=True)
+class FilterLimits:
+    """How large a filter may be, checked while it is parsed (the service takes them from its settings)."""
+
+    depth: int = MAX_DEPTH
+    nodes: int = MAX_NODES
+    in_values: int = MAX_IN_VALUES
+    values: int = MAX_VALUES
 
 
 class FilterError(ValueError):
@@ -59,65 +77,101 @@ def _is_date(value: object) -> bool:
 _INT64 = (-(2**63), 2**63 - 1)
 
 
+def valid_text(value: str) -> bool:
+    """Whether a string is valid Unicode: JSON's escapes can spell a lone surrogate, which neither UTF-8 (SQLite,
+    the payload dictionaries) nor an answer can hold."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _json_kind(value: object) -> str:
     """The kind a value has in JSON, as SQLite's json_type names it (integer and real are both 'number');
-    'other' for what a filter cannot hold (an integer SQLite cannot bind, a NaN, a list)."""
+    'other' for what a filter cannot hold (an integer SQLite cannot bind, a non-finite number, a string that is
+    not valid Unicode, a list)."""
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, int) and not _INT64[0] <= value <= _INT64[1]:
         return "other"
-    if isinstance(value, float) and value != value:
+    if isinstance(value, float) and not math.isfinite(value):
         return "other"
     if _is_number(value):
         return "number"
     if isinstance(value, str):
-        return "text"
+        return "text" if valid_text(value) else "other"
     return "other"
 
 
 @dataclass(frozen=True)
 class Filter:
-    """A checked filter: its SQL over the `metadata` column, and its canonical form (hashable)."""
+    """A checked filter in its canonical form (hashable: the batcher groups requests by it)."""
 
-    sql: str
-    params: tuple[Any, ...]
     tree: tuple[Any, ...]
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """Its SQL over the docstore's `metadata` column and the parameters: compiled on demand, for a segment
+        without a payload index (older bundles)."""
+        return _sql(self.tree)
 
     def matches(self, metadata: dict[str, Any], types: Mapping[str, FieldType] | None = None) -> bool:
         """Whether one document's metadata passes; `types`: the bundle's payload fields (lists and datetimes)."""
         return _match(self.tree, metadata, types or {})
 
 
-def parse_filter(obj: object, fields: set[str] | frozenset[str]) -> Filter:
-    """Check `obj` against the grammar and the known `fields`; raise FilterError naming the problem."""
-    counter = [0]
-    tree = _parse(obj, (), fields, counter, 0)
-    sql, params = _sql(tree)
-    return Filter(sql=sql, params=tuple(params), tree=tree)
+def parse_filter(obj: object, fields: set[str] | frozenset[str], limits: FilterLimits | None = None) -> Filter:
+    """Check `obj` against the grammar, the known `fields` and the `limits`; raise FilterError naming the problem."""
+    return Filter(tree=_Parser(fields, limits or FilterLimits()).parse(obj, (), 0))
 
 
-def _parse(obj: object, path: tuple[str | int, ...], fields: set[str] | frozenset[str], counter: list[int],
-           depth: int) -> tuple[Any, ...]:
-    counter[0] += 1
-    if counter[0] > MAX_NODES or depth > MAX_DEPTH:
-        raise FilterError(path, f"filter is too large (at most {MAX_NODES} conditions, {MAX_DEPTH} levels deep)")
-    if not isinstance(obj, dict):
-        raise FilterError(path, "a filter must be a JSON object")
-    logic = [k for k in ("and", "or", "not") if k in obj]
-    if logic:
+class _Parser:
+    """One filter's parse: the fields it may name, its limits, and what it has used of them so far."""
+
+    def __init__(self, fields: set[str] | frozenset[str], limits: FilterLimits) -> None:
+        self.fields, self.limits = fields, limits
+        self.nodes = self.values = 0
+
+    def parse(self, obj: object, path: tuple[str | int, ...], depth: int) -> tuple[Any, ...]:
+        self.nodes += 1
+        if self.nodes > self.limits.nodes or depth > self.limits.depth:
+            raise FilterError(path, f"filter is too large (at most {self.limits.nodes} conditions, "
+                              f"{self.limits.depth} levels deep)")
+        if not isinstance(obj, dict):
+            raise FilterError(path, "a filter must be a JSON object")
+        logic = [k for k in ("and", "or", "not") if k in obj]
+        if not logic:
+            return self.count(_condition(obj, path, self.fields, self.limits), path)
         if len(obj) != 1:
             raise FilterError(path, f"'{logic[0]}' must be the only key of its object")
         key = logic[0]
         if key == "not":
-            return ("not", _parse(obj["not"], (*path, "not"), fields, counter, depth + 1))
+            return ("not", self.parse(obj["not"], (*path, "not"), depth + 1))
         items = obj[key]
         if not isinstance(items, list) or not items:
             raise FilterError((*path, key), f"'{key}' takes a non-empty list of filters")
-        return (key, tuple(_parse(x, (*path, key, i), fields, counter, depth + 1) for i, x in enumerate(items)))
-    return _condition(obj, path, fields)
+        if self.nodes + len(items) > self.limits.nodes:  # refused before any item is looked at
+            raise FilterError((*path, key), f"filter is too large (at most {self.limits.nodes} conditions)")
+        return (key, tuple(self.parse(x, (*path, key, i), depth + 1) for i, x in enumerate(items)))
+
+    def count(self, leaf: tuple[Any, ...], path: tuple[str | int, ...]) -> tuple[Any, ...]:
+        """A condition, once its values fit the filter's total."""
+        self.values += len(leaf[2]) if leaf[0] == "in" else 1
+        if self.values > self.limits.values:
+            raise FilterError(path, f"filter has more than {self.limits.values} values in all")
+        return leaf
 
 
-def _condition(obj: dict[str, Any], path: tuple[str | int, ...], fields: set[str] | frozenset[str]) -> tuple[Any, ...]:
+def _unique(values: list[Any]) -> tuple[Any, ...]:
+    """An `in` list's values, each once (in first-seen order): 1 and 1.0 are one value, true and 1 are two."""
+    seen: dict[tuple[str, Any], Any] = {}
+    for value in values:
+        seen.setdefault((_json_kind(value), value), value)
+    return tuple(seen.values())
+
+
+def _condition(obj: dict[str, Any], path: tuple[str | int, ...], fields: set[str] | frozenset[str],
+               limits: FilterLimits) -> tuple[Any, ...]:
     name = obj.get("field")
     if not isinstance(name, str):
         raise FilterError((*path, "field"), "a condition needs 'field' (a metadata key), or use and/or/not")
@@ -137,13 +191,15 @@ def _condition(obj: dict[str, Any], path: tuple[str | int, ...], fields: set[str
     if "eq" in ops:
         value = obj["eq"]
         if _json_kind(value) == "other":
-            raise FilterError((*path, "eq"), "eq takes a string, number or boolean")
+            raise FilterError((*path, "eq"), "eq takes a string, a finite number or a boolean")
         return ("eq", name, value)
     if "in" in ops:
         values = obj["in"]
+        if isinstance(values, list) and len(values) > limits.in_values:  # refused before any value is looked at
+            raise FilterError((*path, "in"), f"in takes at most {limits.in_values} values, got {len(values)}")
         if not isinstance(values, list) or not values or any(_json_kind(v) == "other" for v in values):
-            raise FilterError((*path, "in"), "in takes a non-empty list of strings, numbers or booleans")
-        return ("in", name, tuple(values))
+            raise FilterError((*path, "in"), "in takes a non-empty list of strings, finite numbers or booleans")
+        return ("in", name, _unique(values))
     if "exists" in ops:
         if not isinstance(obj["exists"], bool):
             raise FilterError((*path, "exists"), "exists takes true or false")
@@ -152,7 +208,7 @@ def _condition(obj: dict[str, Any], path: tuple[str | int, ...], fields: set[str
     kinds = {"number" if _is_number(v) else "date" if _is_date(v) else "bad" for v in bounds.values()}
     for k, v in bounds.items():
         if not ((_is_number(v) and _json_kind(v) == "number") or _is_date(v)):
-            raise FilterError((*path, k), f"{k} takes a number or an ISO 8601 date, got {v!r}")
+            raise FilterError((*path, k), f"{k} takes a finite number or an ISO 8601 date, got {v!r}")
     if len(kinds) != 1:
         raise FilterError(path, "range bounds must all be numbers or all be dates")
     return ("range", name, kinds.pop(), tuple(sorted(bounds.items())))

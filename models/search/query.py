@@ -19,13 +19,16 @@ those rows, so a page fills whenever enough documents match:
 
 Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
 float query against the int8 vectors (memory-mapped from disk).
+
+A search with a deadline (`SearchOptions.deadline`) checks it before each segment's filter, dense and BM25 pass
+and before fetching documents, and stops with DeadlineExceeded past it, so its worker is free again.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +37,7 @@ import numpy as np
 
 from models.bundle.first_stage import hamming_top, sign_codes, stored_codes
 from models.bundle.index_spec import Quantization
+from models.bundle.legacy import has_payload_index
 from models.bundle.lexical import top_k
 from models.bundle.manifest import FusionMethod, FusionSpec
 from models.bundle.quantize import int8_decode
@@ -41,6 +45,7 @@ from models.bundle.rows import Allowed, row_mask
 from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.contract import truncate
 from models.corpus import Document
+from models.errors import DeadlineExceeded
 from models.search.filters import Filter, sql_of
 from models.search.fusion import fuse
 from models.search.planner import Planner
@@ -81,6 +86,9 @@ class SearchOptions:
     fusion: FusionMethod | None = None  # None: the bundle's default
     alpha: float | None = None
     filter: Filter | None = None
+    # time.monotonic() past which the search stops between segments and stages (`DeadlineExceeded`); not part of
+    # the options' identity, so requests with different deadlines still share a search
+    deadline: float | None = field(default=None, compare=False)
 
     @property
     def needs_vectors(self) -> bool:
@@ -101,18 +109,39 @@ def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
     return spec
 
 
-def allowed_rows(bundle: Bundle, flt: Filter | None) -> list[Allowed | None]:
+Check = Callable[[], None]  # called between segments and stages: raises to stop a search (DeadlineExceeded)
+
+
+def _unbounded() -> None:
+    """The check of a search without a deadline."""
+
+
+def deadline_check(deadline: float | None) -> Check:
+    """A check that raises DeadlineExceeded once time.monotonic() is past `deadline` (never, for None), so a search
+    that ran out of time frees its worker between two segments or stages instead of running to its end."""
+    if deadline is None:
+        return _unbounded
+
+    def check() -> None:
+        if time.monotonic() > deadline:
+            raise DeadlineExceeded("the search ran past the request's deadline")
+
+    return check
+
+
+def allowed_rows(bundle: Bundle, flt: Filter | None, check: Check = _unbounded) -> list[Allowed | None]:
     """Per segment, the rows a search may return: those a filter allows less the segment's deleted ones, or
     without a filter its live rows (None where it has no deleted row: every row). A filter is evaluated on each
     segment's payload index, or through its docstore's SQL for a segment without one (older bundles) and for a
     key the index leaves out."""
-    return list(bundle.live) if flt is None else list(_filtered_live(bundle, flt))
+    return list(bundle.live) if flt is None else list(_filtered_live(bundle, flt, check))
 
 
-def _filtered_live(bundle: Bundle, flt: Filter) -> list[Allowed]:
+def _filtered_live(bundle: Bundle, flt: Filter, check: Check = _unbounded) -> list[Allowed]:
     """Per segment, the rows a filter allows, less the segment's deleted ones (its cached live mask)."""
     out = []
     for segment, live in zip(bundle.segments, bundle.live, strict=True):
+        check()
         mask = _filtered(segment, flt)
         if live is not None:
             mask &= live.mask  # the filter's mask is this search's own; the live mask is the bundle's, left as it is
@@ -123,8 +152,8 @@ def _filtered_live(bundle: Bundle, flt: Filter) -> list[Allowed]:
 def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
     """The mask of the segment's rows a filter allows, deleted ones included: a new array the caller owns."""
     count = segment.count
-    if segment.payload is None:
-        return row_mask(segment.docs.rows_where(flt.sql, flt.params), count)
+    if not has_payload_index(segment.payload):  # built before payload indexes (models.bundle.legacy)
+        return row_mask(segment.docs.rows_where(*flt.sql()), count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
         return row_mask(segment.docs.rows_where(*sql_of(leaf)), count)
@@ -139,12 +168,15 @@ def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
 
 
 def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Sequence[Allowed | None],
-                     oversample: int, planner: Planner | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     oversample: int, planner: Planner | None = None,
+                     check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (scores, version rows) of one query vector over every segment, each restricted to its
     `allowed` rows (models.search.planner chooses how); deleted rows are never candidates."""
     q = rotate(query[None, :], bundle.rotation)
-    found = [_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner())
-             for segment, rows in zip(bundle.segments, allowed, strict=True)]
+    found = []
+    for segment, rows in zip(bundle.segments, allowed, strict=True):
+        check()
+        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner()))
     return merge(found, bundle.bases, depth)
 
 
@@ -195,19 +227,20 @@ def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int, rows: 
     return best_s, best_r
 
 
-def lexical_candidates(bundle: Bundle, query: str, depth: int,
-                       allowed: Sequence[Allowed | None]) -> tuple[np.ndarray, np.ndarray]:
+def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence[Allowed | None],
+                       check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (BM25 scores, version rows) over every segment, scored with the version's statistics."""
     rows = [None if a is None else a.rows for a in allowed]
-    return merge(bundle.require_lexical().search(query, depth, rows), bundle.bases, depth)
+    return merge(bundle.require_lexical().search(query, depth, rows, check), bundle.bases, depth)
 
 
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
            oversample: int, planner: Planner | None = None) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical.
     `planner`: how a filtered dense search is run (models.search.planner; default: by the index type)."""
+    check = deadline_check(opts.deadline)
     began = time.perf_counter()
-    allowed = allowed_rows(bundle, opts.filter)
+    allowed = allowed_rows(bundle, opts.filter, check)
     filter_s = time.perf_counter() - began if opts.filter is not None else 0.0
     need = opts.offset + opts.top_k
     spec = fusion_spec(bundle, opts)
@@ -219,10 +252,10 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
         dense = lexical = None
         if opts.mode is not Mode.LEXICAL:
             assert vectors is not None
-            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample, planner)
+            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample, planner, check)
         if opts.mode is not Mode.DENSE:
             began = time.perf_counter()
-            lexical = lexical_candidates(bundle, query, depth, allowed)
+            lexical = lexical_candidates(bundle, query, depth, allowed, check)
             lexical_s += time.perf_counter() - began
         if dense is not None and lexical is not None:
             ranked = fuse(dense, lexical, spec, opts.alpha)
@@ -232,6 +265,7 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
         if opts.min_score is not None:
             keep = scores >= opts.min_score
             scores, rows = scores[keep], rows[keep]
+        check()
         out.append(_hits(bundle, scores, rows))
     return Retrieved(out, lexical_s, filter_s)
 

@@ -59,7 +59,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -372,7 +372,10 @@ class MicroBatcher:
             group_vectors = None
             if options.needs_vectors and encoded.vectors is not None:
                 group_vectors = encoded.vectors[np.concatenate([np.arange(*encoded.spans[i]) for i in members])]
-            found = search(group_vectors, [q for i in members for q in live[i].queries], options)
+            # the search stops between segments and stages once every member's deadline has passed
+            deadline = max(live[i].deadline for i in members)
+            found = search(group_vectors, [q for i in members for q in live[i].queries],
+                           replace(options, deadline=deadline))
             answers = iter(found.hits)
             for i in members:
                 searched[i] = Retrieved([next(answers) for _ in live[i].queries], found.lexical_s, found.filter_s)

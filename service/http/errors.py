@@ -18,9 +18,15 @@ _LOCATIONS = {"body", "query", "path", "header", "cookie"}
 MAX_REPORTED_ERRORS = 10  # a 422 lists this many problems, then how many more: its size stays bounded
 
 
+def printable(text: str) -> str:
+    """`text` as UTF-8 can carry it: a lone surrogate from a request's JSON (a key named in a 422) is written as its
+    escape, instead of failing the answer's encoding."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def error_response(status: int, code: str, message: str, details: list[FieldError] | None = None,
                    headers: Mapping[str, str] | None = None) -> JSONResponse:
-    body = ErrorBody(error=code, message=message, details=details)
+    body = ErrorBody(error=code, message=printable(message), details=details)
     return JSONResponse(body.model_dump(exclude_none=True), status_code=status, headers=headers)
 
 
@@ -33,7 +39,8 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
             loc = loc[:1]  # the rest is a character offset, not a field
         elif len(loc) > 1 and loc[0] in _LOCATIONS:
             loc = loc[1:]
-        out.append(FieldError(field=".".join(loc) or "body", message=str(err.get("msg", "invalid value"))[:200]))
+        out.append(FieldError(field=printable(".".join(loc) or "body"),
+                              message=printable(str(err.get("msg", "invalid value"))[:200])))
     if len(errors) > MAX_REPORTED_ERRORS:
         out.append(FieldError(field="body", message=f"and {len(errors) - MAX_REPORTED_ERRORS} more problems"))
     return out

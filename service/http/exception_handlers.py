@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from models.errors import DeadlineExceeded as SearchDeadlineExceeded
 from service.core.loader import LoadState, NotReady
 from service.core.searcher import DeadlineExceeded, Overloaded
 from service.http.errors import error_response, field_errors
@@ -42,7 +43,8 @@ def install_error_handlers(app: FastAPI) -> None:
                               headers={"Retry-After": "1"})
 
     @app.exception_handler(DeadlineExceeded)
-    async def _deadline(request: Request, exc: DeadlineExceeded) -> JSONResponse:
+    @app.exception_handler(SearchDeadlineExceeded)  # a search that stopped between segments or stages
+    async def _deadline(request: Request, exc: Exception) -> JSONResponse:
         return error_response(503, "deadline_exceeded", f"the request timed out: {exc}",
                               headers={"Retry-After": "1"})
 

@@ -16,7 +16,6 @@ from typing import Protocol
 from fastapi import HTTPException
 
 from models.search import Filter, FilterError, parse_filter
-from models.search.filters import sql_of
 from service.core.loader import SearcherLoader
 from service.http.errors import CollectionNotFound, NoDefaultCollection
 from service.http.keyring import KeyScope
@@ -68,6 +67,4 @@ def with_key_filter(request_filter: Filter | None, key: KeyScope, collection: st
                                  f"not apply to the version in service ({exc.message})") from None
     if request_filter is None:
         return own
-    tree = ("and", (own.tree, request_filter.tree))
-    sql, params = sql_of(tree)
-    return Filter(sql=sql, params=tuple(params), tree=tree)
+    return Filter(tree=("and", (own.tree, request_filter.tree)))

@@ -104,6 +104,21 @@ def test_jobs_with_different_options_share_an_encode_but_not_a_search() -> None:
     assert [[len(hits) for hits in o.hits] for o in outcomes] == [[1, 1], [4, 4], [1, 1]]
 
 
+def test_a_shared_search_carries_the_latest_deadline_of_its_jobs() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        recorder.gate.clear()
+        queue.submit(["held"], 1, timeout_s=30)
+        assert recorder.busy.wait(30)
+        submitted = time.monotonic()
+        futures = [queue.submit(["x"], 1, timeout_s=t) for t in (30, 300, 60)]  # equal options: one search
+        recorder.gate.set()
+        for future in futures:
+            future.result(timeout=30)
+    [(_, options, _)] = recorder.searched[1:]
+    assert options.deadline is not None and submitted + 300 <= options.deadline <= time.monotonic() + 300
+
+
 def test_an_encode_only_job_gets_vectors_and_tokens_and_no_search() -> None:
     recorder = Recorder()
     with batcher(recorder) as queue:

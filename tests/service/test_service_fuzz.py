@@ -16,7 +16,9 @@ behind the admin token) are fuzzed past authentication and not only into a 401/4
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,8 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+from models.bundle.lexical import Lexical
+from models.bundle.version import Bundle
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
@@ -99,3 +103,105 @@ def _fuzz(live_server: LiveServer, http_session: requests.Session, mode: Generat
     if authenticated and mode is GenerationMode.POSITIVE:  # past authentication: answers other than 401/403
         for path in ("/search", "/admin/reload", "/admin/status"):
             assert any(p == path and s not in (401, 403) for p, s in statuses), path
+
+
+# Hostile request bodies (issue 42): hypothesis draws /search bodies whose filters and options hold what a careless
+# or hostile client sends (non-finite numbers, 1e999, lone surrogates, integers past 64 bits, nesting past every
+# cap, in lists past theirs, offsets past the hits bound, repeated and many query words), against the real
+# server over the metadata bundle. None may answer 5xx, and each request's work stays within its caps, counted:
+# postings scored (at most the distinct-stem cap times the postings of the query's stems), filter values looked
+# up (at most the per-filter cap), and no docstore scan (every field of that bundle is typed).
+HUGE = "@@1e999@@"  # rendered as the JSON number 1e999, which Python's json reads as infinity
+_SCALARS = st.one_of(st.integers(-3, 2030), st.integers(2**63 - 2, 2**64), st.floats(allow_nan=True),
+                     st.just(HUGE), st.sampled_from(["food", "earth", "2020-01-15", "\ud800", "a\udfffb", ""]),
+                     st.booleans(), st.none())
+_FIELDS = st.sampled_from(["year", "topic", "published", "open", "doi", "source", "nope", "\ud800"])
+_OPS = st.sampled_from(["eq", "gt", "gte", "lt", "lte", "exists", "like"])
+_LEAVES = st.one_of(
+    st.builds(lambda f, op, v: {"field": f, op: v}, _FIELDS, _OPS, _SCALARS),
+    st.builds(lambda f, v, n: {"field": f, "in": [v] * n}, _FIELDS, _SCALARS, st.sampled_from([0, 1, 1024, 1025])),
+    st.builds(lambda f, vs: {"field": f, "in": vs}, _FIELDS, st.lists(_SCALARS, max_size=8)),
+)
+_FILTERS = st.recursive(_LEAVES, lambda inner: st.one_of(
+    st.builds(lambda xs: {"and": xs}, st.lists(inner, max_size=4)),
+    st.builds(lambda xs: {"or": xs}, st.lists(inner, max_size=4)),
+    st.builds(lambda x: {"not": x}, inner),
+    st.builds(lambda x, n: _nested(x, n), inner, st.sampled_from([15, 17, 40, 5000])),
+), max_leaves=8)
+_WORDS = st.sampled_from(["blood", "moon", "tide", "the", "zqa", "\ud800", "1e999", "[{"])
+_BODIES = st.fixed_dictionaries({"query": st.lists(_WORDS, min_size=1, max_size=340).map(" ".join)}, optional={
+    "filter": _FILTERS, "mode": st.sampled_from(["dense", "lexical", "hybrid"]),
+    "top_k": st.one_of(st.integers(-1, 1001), st.just(HUGE)), "offset": st.integers(-1, 10_001),
+    "min_score": _SCALARS, "alpha": _SCALARS, "fields": st.just(["id", "score", "metadata"]),
+})
+
+
+@dataclass(frozen=True)
+class _Nested:
+    """`inner` under `levels` nots, written out only as text: neither hypothesis's printer nor json.dumps could
+    recurse through thousands of levels, which is the point of sending them."""
+
+    levels: int
+    inner: object
+
+
+def _nested(inner: object, levels: int) -> _Nested:
+    return _Nested(levels, inner)
+
+
+def _render(body: object) -> str:
+    """JSON as a client may send it: NaN and Infinity as Python writes them, lone surrogates escaped, 1e999."""
+    pieces: dict[str, str] = {}
+
+    def nest(obj: object) -> str:
+        if not isinstance(obj, _Nested):
+            raise TypeError(obj)
+        key = f"@@nest{len(pieces)}@@"
+        pieces[key] = '{"not": ' * obj.levels + _render(obj.inner) + "}" * obj.levels
+        return key
+
+    text = json.dumps(body, default=nest)
+    for key, piece in pieces.items():
+        text = text.replace(f'"{key}"', piece)
+    return text.replace(f'"{HUGE}"', "1e999")
+
+
+@pytest.fixture(scope="module")
+def meta_app_server(meta_bundle: Path, tiny_student: Path) -> Iterator[tuple[LiveServer, Bundle]]:
+    app = create_app(ServiceSettings(index=meta_bundle, student=tiny_student, watch_interval_s=0))
+    with serve_app(app) as server:
+        yield server, app.state.loader.searcher().bundle
+
+
+def test_hostile_search_bodies_never_cost_a_5xx_nor_unbounded_work(meta_app_server: tuple[LiveServer, Bundle]) -> None:
+    server, bundle = meta_app_server
+    lexical = bundle.require_lexical()
+    assert isinstance(lexical, Lexical)
+    max_values = ServiceSettings.model_fields["max_filter_values"].default  # the server runs with the defaults
+    statuses: list[int] = []
+
+    @given(body=_BODIES)
+    @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+              suppress_health_check=list(HealthCheck))
+    def fuzz(body: dict[str, object]) -> None:
+        scored, looked_up = lexical.postings_scored, _looked_up(bundle)
+        scans = [s.docs.scans for s in bundle.segments]
+        response = server.client.post("/search", content=_render(body), headers={"content-type": "application/json"})
+        statuses.append(response.status_code)
+        assert response.status_code in (200, 422), (response.status_code, response.text[:300])
+        assert response.headers["content-type"] == "application/json"
+        lexical_ran = response.status_code == 200 and body.get("mode", "dense") != "dense"
+        stems = lexical.analyzer.terms(str(body["query"])) if lexical_ran else {}
+        # each distinct stem's postings once per segment, however often the query repeats it; nothing on a 422
+        assert lexical.postings_scored - scored == sum(len(p.index.postings(s)[0]) for p in lexical.parts
+                                                       for s in stems)
+        assert _looked_up(bundle) - looked_up <= (max_values if response.status_code == 200 else 0) * len(
+            bundle.segments)
+        assert [s.docs.scans for s in bundle.segments] == scans
+
+    fuzz()
+    assert {200, 422} <= set(statuses)  # both answers were reached
+
+
+def _looked_up(bundle: Bundle) -> int:
+    return sum(s.payload.values_looked_up for s in bundle.segments if s.payload is not None)

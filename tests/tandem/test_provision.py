@@ -105,3 +105,16 @@ def test_fetch_teacher_from_an_unreachable_hub_is_a_clear_error(store: Path, tin
 def test_setup_options_are_refused_for_a_directory_used_in_place(store: Path, bge_like: Path) -> None:
     with pytest.raises(InputError, match="tandem models add"):
         fetch(teacher=bge_like, backbone=bge_like, overrides=Overrides(query_prompt="q: "))
+
+
+@pytest.mark.parametrize("name", ["..", ".", "../elsewhere", "/abs", ".hidden", "a\\b"])
+def test_add_refuses_a_name_that_is_not_one_entry_of_the_store(store: Path, tmp_path: Path, name: str) -> None:
+    """`--name .. --force` once replaced the whole TANDEM_HOME: a model name becomes one directory of the store."""
+    home = store.parent
+    home.mkdir(parents=True)
+    (home / "keep.txt").write_text("the rest of the home\n")
+    source = tmp_path / "model"
+    source.mkdir()
+    with pytest.raises(InputError, match="model name"):  # exit 2 from the CLI, naming it
+        add(source, "teacher", name=name, force=True)
+    assert (home / "keep.txt").read_text() == "the rest of the home\n"

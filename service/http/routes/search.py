@@ -10,6 +10,11 @@ body that parses and validates straight to `search`, past FastAPI's dependency r
 server CPU per search than the rest of the route (docs/results/search-door-ab.md); anything else (another
 content type, a body that does not parse or validate) goes through FastAPI's own handler, so every error
 keeps FastAPI's wording. Exceptions take the app's handlers either way, as for any route.
+
+Every request is bounded before any work starts: the body's JSON nesting on its bytes (service.http.json_depth),
+before a parser recurses into it; then the batch, query lengths, hits (offset included), a lexical query's
+distinct stems and the filter's size and values (models.search.filters.FilterLimits), all from the settings.
+Input never costs a 5xx: non-finite numbers and strings that are not valid Unicode are 422s naming the field.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from models.bundle.manifest import FusionMethod
 from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
 from service.core.loader import SearcherLoader
 from service.core.searcher import Searcher
+from service.http.json_depth import json_depth
 from service.http.keyring import KeyScope, key_of
 from service.http.schemas.common import ErrorBody
 from service.http.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
@@ -52,7 +58,12 @@ class SearchRoute(APIRoute):
         standard = super().get_route_handler()
 
         async def handle(request: Request) -> Response:
-            body = await _json_body(request)
+            try:
+                raw = await request.body()
+            except ClientDisconnect:  # FastAPI's handler meets it too, and answers as it always has
+                return await standard(request)
+            _check_depth(raw, request.app.state.settings.max_json_depth)  # whichever handler parses it next
+            body = _json_body(request, raw)
             if body is None:
                 return await standard(request)
             return await answer(body, request)
@@ -60,14 +71,17 @@ class SearchRoute(APIRoute):
         return handle
 
 
-async def _json_body(request: Request) -> SearchRequest | None:
+def _check_depth(raw: bytes, limit: int) -> None:
+    """A 422 for a body nested deeper than `limit`, before json.loads or pydantic recurse into it."""
+    if (depth := json_depth(raw, limit)) > limit:
+        raise RequestValidationError([{"loc": ("body",), "type": "too_deep", "msg": f"the body's JSON nests {depth} "
+                                       f"levels deep, at most {limit} are allowed (TANDEM_MAX_FILTER_DEPTH)"}])
+
+
+def _json_body(request: Request, raw: bytes) -> SearchRequest | None:
     """The request as `search` takes it, or None for FastAPI's handler to answer (or refuse) it."""
     content_type = request.headers.get("content-type")
     if content_type is None or content_type.split(";", 1)[0].strip().lower() != "application/json":
-        return None
-    try:
-        raw = await request.body()
-    except ClientDisconnect:  # FastAPI's handler meets it too, and answers as it always has
         return None
     try:
         return SearchRequest.model_validate(json.loads(raw))  # json as FastAPI's: orjson makes 2**70 a float
@@ -100,11 +114,14 @@ def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str]
             problems.append(_problem(where, "string_too_long", f"query has {len(query)} characters, at most "
                                      f"{settings.max_query_chars} are allowed"))
     top_k = settings.default_top_k if request.top_k is None else request.top_k
+    offset = request.offset or 0  # the hits skipped are ranked all the same: they count toward the bound
     if top_k > settings.max_top_k:
         problems.append(_problem("top_k", "less_than_equal", f"top_k must be at most {settings.max_top_k}"))
-    elif len(queries) * top_k > settings.max_total_hits:
-        problems.append(_problem("top_k", "less_than_equal", f"{len(queries)} queries × top_k {top_k} hits, at most "
-                                 f"{settings.max_total_hits} are allowed in one answer (TANDEM_MAX_TOTAL_HITS)"))
+    elif len(queries) * (offset + top_k) > settings.max_total_hits:
+        ranked = f"(offset {offset} + top_k {top_k})" if offset else f"top_k {top_k}"
+        problems.append(_problem("offset" if offset else "top_k", "less_than_equal", f"{len(queries)} queries × "
+                                 f"{ranked} hits, at most {settings.max_total_hits} are allowed in one answer "
+                                 "(TANDEM_MAX_TOTAL_HITS)"))
     if problems:
         raise RequestValidationError(problems)
     return queries, top_k
@@ -113,7 +130,8 @@ def _check(request: SearchRequest, settings: ServiceSettings) -> tuple[list[str]
 DEFAULT_FIELDS = ("id", "score", "title", "text")
 
 
-def _options(request: SearchRequest, top_k: int, searcher: Searcher, key: KeyScope, collection: str) -> SearchOptions:
+def _options(request: SearchRequest, queries: list[str], top_k: int, searcher: Searcher,
+             settings: ServiceSettings, key: KeyScope, collection: str) -> SearchOptions:
     """The request's search options, checked against the bundle that will answer: 422s name the field. The key's
     filter is ANDed in here, the one place every mode's options come from (service.http.scoping)."""
     bundle = searcher.bundle
@@ -122,10 +140,12 @@ def _options(request: SearchRequest, top_k: int, searcher: Searcher, key: KeySco
         raise RequestValidationError([_problem("mode", "value_error", f"mode {mode.value!r} needs a lexical index; "
                                                f"bundle {searcher.version} has none (built before lexical search "
                                                "existed): rebuild it, or use mode 'dense'")])
+    if mode is not Mode.DENSE:
+        _check_terms(request, queries, bundle.require_lexical().analyzer.terms, settings.max_query_terms)
     parsed = None
     if request.filter is not None:
         try:
-            parsed = parse_filter(request.filter, bundle.filter_fields)
+            parsed = parse_filter(request.filter, bundle.filter_fields, settings.filter_limits)
         except FilterError as exc:
             loc = ("body", "filter", *exc.path)
             raise RequestValidationError([{"loc": loc, "type": "value_error", "msg": exc.message}]) from None
@@ -133,6 +153,18 @@ def _options(request: SearchRequest, top_k: int, searcher: Searcher, key: KeySco
     fusion = None if request.fusion is None else FusionMethod(request.fusion)
     return SearchOptions(top_k=top_k, mode=mode, offset=request.offset or 0, min_score=request.min_score,
                          fusion=fusion, alpha=request.alpha, filter=parsed)
+
+
+def _check_terms(request: SearchRequest, queries: list[str], terms: Callable[[str], Mapping[str, int]],
+                 limit: int) -> None:
+    """A 422 for a lexical query of more than `limit` distinct stems: BM25 reads each one's postings in every
+    segment (a repeated word is one stem, scored once)."""
+    for i, query in enumerate(queries):
+        if (count := len(terms(query))) > limit:
+            where = "query" if request.query is not None else f"queries.{i}"
+            raise RequestValidationError([_problem(where, "too_long", f"query has {count} distinct terms, at most "
+                                                   f"{limit} are allowed in lexical and hybrid modes "
+                                                   "(TANDEM_MAX_QUERY_TERMS)")])
 
 
 INLINE_RENDER_HITS = 100  # answers with more hits are serialized on a worker thread, off the event loop
@@ -208,7 +240,7 @@ async def search_in(request: SearchRequest, loader: SearcherLoader, settings: Se
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
         # Encoding and FAISS run on the searcher's batch workers (or between the loop's I/O rounds with workers 0).
-        options = _options(request, top_k, searcher, key, collection)
+        options = _options(request, queries, top_k, searcher, settings, key, collection)
         outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3)
         summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)

@@ -7,10 +7,14 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StrictInt, StrictStr
 from pydantic_core import PydanticCustomError
 
+from models.search.filters import valid_text
+
 
 def _not_blank(value: str) -> str:
     if not value.strip():
         raise PydanticCustomError("blank_query", "query must not be empty or whitespace-only")
+    if not valid_text(value):  # JSON's \ud800 escape: valid JSON, but no UTF-8 (the tokenizer, the logs) holds it
+        raise PydanticCustomError("invalid_unicode", "query must be valid Unicode: it holds a lone surrogate")
     return value
 
 

@@ -37,7 +37,7 @@ class SearchRequest(BaseModel):
     fusion: Literal["rrf", "convex"] | None = Field(
         None, description="hybrid: reciprocal rank fusion or a convex combination of min-max-normalized scores; "
         "the bundle's default when omitted.")
-    alpha: Annotated[float, Field(ge=0.0, le=1.0, strict=True)] | None = Field(
+    alpha: Annotated[float, Field(ge=0.0, le=1.0, strict=True, allow_inf_nan=False)] | None = Field(
         None, description="hybrid, convex: weight of the dense score (1 − alpha goes to BM25); the bundle's default "
         "when omitted.")
     filter: dict[str, Any] | None = Field(
@@ -47,7 +47,7 @@ class SearchRequest(BaseModel):
         'compares instants. An unknown field is a 422.',
         examples=[{"and": [{"field": "year", "gte": 2018}, {"field": "lang", "in": ["en", "de"]}]}])
     offset: Count | None = Field(None, ge=0, le=MAX_OFFSET, description="Hits to skip (pagination).")
-    min_score: Annotated[float, Field(strict=True)] | None = Field(
+    min_score: Annotated[float, Field(strict=True, allow_inf_nan=False)] | None = Field(
         None, description="Drop hits scoring below this (in the mode's score: cosine, BM25 or fused).")
     fields: list[Literal["id", "score", "title", "text", "metadata"]] | None = Field(
         None, min_length=1, description="Fields of each hit to return (default id, score, title, text); e.g. "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -79,3 +80,35 @@ def test_segments_with_deleted_rows_score_as_one_fresh_index(first: list[str], s
     assert by_id.keys() == expected.keys()
     for doc_id, score in by_id.items():
         assert abs(score - expected[doc_id]) <= 1e-5 * max(1.0, abs(expected[doc_id]))
+
+
+def test_a_repeated_word_is_scored_once_with_its_count(tmp_path: Path) -> None:
+    docs = [Document(id=str(i), title="", text=t) for i, t in enumerate(["tide moon", "moon", "bread yeast", "tides"])]
+    parts = [LexicalPart(_index(tmp_path / name, docs), None) for name in ("a", "b")]
+    lexical = Lexical(parts[0].index.info, parts)
+    before = lexical.postings_scored
+    once = _scores(lexical, "tide")
+    assert lexical.postings_scored - before == 2 * 2  # "tide" and "tides": one stem, two postings, two parts
+    before = lexical.postings_scored
+    repeated = _scores(lexical, " ".join(["tides", "tide"] * 170))  # 340 words, one stem
+    assert lexical.postings_scored - before == 2 * 2
+    for single, many in zip(once, repeated, strict=True):
+        assert single.keys() == many.keys()
+        assert all(abs(many[r] - 340 * single[r]) <= 1e-4 * many[r] for r in single)
+    assert len(lexical.analyzer.terms("the tide, the tides and the moon")) == 2  # stopwords left out
+
+
+def test_the_check_runs_before_each_part(tmp_path: Path) -> None:
+    docs = [Document(id=str(i), title="", text=t) for i, t in enumerate(["tide moon", "bread"])]
+    parts = [LexicalPart(_index(tmp_path / name, docs), None) for name in ("a", "b", "c")]
+    lexical = Lexical(parts[0].index.info, parts)
+    calls: list[int] = []
+
+    def stop_at_third() -> None:
+        calls.append(len(calls))
+        if len(calls) == 3:
+            raise TimeoutError
+
+    with pytest.raises(TimeoutError):
+        lexical.search("tide", 3, [None] * 3, stop_at_third)
+    assert calls == [0, 1, 2]

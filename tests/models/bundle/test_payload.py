@@ -128,3 +128,43 @@ def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadInde
 def test_a_value_of_another_type_is_refused(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
     with pytest.raises(InputError, match=r"document 'd1' \(row 1\): field 'tag' is declared integer: expected a whole"):
         write_payload(tmp_path, indexed[1], len(META), declared_fields(["tag:integer"]))
+
+
+def _no_scan(leaf: tuple[object, ...]) -> np.ndarray:
+    raise AssertionError(f"the docstore was scanned for {leaf}")
+
+
+@pytest.mark.parametrize(("flt", "matching"), [
+    ({"field": "later", "exists": True}, 0), ({"field": "later", "exists": False}, 400),
+    ({"field": "later", "eq": "x"}, 0), ({"field": "later", "in": ["x", 1]}, 0), ({"field": "later", "gte": 1}, 0),
+    ({"not": {"field": "later", "eq": "x"}}, 400),
+    ({"or": [{"field": "later", "eq": 1}, {"field": "open", "eq": True}]}, sum(1 for m in META if m["open"])),
+])
+def test_a_key_the_schema_lacks_is_absent_from_every_row_without_a_scan(indexed: tuple[PayloadIndex, DocStore],
+                                                                        flt: dict[str, object], matching: int) -> None:
+    index, _ = indexed  # "later": a field a later segment added, which this one never held
+    assert int(index.evaluate(parse_filter(flt, {"later", "open"}).tree, _no_scan).sum()) == matching
+
+
+def test_an_unindexed_key_still_reads_the_docstore_off_the_fetch_lock(indexed: tuple[PayloadIndex, DocStore]) -> None:
+    index, store = indexed
+    before = store.scans
+    leaf = parse_filter({"field": "mixed", "eq": 3}, {"mixed"}).tree
+    with store._lock:  # a document fetch in progress does not hold the scan up
+        mask = index.evaluate(leaf, lambda leaf: _mask(store, leaf))
+    assert mask.nonzero()[0].tolist() == [3] and store.scans == before + 1
+
+
+def _mask(store: DocStore, leaf: tuple[object, ...]) -> np.ndarray:
+    mask = np.zeros(len(META), dtype=bool)
+    mask[store.rows_where(*sql_of(leaf))] = True
+    return mask
+
+
+def test_in_values_are_looked_up_once_each(indexed: tuple[PayloadIndex, DocStore]) -> None:
+    index, _ = indexed
+    before = index.values_looked_up
+    many = index.evaluate(parse_filter({"field": "tag", "in": ["a"] * 1000 + ["b"]}, {"tag"}).tree, _no_scan)
+    assert index.values_looked_up == before + 2
+    two = index.evaluate(parse_filter({"field": "tag", "in": ["a", "b"]}, {"tag"}).tree, _no_scan)
+    assert np.array_equal(many, two)

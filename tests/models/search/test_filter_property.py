@@ -113,7 +113,7 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None
             assert types.get("n") in (None, "integer")
             allowed = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta, types)]
             assert matching_rows(bundle, parsed).tolist() == allowed  # payload index ≡ Python, typed
-            docs_sql = bundle.segments[0].docs.rows_where(parsed.sql, parsed.params)
+            docs_sql = bundle.segments[0].docs.rows_where(*parsed.sql())
             assert docs_sql.tolist() == as_json  # SQL ≡ Python, untyped
             text = " ".join(query)
             assert bundle.lexical is not None

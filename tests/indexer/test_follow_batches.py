@@ -1,0 +1,74 @@
+"""A follower that keeps up without harm (issue 42, item 6): a backlog is published in bounded batches, compacted
+before the segments pass their bound, and a change file that arrives sorting before the last applied one is
+reported, never silently skipped."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from indexer.follow import ChangeDir, FollowReport, FollowRequest, follow, step
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import list_versions, read_current
+from models.search import documents
+from tests.fixtures.corpus import DOCS
+from tests.indexer.test_writer_races import root
+
+__all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle
+
+pytestmark = pytest.mark.slow
+
+BAKE = next(d for d in DOCS if d[0] == "bake")
+
+
+def _change(path: Path, n: int) -> None:
+    """A tiny change file: the metadata of one document (its vector is kept: no teacher)."""
+    path.write_text(json.dumps({"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}) + "\n")
+
+
+def test_a_backlog_of_200_files_is_published_in_versions_of_bounded_segments(root: Path, tmp_path: Path) -> None:
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    for n in range(200):
+        _change(changes / f"{n:04d}.jsonl", n)
+    request = FollowRequest(root=root, changes_dir=changes, once=True, max_segments=8, max_files=16)
+    report = follow(request)
+    assert report.applied == 200 and not report.late
+    bound = max(request.max_segments, 2)
+    published = [read_bundle_manifest(root / v) for v in list_versions(root) if v != "v1"]
+    assert len(published) == report.versions
+    assert report.versions >= 200 // request.max_files  # in batches, not one version of 200 segments
+    assert max(len(m.parts) for m in published) <= bound
+    followed = [m for m in published if m.base is not None and m.base.action == "follow"]
+    assert all(m.base is not None and m.base.replaced <= request.max_files for m in followed)
+    final = read_bundle_manifest(read_current(root))
+    assert final.follow is not None and (final.follow.last, final.follow.files) == ("0199.jsonl", 200)
+    bundle = Bundle(read_current(root))
+    try:
+        assert {d.id: d.meta() for d in documents(bundle, bundle.live_rows())}["bake"] == {"n": 199}
+    finally:
+        bundle.close()
+
+
+def test_a_file_arriving_before_the_last_applied_one_is_reported(root: Path, tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    _change(changes / "0002.jsonl", 2)
+    request = FollowRequest(root=root, changes_dir=changes, compact=False)
+    directory, report = ChangeDir(changes), FollowReport()
+    assert not step(request, directory, report)
+    _change(changes / "0001.jsonl", 1)  # a producer renamed it into place after 0002 was applied
+    _change(changes / "0003.jsonl", 3)
+    with caplog.at_level(logging.WARNING, logger="indexer.follow"):
+        assert not step(request, directory, report)
+    assert report.late == ["0001.jsonl"] and report.applied == 2
+    assert any("0001.jsonl" in r.getMessage() and "NEVER applied" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="indexer.follow"):  # a new run cannot name it, but counts it
+        assert follow(FollowRequest(root=root, changes_dir=changes, once=True)).applied == 0
+    assert any("3 change files sorting at or before 0003.jsonl" in r.getMessage() and "applied 2" in r.getMessage()
+               for r in caplog.records)

@@ -1,0 +1,184 @@
+"""One writer at a time per root (issue 42, item 1), attacked with real processes racing on one root.
+
+Each race runs two `tandem index` commands as real child processes. The first is paused between reading its base
+and publishing by the test-only fifo of indexer.pause (TANDEM_TEST_PAUSE_FIFO); the test opens the fifo once the
+writer waits there, starts the second writer, and lets the first go only once the second has shown what it does
+meanwhile (waits for the lock, or publishes). No sleep decides anything: every step waits for an event. The rule:
+both changes are in CURRENT, or the loser exits non-zero naming the conflict and published nothing.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.pause import PAUSE_ENV
+from indexer.update import UpdateRequest, update
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import list_versions, read_current, set_current
+from models.search import documents
+
+pytestmark = pytest.mark.slow
+
+WAITING = "waiting for the writer lock"
+
+
+def _lines(path: Path, lines: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def root(tiny_bundle: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "bundles"
+    shutil.copytree(tiny_bundle, root / "v1")
+    set_current(root, "v1")
+    return root
+
+
+def _start(*args: str, fifo: Path | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop(PAUSE_ENV, None)
+    if fifo is not None:
+        env[PAUSE_ENV] = str(fifo)
+    return subprocess.Popen([sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _paused(proc: subprocess.Popen[str], fifo: Path) -> int:
+    """Wait until `proc` waits at the fifo (it opened it for reading); returns our end, which lets it go when
+    closed."""
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+        if proc.poll() is not None:
+            pytest.fail(f"the writer ended before its pause: {proc.communicate()}")
+        time.sleep(0.02)  # polling for an event, not timing one
+
+
+def _shows(proc: subprocess.Popen[str], text: str) -> list[str]:
+    """Read `proc`'s stderr until a line holds `text`; the lines read."""
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:
+        seen.append(line)
+        if text in line:
+            return seen
+    pytest.fail(f"the writer ended without {text!r}: {''.join(seen)}")
+
+
+def _done(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    out, err = proc.communicate(timeout=300)
+    return proc.returncode, out + err
+
+
+def _fifo(tmp_path: Path) -> Path:
+    fifo = tmp_path / "pause.fifo"
+    os.mkfifo(fifo)
+    return fifo
+
+
+def _live(root: Path) -> dict[str, dict]:
+    bundle = Bundle(read_current(root))
+    try:
+        return {d.id: d.meta() for d in documents(bundle, bundle.live_rows())}
+    finally:
+        bundle.close()
+
+
+def _bake(lang: str) -> dict:
+    from tests.fixtures.corpus import DOCS
+
+    _, title, text = next(d for d in DOCS if d[0] == "bake")
+    return {"_id": "bake", "title": title, "text": text, "metadata": {"lang": lang}}
+
+
+def _race(first: subprocess.Popen[str], fifo: Path, second: list[str]) -> tuple[tuple[int, str], tuple[int, str]]:
+    """`first` paused before publishing, holding the root's lock: `second` waits for it, and goes on after it."""
+    end = _paused(first, fifo)
+    other = _start(*second)
+    _shows(other, WAITING)  # it saw the lock held, and waits rather than working from the same base
+    os.close(end)
+    return _done(first), _done(other)
+
+
+def test_an_update_and_a_delete_racing_both_land(root: Path, tmp_path: Path) -> None:
+    """The issue's case: a slow update and, meanwhile, a quick delete; the deleted document stays deleted."""
+    fifo = _fifo(tmp_path)
+    changes = _lines(tmp_path / "changes.jsonl", [_bake("fr")])
+    (tmp_path / "gone.txt").write_text("git\n")
+    slow = _start("update", "--root", str(root), "--changes", str(changes), fifo=fifo)
+    (rc1, log1), (rc2, log2) = _race(slow, fifo, ["update", "--root", str(root), "--delete-ids",
+                                                  str(tmp_path / "gone.txt")])
+    assert (rc1, rc2) == (0, 0), log1 + log2
+    live = _live(root)
+    assert "git" not in live and live["bake"] == {"lang": "fr"}  # both changes served
+    manifest = read_bundle_manifest(read_current(root))
+    assert manifest.base is not None and manifest.base.deleted == 1
+    assert read_bundle_manifest(root / manifest.base.version).base.replaced == 1  # the delete started from it
+
+
+def test_a_follower_and_an_update_racing_both_land(root: Path, tmp_path: Path) -> None:
+    fifo = _fifo(tmp_path)
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    _lines(changes / "0001.jsonl", [{"_id": "bees", "delete": True}, _bake("de")])
+    (tmp_path / "gone.txt").write_text("git\n")
+    follower = _start("follow", "--root", str(root), "--changes-dir", str(changes), "--once", fifo=fifo)
+    (rc1, log1), (rc2, log2) = _race(follower, fifo, ["update", "--root", str(root), "--delete-ids",
+                                                      str(tmp_path / "gone.txt")])
+    assert (rc1, rc2) == (0, 0), log1 + log2
+    live = _live(root)
+    assert "bees" not in live and "git" not in live and live["bake"] == {"lang": "de"}
+    state = read_bundle_manifest(read_current(root)).follow
+    assert state is not None and state.last == "0001.jsonl"  # the update kept the follower's record
+
+
+def test_a_compaction_and_an_update_racing_both_land(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "tides.txt").write_text("tides\n")
+    update(UpdateRequest(delete_ids=tmp_path / "tides.txt", root=root, version="v2"))
+    fifo = _fifo(tmp_path)
+    (tmp_path / "gone.txt").write_text("git\n")
+    compaction = _start("compact", "--root", str(root), fifo=fifo)
+    (rc1, log1), (rc2, log2) = _race(compaction, fifo, ["update", "--root", str(root), "--delete-ids",
+                                                        str(tmp_path / "gone.txt")])
+    assert (rc1, rc2) == (0, 0), log1 + log2
+    live = _live(root)
+    assert "tides" not in live and "git" not in live and len(live) == 18
+    manifest = read_bundle_manifest(read_current(root))
+    assert manifest.base is not None and manifest.base.action == "update"
+    compacted = read_bundle_manifest(root / manifest.base.version)
+    assert compacted.base is not None and compacted.base.action == "compact" and compacted.base.version == "v2"
+
+
+def test_current_set_loses_to_a_follower_that_published_meanwhile_and_says_so(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "sleep.txt").write_text("sleep\n")
+    update(UpdateRequest(delete_ids=tmp_path / "sleep.txt", root=root, version="v2"))
+    fifo = _fifo(tmp_path)
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    _lines(changes / "0001.jsonl", [{"_id": "bees", "delete": True}])
+    rollback = _start("current", str(root), "--set", "v1", fifo=fifo)
+    end = _paused(rollback, fifo)  # it read CURRENT (v2) and verified v1
+    rc, log = _done(_start("follow", "--root", str(root), "--changes-dir", str(changes), "--once"))
+    assert rc == 0, log
+    followed = read_current(root).name
+    assert followed not in {"v1", "v2"}
+    os.close(end)
+    rc, log = _done(rollback)
+    assert rc != 0
+    assert f"CURRENT moved from v2 to {followed}" in log and "nothing was published" in log, log
+    assert read_current(root).name == followed  # the follower's version stays in service
+    assert "bees" not in _live(root) and "sleep" not in _live(root)
+    assert set(list_versions(root)) == {"v1", "v2", followed}
