@@ -15,13 +15,12 @@ service.core.collections.
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from models.errors import InputError
-from service.http.keyfile import toml_error
+from service.http.keyfile import read_toml
 from service.settings import DEFAULT, CollectionSpec, check_unique
 
 _HEADER = re.compile(r"^\s*\[\[\s*collection\s*\]\]")
@@ -52,14 +51,7 @@ def parse_flag(flag: str) -> CollectionSpec:
 
 def read_config(path: Path) -> list[CollectionSpec]:
     """The collections of a TOML config file, paths resolved against its directory; InputError naming the line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--config: cannot read {path}: {exc}") from exc
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:  # "(at line L, column C)", or "(at end of document)"
-        raise InputError(f"--config: {path}: not valid TOML: {toml_error(exc, text)}") from None
+    text, raw = read_toml(path, "--config")
     try:
         specs = CollectionsFile.model_validate(raw).collection
     except ValidationError as exc:

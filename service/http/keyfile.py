@@ -108,16 +108,21 @@ def _sha256(value: str) -> bytes:
     return hashlib.sha256(value.encode()).digest()
 
 
-def read_key_file(path: Path) -> list[KeyEntry]:
-    """The keys of `path`, or InputError naming the file and the line (never a key's value)."""
+def read_toml(path: Path, what: str) -> tuple[str, dict[str, Any]]:
+    """The text of TOML file `path` and what it holds, or InputError naming `what` (the setting), the file and line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"TANDEM_KEYS_FILE: cannot read {path}: {exc}") from exc
+        raise InputError(f"{what}: cannot read {path}: {exc}") from exc
     try:
-        raw = tomllib.loads(text)
+        return text, tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # "(at line L, column C)", or "(at end of document)"
-        raise InputError(f"TANDEM_KEYS_FILE: {path}: not valid TOML: {toml_error(exc, text)}") from None
+        raise InputError(f"{what}: {path}: not valid TOML: {toml_error(exc, text)}") from None
+
+
+def read_key_file(path: Path) -> list[KeyEntry]:
+    """The keys of `path`, or InputError naming the file and the line (never a key's value)."""
+    text, raw = read_toml(path, "TANDEM_KEYS_FILE")
     try:
         return KeyFile.model_validate(raw).key
     except ValidationError as exc:

@@ -124,6 +124,11 @@ async def reload(
 ) -> ReloadOutcome | JSONResponse:
     """Validate a bundle in the background and swap it in atomically; in-flight requests finish on the old one."""
     _ready(loader)
+    return await _reload(reloader, body, settings.reload_wait_s)
+
+
+async def _reload(reloader: Reloader, body: ReloadRequest | None, wait_s: float) -> ReloadOutcome | JSONResponse:
+    """Queue the reload the body asks of `reloader` and wait for its outcome; a bad request answers at once."""
     path = Path(body.path) if body is not None and body.path is not None else None
     try:
         future = reloader.reload(path)
@@ -133,7 +138,7 @@ async def reload(
         return error_response(403, "forbidden", str(exc))
     except RuntimeError:  # the reload thread is shut down
         return error_response(503, "shutting_down", "the service is shutting down")
-    return await outcome(future, settings.reload_wait_s, reloader)
+    return await outcome(future, wait_s, reloader)
 
 
 @router.post("/rollback", response_model=ReloadOutcome, responses=OUTCOMES)
@@ -178,17 +183,7 @@ def statuses(http: Request) -> CollectionsStatus:
 async def reload_collection(name: str, http: Request, settings: SettingsDep,
                             body: Annotated[ReloadRequest | None, Body()] = None) -> ReloadOutcome | JSONResponse:
     """Validate a bundle for collection `name` and swap it in; the other collections keep serving as they are."""
-    reloader = _reloader(http, name)
-    path = Path(body.path) if body is not None and body.path is not None else None
-    try:
-        future = reloader.reload(path)
-    except BadReloadRequest as exc:
-        return error_response(422, "invalid_request", str(exc))
-    except ForbiddenReload as exc:
-        return error_response(403, "forbidden", str(exc))
-    except RuntimeError:
-        return error_response(503, "shutting_down", "the service is shutting down")
-    return await outcome(future, settings.reload_wait_s, reloader)
+    return await _reload(_reloader(http, name), body, settings.reload_wait_s)
 
 
 @router.post("/collections/{name}/rollback", response_model=ReloadOutcome, responses=_COLLECTION_OUTCOMES)
