@@ -67,7 +67,7 @@ class BuildRequest:
     ray_threads: int = 1
     metadata_extra: bool = False
     fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.bundle.fields)
-    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.first_stage)
+    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.space)
     binary_center: bool = True
 
     @property

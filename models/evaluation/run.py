@@ -38,7 +38,7 @@ from models.encoders.student import StudentEncoder
 from models.errors import ContractMismatch
 from models.evaluation.matrix import Setup, evaluate_matrix
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
-from models.search import DEFAULT_OVERSAMPLE, Mode, SearchOptions, VectorIndex, dense_hits, search, search_index
+from models.search import DEFAULT_OVERSAMPLE, Mode, SearchOptions, VectorIndex, dense_hits, search
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def run_eval(req: EvalRequest) -> dict:
         def student_run() -> Run:
             vectors["student_docs"] = encode_passages(student, passages)
             index = VectorIndex.build(vectors["student_docs"], dim, quantization)
-            scores, rows = search_index(index, vectors["asymmetric"], TOP_K)
+            scores, rows = index.search(vectors["asymmetric"], TOP_K)
             return run_from_rows(qids, scores, rows, doc_ids)
 
         seconds: dict[str, float] = {}

@@ -31,7 +31,8 @@ from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
 from models.timing import StageObserver
-from service.core.searcher import BatchLimits, QueryEncoder, Searcher
+from service.core.batcher import BatchLimits
+from service.core.searcher import QueryEncoder, Searcher
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
 

@@ -5,9 +5,9 @@ space. The texts go through the same limits, admission control and micro-batches
 skip only the index: the vectors are the student's, in the teacher's space, never rotated (a
 bundle's PCA rotation is internal to its FAISS index).
 
-The route needs only a QueryEncoder (service.core.searcher), the student behind admission and batching, never
-a bundle; the loader lends it the encoder of the searcher in service, so embed jobs keep sharing /search's
-micro-batches and admission.
+The route needs only a QueryEncoder (service.core.searcher), the student behind admission and batching
+(service.core.batcher), never a bundle; the loader lends it the encoder of the searcher in service, so embed
+jobs keep sharing /search's micro-batches and admission.
 """
 
 from __future__ import annotations

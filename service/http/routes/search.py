@@ -1,9 +1,10 @@
 """POST /search: encode the queries with the student, search the bundle, return documents.
 
 The first file of a query's path: `search` checks the request, leases the searcher in service
-(service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose batch encodes with
-`StudentEncoder.encode_counted` (models/encoders/student.py) and searches with `search` (models/search/query.py),
-which calls FAISS; docs/architecture.md#the-query-path lists every file it runs code in.
+(service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose micro-batcher
+(service/core/batcher.py) encodes with `StudentEncoder.encode_counted` (models/encoders/student.py) and searches with
+`search` (models/search/query.py), which calls FAISS; docs/architecture.md#the-query-path maps the modules it
+runs through, in order.
 
 One door: every POST /search is routed by FastAPI to this route. Its handler (`SearchRoute`) takes a JSON
 body that parses and validates straight to `search`, past FastAPI's dependency resolution, which cost more
