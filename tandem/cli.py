@@ -511,9 +511,18 @@ def loadtest(
 
 @app.command("serve")
 def serve(
-    index: Annotated[Path, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory, or a bundle root: its "
-                                        "CURRENT version is served and the pointer watched for new ones.")],
-    student: Annotated[Path, typer.Option(envvar="TANDEM_STUDENT", help="Student directory.")],
+    index: Annotated[Path | None, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory, or a bundle root: its "
+                                               "CURRENT version is served and the pointer watched for new ones; with "
+                                               "--collection, the collection 'default'.")] = None,
+    student: Annotated[Path | None, typer.Option(envvar="TANDEM_STUDENT", help="Student directory.")] = None,
+    collection: Annotated[list[str] | None, typer.Option(help="NAME=INDEX,STUDENT: a named collection, searched "
+                                                        "at POST /collections/NAME/search (repeatable).")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML file of [[collection]] tables (name, index, "
+                                                "student), as --collection declares them.")] = None,
+    keys_file: Annotated[
+        Path | None, typer.Option(envvar="TANDEM_KEYS_FILE", help="Scoped API keys (TOML [[key]] tables: "
+                                  "collections, a filter, embeddings); reloaded on SIGHUP and file change.")
+    ] = None,
     host: Annotated[str, typer.Option(envvar="TANDEM_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TANDEM_PORT")] = 8000,
     admin_token: Annotated[
@@ -535,13 +544,16 @@ def serve(
                                  "encodes and searches itself).")
     ] = None,
 ) -> None:
-    """Serve POST /search over the bundle with the student encoding queries."""
+    """Serve POST /search over the bundle with the student encoding queries (or several named collections)."""
+    from service.collections_config import collection_settings
     from service.main import run_server
     from service.settings import ServiceSettings
 
-    extra = {k: v for k, v in {"api_keys_file": api_keys_file, "log_format": log_format,
-                               "admin_token": admin_token, "processes": processes}.items() if v is not None}
-    run_server(ServiceSettings(index=index, student=student, host=host, port=port, **extra))
+    given = {"api_keys_file": api_keys_file, "log_format": log_format, "keys_file": keys_file,
+             "admin_token": admin_token, "processes": processes}
+    extra: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+    extra.update(collection_settings(index, student, collection or [], config))
+    run_server(ServiceSettings(host=host, port=port, **extra))
 
 
 @demo_app.command("corpus")

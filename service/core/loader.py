@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -79,10 +79,13 @@ class SearcherLoader:
     """Loads a Searcher in a daemon thread and reports its state; closing while loading is safe."""
 
     def __init__(self, settings: ServiceSettings, observe: StageObserver | None = None,
-                 initial: Path | None = None) -> None:
+                 initial: Path | None = None, student_source: Callable[[], StudentEncoder] | None = None) -> None:
         """`observe` (the metrics' stage timer) is wired into every searcher this loader loads; `initial` is the
-        bundle to load first instead of settings.index (a worker catching up with its group's last admin change)."""
+        bundle to load first instead of settings.index (a worker catching up with its group's last admin change);
+        `student_source` gives the student when no searcher is in service to share one (collections sharing a
+        student: service.core.collections.StudentPool), instead of loading settings.student."""
         self._settings, self._observe, self._initial = settings, observe, initial
+        self._student_source = student_source
         self._lock = threading.Lock()
         self._state = LoadState.LOADING
         self._error: str | None = None
@@ -104,6 +107,8 @@ class SearcherLoader:
         """A verified, warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage
         timers wired after the warm-up (which is not a request); a hot reload passes the student in service, and
         the bundle in service, whose segments the new version shares and whose verified files it may trust."""
+        if student is None and self._student_source is not None:
+            student = self._student_source()
         searcher = open_searcher(self._settings, directory, student, reuse)
         if self._observe is not None:
             searcher.observe_stages(self._observe)

@@ -67,3 +67,13 @@ class AdminStatus(BaseModel):
         default=None, description="With several processes: every live one and the version it serves (this "
         "status, the rest of it, is the answering process's own); null with one process.",
     )
+    collections: dict[str, AdminStatus] | None = Field(
+        default=None, description="With several collections: each one's own status, by name (the rest of this "
+        "status is the default collection's); null with one collection.",
+    )
+
+
+class CollectionsStatus(BaseModel):
+    """GET /admin/collections: every collection's own status, by name."""
+
+    collections: dict[str, AdminStatus]
