@@ -124,6 +124,10 @@ def test_two_collections_answer_by_name_and_share_one_student(two: LiveServer) -
     assert [(c["name"], c["state"]) for c in listed] == [("docs", "ready"), ("plain", "ready")]
     assert two.client.get("/collections/plain", headers=_auth("ops")).json()["count"] == len(DOCS)
     assert len(_app_of(two).state.collections.students) == 1  # one student directory: loaded once
+    scraped = two.client.get("/metrics").text
+    for name in ("docs", "plain"):
+        assert f'tandem_collection_ready{{collection="{name}"}} 1.0' in scraped
+        assert f'tandem_collection_documents{{collection="{name}"}} {float(len(DOCS))}' in scraped
 
 
 def test_search_without_a_default_collection_is_a_404_naming_the_rule(two: LiveServer) -> None:
