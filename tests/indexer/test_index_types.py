@@ -17,7 +17,7 @@ from indexer.update import UpdateRequest, update
 from models.bundle.index_spec import IndexSpec, IndexType, Quantization, resolve_spec
 from models.bundle.manifest import BundleManifest
 from models.bundle.version import Bundle, read_bundle_manifest, verify_bundle
-from models.errors import ContractMismatch, InputError
+from models.errors import ContractMismatch
 from models.search import VectorIndex, dense_hits
 from tests.fixtures.corpus import DOCS
 

@@ -49,7 +49,7 @@ def test_search_params_come_from_the_spec_and_another_type_is_refused(vectors: n
     assert faiss.downcast_index(hnsw).hnsw.efSearch == 16
     apply_search_params(hnsw, SPECS[IndexType.HNSW].model_copy(update={"ef_search": 5}))
     assert faiss.downcast_index(hnsw).hnsw.efSearch == 5
-    with pytest.raises(ValueError, match="holds a hnsw index .* the manifest says flat"):
+    with pytest.raises(ValueError, match=r"holds a hnsw index .* the manifest says flat"):
         apply_search_params(hnsw, SPECS[IndexType.FLAT])
 
 

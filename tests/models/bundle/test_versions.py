@@ -43,12 +43,12 @@ def test_a_pointer_at_no_bundle_or_a_bad_name_is_refused(tmp_path: Path) -> None
     (tmp_path / "empty").mkdir()
     with pytest.raises(ContractMismatch, match="is not a bundle; refusing to point"):
         set_current(tmp_path, "empty")
-    with pytest.raises(ContractMismatch, match="invalid bundle version name '../x'"):
+    with pytest.raises(ContractMismatch, match=r"invalid bundle version name '\.\./x'"):
         set_current(tmp_path, "../x")
     with pytest.raises(ContractMismatch, match="cannot read the current-version pointer"):
         read_current(tmp_path)
     (tmp_path / POINTER).write_text("gone\n")
-    with pytest.raises(ContractMismatch, match="names 'gone', but .* is not a bundle"):
+    with pytest.raises(ContractMismatch, match=r"names 'gone', but .* is not a bundle"):
         read_current(tmp_path)
     (tmp_path / POINTER).write_bytes(b"\xff\xfe")
     with pytest.raises(ContractMismatch, match="not UTF-8 text"):
