@@ -8,9 +8,7 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -99,52 +97,6 @@ def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Pa
     reference_vectors = EmbeddingStore(ref_home / "embeddings").load(entry.name)
     assert resumed_vectors is not None and reference_vectors is not None
     assert np.array_equal(resumed_vectors, reference_vectors)
-
-
-def test_shard_log_adopts_unlogged_shards_and_redoes_tampered_ones(tmp_path: Path) -> None:
-    """A kill between writing a shard and logging it costs no re-encode; a modified shard is redone."""
-    texts = [f"text {i}" for i in range(5)]
-    calls: list[list[str]] = []
-
-    def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        calls.append(list(batch))
-        return np.ones((len(calls[-1]), 4), dtype=np.float32) * len(calls)
-
-    store = EmbeddingStore(tmp_path, shard_size=2)
-    store.encode("k", texts, encode, {}, progress=False)
-    assert calls == [["text 0", "text 1"], ["text 2", "text 3"], ["text 4"]]
-    log_path = tmp_path / "k" / SHARD_LOG
-    lines = log_path.read_text().splitlines()
-    log_path.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])  # last record torn by a kill
-    (tmp_path / "k" / "meta.json").unlink()
-    (tmp_path / "k" / "shard-00001.npy").write_bytes(b"garbage")
-    calls.clear()
-    EmbeddingStore(tmp_path, shard_size=3).encode("k", texts, encode, {}, progress=False)  # keeps size 2
-    assert calls == [["text 2", "text 3"]]
-    events = [(r.shard, r.event) for r in ShardLog(tmp_path / "k").read()]
-    assert events == [(0, "encoded"), (1, "encoded"), (2, "adopted"), (1, "encoded")]
-
-
-def test_concurrent_encodes_of_one_entry_encode_each_shard_once(tmp_path: Path) -> None:
-    texts = [f"text {i}" for i in range(5)]
-    first_batch = threading.Event()
-    calls: list[list[str]] = []
-
-    def slow(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
-        first_batch.set()
-        time.sleep(0.05)
-        calls.append(list(batch))
-        return np.full((len(calls[-1]), 4), len(calls), dtype=np.float32)
-
-    store = EmbeddingStore(tmp_path, shard_size=2)
-    results: dict[str, np.ndarray] = {}
-    other = threading.Thread(target=lambda: results.update(a=store.encode("k", texts, slow, {}, progress=False)))
-    other.start()
-    assert first_batch.wait(10)
-    results["b"] = store.encode("k", texts, slow, {}, progress=False)  # waits for the lock, then reuses
-    other.join()
-    assert len(calls) == 3 and np.array_equal(results["a"], results["b"])
-    assert sorted(r.shard for r in store.shard_log("k")) == [0, 1, 2]
 
 
 def test_publish_into_root_current_rollback_and_prune(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
