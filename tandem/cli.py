@@ -518,7 +518,8 @@ def serve(
     collection: Annotated[list[str] | None, typer.Option(help="NAME=INDEX,STUDENT: a named collection, searched "
                                                         "at POST /collections/NAME/search (repeatable).")] = None,
     config: Annotated[Path | None, typer.Option(help="TOML file of [[collection]] tables (name, index, "
-                                                "student), as --collection declares them.")] = None,
+                                                "student), as --collection declares them; re-read on SIGHUP and "
+                                                "when it changes (collections added and removed).")] = None,
     keys_file: Annotated[
         Path | None, typer.Option(envvar="TANDEM_KEYS_FILE", help="Scoped API keys (TOML [[key]] tables: "
                                   "collections, a filter, embeddings); reloaded on SIGHUP and file change.")

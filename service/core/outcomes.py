@@ -54,6 +54,19 @@ class ReloadOutcome(BaseModel):
     )
 
 
+class MemoryInfo(BaseModel):
+    """What a collection costs in memory (service.core.memory; null where /proc cannot be read)."""
+
+    load_rss_growth_bytes: int | None = Field(description="The process's resident memory (VmRSS) after the initial "
+                                              "load less before it: what loading this collection took, its student "
+                                              "included when it was the first to use it. Loads of several "
+                                              "collections run at once, so each figure may include some of "
+                                              "another's; a hot reload does not update it.")
+    mapped_bytes: int | None = Field(description="Bytes of its files this process maps now: under its bundle root "
+                                     "(the versions kept for rollback too), or its bundle. Paged in on demand: a "
+                                     "bound on what they can add to resident memory, not what they hold.")
+
+
 class AdminStatus(BaseModel):
     state: Literal["loading", "ready", "failed"]
     current: VersionInfo | None
@@ -67,6 +80,7 @@ class AdminStatus(BaseModel):
         default=None, description="With several processes: every live one and the version it serves (this "
         "status, the rest of it, is the answering process's own); null with one process.",
     )
+    memory: MemoryInfo | None = Field(default=None, description="Its memory; null before it has loaded.")
     collections: dict[str, AdminStatus] | None = Field(
         default=None, description="With several collections: each one's own status, by name (the rest of this "
         "status is the default collection's); null with one collection.",

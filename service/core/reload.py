@@ -30,7 +30,8 @@ from models.bundle.versions import POINTER, is_bundle_root, read_current, resolv
 from models.errors import ContractMismatch
 from models.manifest_io import utc_now
 from service.core.loader import LoadState, NotReady, SearcherLoader
-from service.core.outcomes import AdminStatus, ReloadOutcome, Trigger, VersionInfo
+from service.core.memory import mapped_bytes
+from service.core.outcomes import AdminStatus, MemoryInfo, ReloadOutcome, Trigger, VersionInfo
 from service.core.processes import Change, ProcessGroup
 from service.core.searcher import Searcher
 from service.core.watch import PointerWatcher
@@ -137,7 +138,14 @@ class Reloader:
             watch_interval_s=self._settings.watch_interval_s if self._watcher is not None else None,
             reloads_pending=pending, last_reload=last,
             processes=self.group.processes() if self.group is not None else None,
+            memory=self._memory(current),
         )
+
+    def _memory(self, current: VersionInfo | None) -> MemoryInfo | None:
+        if current is None:
+            return None
+        return MemoryInfo(load_rss_growth_bytes=self._loader.load_rss_growth,
+                          mapped_bytes=mapped_bytes(self.root if self.root is not None else Path(current.path)))
 
     def close(self) -> None:
         """Stop watching, let a running reload finish (queued ones are dropped), close the kept versions."""

@@ -172,6 +172,13 @@ class KeySource:
         log.info("key file reloaded (%s): %d keys, %d refused", why, len(keyring), len(keyring.refused))
         return True
 
+    def collections_changed(self, collections: Sequence[str], fields_of: FieldsOf) -> None:
+        """The service's collections changed (a --config reload): its keys' filters are checked again against
+        the collections served now."""
+        with self._lock:
+            self._collections, self._fields_of = list(collections), fields_of
+        self.reload("collections changed")
+
     def start(self) -> None:
         """Watch the file (a thread polling its identity) and, on the main thread, take SIGHUP."""
         if self.file is None:
