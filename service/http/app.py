@@ -49,9 +49,10 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
             if group is not None and default is not None else None
         collections.start()  # /healthz answers at once; /readyz turns 200 when loading is done
         app.state.keys.start()  # the key file's watch, and SIGHUP
+        # several processes serve one collection each the same: a file that adds one would break that rule
         config = CollectionsConfigReloader(settings.collections_config, collections, settings.watch_interval_s,
                                            on_change=lambda: _keys_follow(app.state.keys, collections)) \
-            if settings.collections_config is not None else None
+            if settings.collections_config is not None and settings.processes == 1 else None
         app.state.collections_config = config
         if config is not None:
             config.start()  # --config re-read on SIGHUP and change: collections added and removed
