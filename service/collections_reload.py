@@ -16,30 +16,18 @@ the file's: they stay. The default collection (POST /search) is chosen at startu
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from models.errors import InputError
 from service.collections_config import read_config
 from service.core.collections import CollectionSet
+from service.file_watch import FileWatch
 from service.redact import printable
 from service.settings import CollectionSpec, check_unique
 
 log = logging.getLogger(__name__)
-
-Stamp = tuple[int, int, int] | None
-
-
-def _stamp(path: Path) -> Stamp:
-    try:
-        st = os.stat(path)  # follows links: a config mounted as a swapped link changes inode
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 class CollectionsConfigReloader:
@@ -48,25 +36,21 @@ class CollectionsConfigReloader:
 
     def __init__(self, path: Path, collections: CollectionSet, interval_s: float,
                  on_change: Callable[[], None] = lambda: None) -> None:
-        self.path, self._collections, self.interval_s, self._on_change = path, collections, interval_s, on_change
-        self._stamp = _stamp(path)
+        self.path, self._collections, self._on_change = path, collections, on_change
+        self._watch = FileWatch(path, interval_s, self.reload, "tandem-config")  # SIGHUP and the file's changes
         try:
             from_file = {spec.name for spec in read_config(path)}
-        except InputError:  # changed since `tandem serve` read it: the first poll applies what it says now
+        except InputError:  # broken since `tandem serve` read it: all served stays, its next change applies
             from_file = set()
         # what is not the file's (flags, --index/--student) stays whatever the file says
         self._fixed = [spec for spec in collections.specs() if spec.name not in from_file]
         self.reloads = 0
         self._lock = threading.Lock()  # one reload at a time (the watch and SIGHUP)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._previous_hup: Any = None
-        self._took_hup = False
 
     def reload(self, why: str) -> bool:
         """Re-read the file and apply it; False (the collections served kept) when it does not read or validate."""
         with self._lock:
-            self._stamp = _stamp(self.path)
+            self._watch.mark()
             try:
                 wanted = self._fixed + read_config(self.path)
                 check_unique(wanted)
@@ -100,35 +84,8 @@ class CollectionsConfigReloader:
         return bool(removed or added)
 
     def start(self) -> None:
-        """Watch the file (a thread polling its identity) and, on the main thread, take SIGHUP (the handler before
-        it, the key file's, still runs)."""
-        if self.interval_s > 0:
-            self._thread = threading.Thread(target=self._watch, name="tandem-config", daemon=True)
-            self._thread.start()
-        try:
-            self._previous_hup = signal.signal(signal.SIGHUP, self._on_hup)
-            self._took_hup = True
-        except ValueError:  # not the main thread (tests serve from a thread): the file watch alone
-            pass
-
-    def _on_hup(self, signum: int, frame: object) -> None:
-        # a signal handler must not block on the lock a reload holds
-        threading.Thread(target=self.reload, args=("SIGHUP",), name="tandem-config-hup", daemon=True).start()
-        if callable(self._previous_hup):
-            self._previous_hup(signum, frame)
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                if _stamp(self.path) != self._stamp:
-                    self.reload("file changed")
-            except Exception:  # the watch never dies
-                log.exception("watching the config file %s failed", printable(self.path))
+        """Watch the file and, on the main thread, take SIGHUP (the key file's handler, taken before, still runs)."""
+        self._watch.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._took_hup:
-            signal.signal(signal.SIGHUP, self._previous_hup)
-            self._took_hup = False
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._watch.stop()
