@@ -140,7 +140,6 @@ async function loadCollections() {
   select.replaceChildren(...collections.map((c) => new Option(c.state === "ready" ? c.name : `${c.name} (${c.state})`, c.name)));
   const chosen = collections.find((c) => c.default) || collections[0];
   select.value = collection = chosen.name;
-  document.body.dataset.collections = "loaded";
 }
 
 function chooseCollection() {
