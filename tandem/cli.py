@@ -414,7 +414,7 @@ def index_current(
 @app.command("distill")
 def distill(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
-    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target).")],
+    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target), or a bundle root: its CURRENT version.")],
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
     preset: Annotated[str, typer.Option(help="quick, default or full, or a JSON file of preset fields.")] = "default",
     train_queries: Annotated[
@@ -443,7 +443,7 @@ def distill(
 @app.command("eval")
 def evaluate(
     data: Annotated[Path, typer.Option(help="BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).")],
-    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus.")],
+    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus, or a bundle root: its CURRENT version.")],
     student: Annotated[Path, typer.Option(help="Student directory.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write metrics as JSON here.")] = None,
