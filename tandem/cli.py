@@ -132,17 +132,25 @@ def models_add(
 @models_app.command("list")
 def models_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print every card in full, as JSON.")] = False,
+    student: Annotated[
+        list[Path] | None, typer.Option("--student", help="Also list this student directory (repeatable): its "
+                                        "teacher and what it was distilled from (corpus, sha256, sizes, bundle "
+                                        "version).")
+    ] = None,
 ) -> None:
     """The models the store holds and those the roles point at: role, dim, pooling, prompts, fingerprint."""
     import json
 
-    from tandem.provision import provisioned
+    from tandem.provision import provisioned, student_entry
 
     found = provisioned()
+    students = [student_entry(path) for path in student or []]
     if json_out:
-        typer.echo(json.dumps([{"path": str(p.path), "roles": p.roles, "problem": p.problem,
-                                "card": None if p.card is None else p.card.model_dump(mode="json")} for p in found],
-                              indent=2))
+        entries = [{"path": str(p.path), "roles": p.roles, "problem": p.problem,
+                    "card": None if p.card is None else p.card.model_dump(mode="json")} for p in found]
+        entries += [{"path": str(s.path), "roles": ["student"], "problem": s.problem, "card": None,
+                     "student": None if s.manifest is None else s.manifest.model_dump(mode="json")} for s in students]
+        typer.echo(json.dumps(entries, indent=2))
         return
     if not found:
         typer.echo("no models provisioned; run `tandem models fetch`")
@@ -152,6 +160,8 @@ def models_list(
             typer.echo(f"{role:9s} {item.path}: {item.problem}")
             continue
         _echo_card(role, item.card, fingerprint_chars=64)
+    for entry in students:
+        typer.echo(f"{'student':9s} {entry.path}: {entry.describe()}")
 
 
 RootOpt = Annotated[
@@ -414,7 +424,8 @@ def index_current(
 @app.command("distill")
 def distill(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
-    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target), or a bundle root: its CURRENT version.")],
+    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target), or a bundle "
+                                        "root: its CURRENT version.")],
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
     preset: Annotated[str, typer.Option(help="quick, default or full, or a JSON file of preset fields.")] = "default",
     train_queries: Annotated[
@@ -443,7 +454,8 @@ def distill(
 @app.command("eval")
 def evaluate(
     data: Annotated[Path, typer.Option(help="BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).")],
-    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus, or a bundle root: its CURRENT version.")],
+    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus, or a bundle root: its CURRENT "
+                                        "version.")],
     student: Annotated[Path, typer.Option(help="Student directory.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write metrics as JSON here.")] = None,
