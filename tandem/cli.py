@@ -17,7 +17,7 @@ from models.bundle.index_spec import IndexType, Quantization
 from models.bundle.manifest import BundleManifest
 from models.bundle.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
-from models.encoders.precision import StudentPrecision, TeacherPrecision
+from models.encoders.precision import PrecisionChoice, StudentPrecision
 from models.encoders.registry import ModelCard
 from models.errors import TandemError
 from tandem.provision import ROLES
@@ -236,9 +236,10 @@ def index_build(
                                  "tokens (length-sorted batches; e.g. 16384 on a GPU). Default: --batch-size texts.")
     ] = None,
     precision: Annotated[
-        TeacherPrecision | None,
+        PrecisionChoice | None,
         typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision: fp32 (CPU default, the reference), bf16 "
-                     "(CPU or GPU) or fp16 (CUDA default)."),
+                     "(CPU or GPU), fp16 (CUDA default), or auto: fp16 on CUDA, bf16 on a CPU with AVX-512 BF16 or "
+                     "AMX, fp32 elsewhere. The manifest records the precision used."),
     ] = None,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
