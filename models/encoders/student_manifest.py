@@ -29,7 +29,7 @@ class TrainedOn(BaseModel):
     train_queries: int = Field(description="of those, queries: pseudo-queries plus --train-queries")
     real_queries: int = Field(description="of those, real queries read from --train-queries")
     bundle: str = Field(description="the bundle version directory its targets came from, resolved")
-    bundle_version: str = Field(description="that version's name, as its manifest records it")
+    bundle_version: str = Field(description="that version's name: its manifest's `version`, else its directory's")
 
 
 class StudentManifest(BaseModel):
