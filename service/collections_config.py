@@ -89,4 +89,7 @@ def collection_settings(index: Path | None, student: Path | None, flags: list[st
     except ValueError as exc:
         raise InputError(f"--collection: {exc}") from None
     first = specs[0]
-    return {"index": first.index, "student": first.student, "collections": tuple(specs)}
+    out: dict[str, object] = {"index": first.index, "student": first.student, "collections": tuple(specs)}
+    if config is not None:
+        out["collections_config"] = config  # re-read on SIGHUP and change (service.core.collections_reload)
+    return out

@@ -109,6 +109,9 @@ class ServiceSettings(BaseSettings):
     collections: tuple[CollectionSpec, ...] = Field(
         (), description="Named collections (--collection NAME=INDEX,STUDENT, or --config FILE); empty: one "
         "collection, 'default', of TANDEM_INDEX and TANDEM_STUDENT.")
+    collections_config: Path | None = Field(None, description="The --config file `collections` came from (with "
+                                            "those of --collection): re-read on SIGHUP and when it changes, adding "
+                                            "and removing its collections (service.core.collections_reload).")
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest request body; beyond it, 413.")
     cors_origins: str | None = Field(None, description="Comma-separated origins allowed by CORS; unset, CORS is off.")
     admin_token: SecretStr | None = Field(

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from models.bundle.manifest import FusionSpec
 from models.bundle.version import Bundle
+from models.bundle.versions import resolve_bundle
 from models.contract import check_same_teacher
 from models.datasets.beir import BeirDataset, load_beir
 from models.encoders.precision import StudentPrecision
@@ -121,7 +122,7 @@ def run_eval(req: EvalRequest) -> dict:
     """Evaluate teacher, asymmetric and student setups (and the matrix); returns a JSON-ready report."""
     precision = req.precision
     dataset = load_beir(req.data, req.split)
-    bundle = Bundle(req.index)
+    bundle = Bundle(resolve_bundle(req.index))  # a bundle root: its CURRENT version, as serve does
     try:
         _check_corpus(bundle, dataset)
         student = StudentEncoder(req.student, precision=precision, threads=os.cpu_count() or 1)
@@ -185,7 +186,7 @@ def run_eval(req: EvalRequest) -> dict:
         "split": dataset.split,
         "n_queries": len(qids),
         "n_docs": len(dataset.corpus),
-        "index": str(Path(req.index).resolve()),
+        "index": str(bundle.directory.resolve()),
         "student": str(student.directory),
         "teacher": teacher.card.name,
         "dim": dim,

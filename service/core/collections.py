@@ -8,6 +8,7 @@ one StudentEncoder (`StudentPool`), loaded once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -21,7 +22,7 @@ from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
 from service.core.reload import Reloader
 from service.metrics import Metrics
-from service.settings import ServiceSettings
+from service.settings import CollectionSpec, ServiceSettings
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +81,56 @@ class CollectionSet:
     that fails to load reports it (its loader's state) while the others serve."""
 
     def __init__(self, settings: ServiceSettings, metrics: Metrics, group: ProcessGroup | None = None) -> None:
-        self.default = settings.default_collection()
+        self.default = settings.default_collection()  # chosen at startup: a config reload never changes it
         self.students = StudentPool(settings)
-        self._collections: dict[str, Collection] = {}
+        self._settings, self._metrics, self._group = settings, metrics, group
+        self._lock = threading.Lock()  # one add or remove at a time; readers take the dict in service, never locked
+        self._collections: dict[str, Collection] = {}  # replaced whole on add and remove, never mutated
+        self._started = False
         for spec in settings.collection_specs():
-            own = settings.model_copy(update={"index": spec.index, "student": spec.student})
-            is_default = spec.name == self.default
-            # a worker of --processes N (one collection only) catches up with its group's last admin change
-            initial = group.catch_up() if group is not None and is_default else None
-            loader = SearcherLoader(own, observe=metrics.observe_stage, initial=initial,
-                                    student_source=partial(self.students.get, spec.student))
-            reloader = Reloader(own, loader, metrics=CollectionMetrics(metrics, spec.name, is_default),
-                                group=group if is_default else None)
-            self._collections[spec.name] = Collection(spec.name, own, loader, reloader)
+            self._collections[spec.name] = self._build(spec)
+
+    def _build(self, spec: CollectionSpec) -> Collection:
+        own = self._settings.model_copy(update={"index": spec.index, "student": spec.student})
+        is_default = spec.name == self.default
+        group = self._group if is_default else None
+        # a worker of --processes N (one collection only) catches up with its group's last admin change
+        initial = group.catch_up() if group is not None else None
+        loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
+                                student_source=partial(self.students.get, spec.student))
+        reloader = Reloader(own, loader, metrics=CollectionMetrics(self._metrics, spec.name, is_default), group=group)
+        return Collection(spec.name, own, loader, reloader)
+
+    def specs(self) -> list[CollectionSpec]:
+        """What is served now, as declared (name, index, student)."""
+        return [CollectionSpec(name=c.name, index=c.settings.index, student=c.settings.student) for c in self]
+
+    def add(self, spec: CollectionSpec) -> Collection:
+        """Serve `spec` too: listed at once (loading), searchable once its load ends, as at startup."""
+        with self._lock:
+            if spec.name in self._collections:
+                raise ValueError(f"collection {spec.name!r} is already served")
+            collection = self._build(spec)
+            if self._started:
+                collection.loader.start()
+                collection.reloader.start()
+            self._collections = {**self._collections, spec.name: collection}
+        return collection
+
+    def remove(self, name: str) -> None:
+        """Stop serving `name`: it leaves the list and the routes at once; requests that already hold its searcher
+        finish, and the searcher closes after the last of them (SearcherLoader.drain)."""
+        with self._lock:
+            if name == self.default:
+                raise ValueError(f"collection {name!r} is the default one (POST /search): it stays until restart")
+            rest = dict(self._collections)
+            collection = rest.pop(name)
+            self._collections = rest
+        collection.reloader.close()
+        collection.loader.drain()
+        for gauge in (self._metrics.collection_ready, self._metrics.collection_documents):
+            with contextlib.suppress(KeyError):  # KeyError: never scraped
+                gauge.remove(name)
 
     def __iter__(self) -> Iterator[Collection]:
         return iter(list(self._collections.values()))
@@ -107,6 +145,8 @@ class CollectionSet:
         return self._collections.get(self.default) if self.default is not None else None
 
     def start(self) -> None:
+        with self._lock:
+            self._started = True
         for collection in self:
             collection.loader.start()  # /healthz answers at once; each collection turns ready when it has loaded
             collection.reloader.start()  # its CURRENT-pointer watcher, when it serves a bundle root

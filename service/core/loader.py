@@ -32,6 +32,7 @@ from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
 from models.timing import StageObserver
 from service.core.batcher import BatchLimits
+from service.core.memory import rss_bytes
 from service.core.searcher import QueryEncoder, Searcher
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
@@ -93,6 +94,7 @@ class SearcherLoader:
         self._leases: dict[Searcher, int] = {}  # requests holding each searcher (absent: none)
         self._retired: set[Searcher] = set()  # swapped out, closed when their last lease ends
         self._closed = False
+        self.load_rss_growth: int | None = None  # VmRSS after its initial load less before (service.core.memory)
         self._thread = threading.Thread(target=self._load, name="tandem-load", daemon=True)
 
     def start(self) -> None:
@@ -115,7 +117,7 @@ class SearcherLoader:
         return searcher
 
     def _load(self) -> None:
-        started = time.perf_counter()
+        started, rss_before = time.perf_counter(), rss_bytes()
         try:
             searcher = self.load(self._initial)
         except Exception as exc:
@@ -129,7 +131,11 @@ class SearcherLoader:
                 searcher.close()
                 return
             self._searcher, self._state = searcher, LoadState.READY
-        log.info("ready in %.1f s", time.perf_counter() - started)
+            rss_after = rss_bytes()
+            if rss_before is not None and rss_after is not None:
+                self.load_rss_growth = rss_after - rss_before
+        log.info("ready in %.1f s (resident memory %+.1f MiB)", time.perf_counter() - started,
+                 (self.load_rss_growth or 0) / 2**20)
 
     @property
     def state(self) -> tuple[LoadState, str | None]:
@@ -189,6 +195,16 @@ class SearcherLoader:
                 self._retired.add(searcher)
         if drained:
             _close_later(searcher)
+
+    def drain(self) -> None:
+        """Stop serving (a collection removed from the config): new leases answer NotReady (its load, if still
+        running, closes what it loads), and the searcher in service is closed once its last lease ends."""
+        with self._lock:
+            self._closed = True
+            searcher, self._searcher = self._searcher, None
+            self._state, self._error = LoadState.FAILED, "removed from the service's collections"
+        if searcher is not None:
+            self.retire(searcher)
 
     def close(self) -> None:
         with self._lock:

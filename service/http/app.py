@@ -9,10 +9,13 @@ from importlib import metadata
 
 from fastapi import FastAPI
 
+from service.collections_reload import CollectionsConfigReloader
 from service.core.collections import CollectionSet
+from service.core.fields import manifest_fields
 from service.core.follow import ChangeFollower
 from service.core.processes import ProcessGroup
 from service.http.exception_handlers import install_error_handlers
+from service.http.keyring import KeySource
 from service.http.middleware import install_middleware
 from service.http.openapi import install_openapi
 from service.http.routes import admin, embeddings, health, index, metrics, search
@@ -20,6 +23,12 @@ from service.http.routes import collections as collection_routes
 from service.http.routes.page import install_page
 from service.metrics import Metrics
 from service.settings import ServiceSettings
+
+
+def _keys_follow(keys: KeySource, collections: CollectionSet) -> None:
+    """After a --config reload: the key file's filters checked against the collections served now."""
+    specs = {spec.name: spec for spec in collections.specs()}
+    keys.collections_changed(list(specs), lambda name: manifest_fields(specs[name].index))
 
 
 def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> FastAPI:
@@ -40,6 +49,13 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
             if group is not None and default is not None else None
         collections.start()  # /healthz answers at once; /readyz turns 200 when loading is done
         app.state.keys.start()  # the key file's watch, and SIGHUP
+        # several processes serve one collection each the same: a file that adds one would break that rule
+        config = CollectionsConfigReloader(settings.collections_config, collections, settings.watch_interval_s,
+                                           on_change=lambda: _keys_follow(app.state.keys, collections)) \
+            if settings.collections_config is not None and settings.processes == 1 else None
+        app.state.collections_config = config
+        if config is not None:
+            config.start()  # --config re-read on SIGHUP and change: collections added and removed
         if follower is not None:
             follower.start()  # the changes other processes of the group make
         index_gauges = asyncio.create_task(metrics.track_initial_load(app.state.metrics, default.loader)) \
@@ -58,6 +74,8 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
                 follower.stop()
             if group is not None:
                 group.leave()
+            if config is not None:
+                config.stop()
             app.state.keys.stop()
             collections.close()
 

@@ -16,8 +16,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import os
-import signal
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from starlette.requests import Request
 
 from models.errors import InputError
 from models.search import FilterError, parse_filter
+from service.file_watch import FileWatch
 from service.http.keyfile import ALL, KeyEntry, read_key_file
 from service.redact import printable
 
@@ -134,23 +133,11 @@ class KeySource:
                  interval_s: float) -> None:
         self._legacy, self.file, self._collections, self._fields_of = list(legacy), file, list(collections), fields_of
         self.interval_s = interval_s
-        self._stamp = self._read_stamp()
+        # SIGHUP and the file's changes (service.file_watch), from start() on
+        self._watch = FileWatch(file, interval_s, self.reload, "tandem-keys") if file is not None else None
         self.current = self._build()  # an attribute read per request: swapped whole, never mutated
         self.reloads = 0
         self._lock = threading.Lock()  # one rebuild at a time (the watcher and SIGHUP)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._previous_hup: Any = None
-        self._took_hup = False
-
-    def _read_stamp(self) -> tuple[int, int, int] | None:
-        if self.file is None:
-            return None
-        try:
-            st = os.stat(self.file)  # follows links: a secret mounted as a swapped link changes inode
-        except OSError:
-            return None
-        return (st.st_ino, st.st_size, st.st_mtime_ns)
 
     def _build(self) -> Keyring:
         entries = read_key_file(self.file) if self.file is not None else []
@@ -158,10 +145,10 @@ class KeySource:
 
     def reload(self, why: str) -> bool:
         """Rebuild from the file now; False (the keyring in service kept) when it does not read."""
-        if self.file is None:
+        if self._watch is None:
             return False
         with self._lock:
-            self._stamp = self._read_stamp()
+            self._watch.mark()
             try:
                 keyring = self._build()
             except InputError as exc:
@@ -172,35 +159,18 @@ class KeySource:
         log.info("key file reloaded (%s): %d keys, %d refused", why, len(keyring), len(keyring.refused))
         return True
 
+    def collections_changed(self, collections: Sequence[str], fields_of: FieldsOf) -> None:
+        """The service's collections changed (a --config reload): its keys' filters are checked again against
+        the collections served now."""
+        with self._lock:
+            self._collections, self._fields_of = list(collections), fields_of
+        self.reload("collections changed")
+
     def start(self) -> None:
         """Watch the file (a thread polling its identity) and, on the main thread, take SIGHUP."""
-        if self.file is None:
-            return
-        if self.interval_s > 0:
-            self._thread = threading.Thread(target=self._watch, name="tandem-keys", daemon=True)
-            self._thread.start()
-        try:
-            self._previous_hup = signal.signal(signal.SIGHUP, lambda signum, frame: self._reload_soon("SIGHUP"))
-            self._took_hup = True
-        except ValueError:  # not the main thread (tests serve from a thread): the file watch alone
-            pass
-
-    def _reload_soon(self, why: str) -> None:
-        # a signal handler must not block on the lock a rebuild holds
-        threading.Thread(target=self.reload, args=(why,), name="tandem-keys-hup", daemon=True).start()
-
-    def _watch(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                if self._read_stamp() != self._stamp:
-                    self.reload("file changed")
-            except Exception:  # the watch never dies
-                log.exception("watching the key file %s failed", printable(self.file))
+        if self._watch is not None:
+            self._watch.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._took_hup:
-            signal.signal(signal.SIGHUP, self._previous_hup)
-            self._took_hup = False
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        if self._watch is not None:
+            self._watch.stop()
