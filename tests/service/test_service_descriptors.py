@@ -2,7 +2,8 @@
 more than the process may open refused by name while the old one keeps serving.
 
 Real processes: `tandem serve` started with a low RLIMIT_NOFILE (set in the child before it runs), watching a root
-into which `tandem index follow --no-compact` publishes a version of many segments (about ten open files each).
+into which `tandem index follow --no-compact` publishes a version of many segments (about ten open files each). And
+a closed version's files are closed at once, not when it is collected.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from typing import Any
 import httpx
 import pytest
 
-from models.bundle.version import read_bundle_manifest
-from models.bundle.versions import read_current
+from indexer.follow import FollowRequest, follow
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import READY_TIMEOUT_S
 from tests.indexer.test_writer_races import root
@@ -142,3 +144,29 @@ def test_serve_raises_its_soft_limit_to_the_hard_one_and_loads_the_version(
         many = _follow_many(root, tmp_path)
         wait_for(lambda: _status(served)["current"]["version"] == many, "the new version in service")
         assert _served_version(served) == many
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_closed_version_lets_go_of_its_descriptors_at_once(root: Path, tmp_path: Path) -> None:
+    """A segment's memory maps (lexical, payload) are let go when its last version closes, while the closed
+    version object is still referenced (a retired searcher collected late): not when the garbage collector runs."""
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    for n in range(6):
+        line = {"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}
+        (changes / f"{n:04d}.jsonl").write_text(json.dumps(line) + "\n")
+    follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False, max_files=3))
+    first, second = sorted((v for v in list_versions(root) if v != "v1"), key=lambda v: v == read_current(root).name)
+    before = _descriptors()
+    older = Bundle(root / first)
+    newer = Bundle(root / second, reuse=older)
+    assert newer.reused == 4 and _descriptors() > before + 20
+    older.close()
+    held = _descriptors()
+    assert held > before + 20  # its four segments serve on in the newer version
+    newer.close()
+    assert _descriptors() == before
+    assert older.segments == newer.segments == []  # both still referenced here, their files closed
