@@ -27,7 +27,7 @@ from models.datasets.beir import load_beir
 from models.encoders.registry import resolve
 from models.encoders.student import StudentEncoder
 from models.evaluation.metrics import NDCG, TOP_K, run_from_rows, score_run
-from models.search import VectorIndex, rotate, search_index
+from models.search import VectorIndex, rotate
 
 log = logging.getLogger("bench.binary_center")
 
@@ -72,31 +72,31 @@ def main() -> None:
                     return score_run(data.qrels, run_from_rows(qids, scores, rows, doc_ids))[NDCG]
 
                 exact = VectorIndex.build(d_rot, dim, Quantization.FLOAT)
-                result[f"{who} float"] = ndcg(*search_index(exact, q_rot, TOP_K))
+                result[f"{who} float"] = ndcg(*exact.search(q_rot, TOP_K))
                 for center in (False, True):
                     tag = "centered" if center else "plain"
                     index = VectorIndex.build(d_rot, dim, Quantization.BINARY, center=center)
                     qt = truncate(q_rot, dim)
-                    codes = binary_encode(qt if index.center is None else qt - index.center)
+                    codes = binary_encode(qt if index.space.center is None else qt - index.space.center)
                     dist, rows = index.index.search(codes, TOP_K)
                     result[f"{who} hamming {tag}"] = ndcg(-dist.astype(np.float32), rows)
                     for over in (4, 8, 16):
-                        result[f"{who} rescore x{over} {tag}"] = ndcg(*search_index(index, q_rot, TOP_K, over))
+                        result[f"{who} rescore x{over} {tag}"] = ndcg(*index.search(q_rot, TOP_K, over))
                 # centered, then a random orthogonal rotation of the kept dims: spreads PCA's uneven variance
                 # evenly over the sign bits (as PCA-RR / ITQ do); rescoring is unchanged
                 index = VectorIndex.build(d_rot, dim, Quantization.BINARY, center=True)
-                assert index.center is not None and index.calibration is not None
+                assert index.space.center is not None and index.space.calibration is not None
                 spin = np.linalg.qr(np.random.default_rng(0).standard_normal((dim, dim)))[0].astype(np.float32)
                 codes = faiss.IndexBinaryFlat(dim)
-                codes.add(binary_encode((truncate(d_rot, dim) - index.center) @ spin))
+                codes.add(binary_encode((truncate(d_rot, dim) - index.space.center) @ spin))
                 qt = truncate(q_rot, dim)
-                dist, rows = codes.search(binary_encode((qt - index.center) @ spin), TOP_K * 16)
+                dist, rows = codes.search(binary_encode((qt - index.space.center) @ spin), TOP_K * 16)
                 result[f"{who} hamming balanced"] = ndcg(-dist[:, :TOP_K].astype(np.float32), rows[:, :TOP_K])
                 for over in (4, 8, 16):
                     out_s = np.zeros((len(qt), TOP_K), dtype=np.float32)
                     out_r = np.zeros((len(qt), TOP_K), dtype=np.int64)
                     for i, cand in enumerate(rows[:, : TOP_K * over]):
-                        vecs = int8_decode(np.asarray(index.rescore_codes[cand]), index.calibration)
+                        vecs = int8_decode(np.asarray(index.rescore_codes[cand]), index.space.calibration)
                         order = np.argsort(-(vecs @ qt[i]), kind="stable")[:TOP_K]
                         out_s[i], out_r[i] = (vecs @ qt[i])[order], cand[order]
                     result[f"{who} rescore x{over} balanced"] = ndcg(out_s, out_r)

@@ -145,7 +145,7 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
 
     from models.bundle.index_spec import IndexSpec, Quantization
     from models.bundle.vector_index import RESCORE_FILE
-    from models.search import VectorIndex, search_index
+    from models.search import VectorIndex
 
     queries = np.load(directory.parent / "queries.npy")
     truth = np.load(directory.parent / f"truth-{meta['dim']}.npy")
@@ -154,13 +154,13 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
     before = anon_rss_bytes()
     index = VectorIndex.load(directory, int(str(meta["dim"])), q, spec)
     ram = anon_rss_bytes() - before
-    _, rows = search_index(index, queries, K)
+    _, rows = index.search(queries, K)
     recall = float(np.mean([len(set(r) & set(t)) / K for r, t in zip(rows, truth, strict=True)]))
     faiss.omp_set_num_threads(1)
     times = []
     for query in queries[:latency_queries]:
         began = time.perf_counter()
-        search_index(index, query[None], K)
+        index.search(query[None], K)
         times.append((time.perf_counter() - began) * 1000)
     return {
         "recall": recall,
@@ -291,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup = (f"{args.n:,} synthetic documents: SciFact all-mpnet-base-v2 vectors plus covariance-shaped noise "
              f"(relative norm 0.4–0.8), {args.queries} queries from {args.queries} held-out reference vectors. "
              f"Recall@{K} against exact float search at the same dim, all {args.queries} queries. Latency: "
-             f"`models.search.search_index` for one query at a time, {args.latency_queries} queries, "
+             f"`VectorIndex.search` for one query at a time, {args.latency_queries} queries, "
              f"FAISS threads 1, oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
     section = render(rows, command, setup, f"{load_before} before, {load_average()[1]} after")
     publish(args.lab, SECTION, section, write=not args.no_write)

@@ -25,6 +25,7 @@ from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource
 from models.bundle.rotation import Rotation
 from models.contract import SUPPORTED_DIMS
 from models.embeddings.store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
+from models.encoders.precision import AUTO, auto_precision, read_cpu_flags
 from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
 from models.errors import InputError
 
@@ -67,7 +68,7 @@ class BuildRequest:
     ray_threads: int = 1
     metadata_extra: bool = False
     fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.bundle.fields)
-    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.first_stage)
+    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.space)
     binary_center: bool = True
 
     @property
@@ -147,11 +148,19 @@ def teacher_vectors(
 
 
 def resolved_precision(run: TeacherRun) -> str:
-    """The precision the vectors will have: given, else fp16 on CUDA and fp32 on CPU (on Ray: the cluster's)."""
-    if run.precision is not None:
+    """The precision the vectors will have: given, else fp16 on CUDA and fp32 on CPU (on Ray: the cluster's).
+
+    `auto` runs locally as models.encoders.precision.auto_precision picks from this CPU's flags; on Ray, whose
+    actors may run on other CPUs, it is the cluster's default."""
+    if run.precision is not None and run.precision != AUTO:
         return run.precision
     if run.engine == Engine.LOCAL:
-        return "fp16" if (run.device or local_device()).startswith("cuda") else "fp32"
+        device = run.device or local_device()
+        if run.precision == AUTO:
+            picked = auto_precision(device, read_cpu_flags()).value
+            log.info("--precision auto: %s on %s", picked, device)
+            return picked
+        return "fp16" if device.startswith("cuda") else "fp32"
     from indexer.ray_engine import default_precision
 
     return default_precision(run.ray_address)  # fp16 on a cluster with GPUs

@@ -14,7 +14,7 @@ import numpy as np
 
 from indexer.options import Engine
 from models.embeddings.store import EmbeddingStore, ShardRunner, local_runner
-from models.encoders.precision import TEACHER_PRECISIONS
+from models.encoders.precision import AUTO, TEACHER_PRECISIONS
 from models.encoders.registry import ModelCard
 from models.errors import InputError
 
@@ -35,8 +35,9 @@ class TeacherRun:
     def check(self) -> None:
         if self.engine not in tuple(Engine):
             raise InputError(f"unknown engine {self.engine!r}; choose one of {', '.join(e.value for e in Engine)}")
-        if self.precision is not None and self.precision not in TEACHER_PRECISIONS:
-            raise InputError(f"unknown --precision {self.precision!r}; choose {', '.join(TEACHER_PRECISIONS)}")
+        if self.precision is not None and self.precision not in (*TEACHER_PRECISIONS, AUTO):
+            raise InputError(f"unknown --precision {self.precision!r}; choose {', '.join(TEACHER_PRECISIONS)} or "
+                             f"{AUTO}")
         if self.batch_size < 1 or (self.batch_tokens is not None and self.batch_tokens < 1):
             raise InputError("--batch-size and --batch-tokens must be at least 1")
         if self.ray_threads < 1 or (self.ray_actors is not None and self.ray_actors < 1):

@@ -35,9 +35,10 @@ from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.rootlock import LockTimeout, root_lock
 from indexer.segments import Batch, link_version
-from indexer.writer import Space, write_version_manifest
+from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, FollowState
+from models.bundle.space import Space
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import is_bundle_root, read_current
 from models.embeddings.store import SHARD_SIZE

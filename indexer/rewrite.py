@@ -38,7 +38,6 @@ from models.corpus import CorpusHasher, Document, corpus_key
 from models.embeddings.store import EmbeddingStore, store_key
 from models.encoders.registry import ModelCard, sha256_file
 from models.errors import InputError
-from models.search.query import stored_vectors
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +127,7 @@ class BaseVectors:
     def take(self, rows: np.ndarray) -> np.ndarray:
         """Vectors of base `rows` (ascending, as kept documents are), loading each shard once."""
         if self.stored is None:
-            return stored_vectors(self.bundle.segments[0].vectors, rows)  # a float index: the vectors as added
+            return self.bundle.segments[0].vectors.reconstruct(rows)  # a float index: the vectors as added
         return self.stored.take(rows)
 
 

@@ -20,13 +20,14 @@ import numpy as np
 
 from indexer.changes import Changes
 from indexer.next_version import Vectors, with_fields, with_segments, with_tombstones
-from indexer.writer import Space, write_index
+from indexer.writer import write_index
 from models.atomic import atomic_write
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.lexical import build_lexical
 from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
 from models.bundle.payload_writer import write_payload
+from models.bundle.space import Space
 from models.bundle.version import check_own_directories, in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
 from models.encoders.registry import sha256_file

@@ -21,9 +21,10 @@ from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
 from indexer.rootlock import writer_step
 from indexer.segments import apply_changes, link_version
-from indexer.writer import Space, write_version_manifest
+from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest
+from models.bundle.space import Space
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import new_version_name
 

@@ -27,9 +27,21 @@ def run_server(settings: ServiceSettings) -> None:
     the pair does not match."""
     configure_logging(settings.log_format, settings.log_level)
     raise_descriptor_limit()  # before any worker starts: they inherit it (service.descriptors)
-    bundle, student = check_compatible(settings)
-    log.info("serving %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", settings.index, bundle.count,
-             bundle.dim, bundle.quantization.value, settings.student, settings.student_precision, student.teacher.name)
+    specs = settings.collection_specs()
+    for spec in specs:
+        own = settings.model_copy(update={"index": spec.index, "student": spec.student})
+        try:
+            bundle, student = check_compatible(own)
+        except Exception as exc:
+            if len(specs) == 1:
+                raise
+            # one of several: it is reported (its loader fails, /readyz and GET /collections say why) while the
+            # others serve
+            log.error("collection %s will not serve: %s", spec.name, exc)
+            continue
+        log.info("serving %s: %s (%d docs, %d-d %s) with student %s (%s, teacher %s)", spec.name, spec.index,
+                 bundle.count, bundle.dim, bundle.quantization.value, spec.student, settings.student_precision,
+                 student.teacher.name)
     if (warning := settings.oversubscribed(available_cores())) is not None:
         log.warning("%s", warning)
     if settings.processes > 1:

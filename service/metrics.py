@@ -70,6 +70,16 @@ class Metrics:
                                         registry=r, multiprocess_mode="livemax")
         self._version: str | None = None
         self.reloads = Counter("tandem_reloads", "Hot reloads by outcome.", ["outcome"], registry=r)
+        # per collection (service.core.collections): the default one is also what the unlabelled metrics report
+        self.collection_reloads = Counter("tandem_collection_reloads", "Hot reloads by collection and outcome.",
+                                          ["collection", "outcome"], registry=r)
+        self.collection_searches = Counter("tandem_collection_searches", "Search requests by collection (those "
+                                           "that reached one: a 404 counts nowhere).", ["collection"], registry=r)
+        self.collection_ready = Gauge("tandem_collection_ready", "1 when the collection serves, 0 while it loads "
+                                      "or after it failed to load.", ["collection"], registry=r,
+                                      multiprocess_mode="livemin")
+        self.collection_documents = Gauge("tandem_collection_documents", "Documents in the collection's version "
+                                          "in service.", ["collection"], registry=r, multiprocess_mode="livemax")
         # when the initial load began, and whether the index gauges are set (service.http.routes.metrics reads the
         # loader into them; set_index marks them set)
         self.load_started: float | None = None

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from models.encoders.precision import StudentPrecision
@@ -18,6 +19,33 @@ ENV_PREFIX = "TANDEM_"
 MAX_BATCH_QUERIES = 1024  # the schema's hard bound on `queries`; TANDEM_MAX_BATCH_QUERIES is at most this
 MAX_KEEP_VERSIONS = 8
 MAX_PROCESSES = 64  # each kept version holds its whole index in memory
+DEFAULT = "default"  # the collection `--index/--student` make, which POST /search answers
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+class CollectionSpec(BaseModel):
+    """One collection: its name (in URLs), its bundle (or bundle root) and its student."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Lowercase letters, digits, _ and -; at most 64 characters.")
+    index: Path
+    student: Path
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"collection name {value!r}: 1 to 64 lowercase letters, digits, _ or - "
+                             "(starting with a letter or digit)")
+        return value
+
+
+def check_unique(specs: list[CollectionSpec] | tuple[CollectionSpec, ...]) -> None:
+    names = [s.name for s in specs]
+    dup = next((n for n in names if names.count(n) > 1), None)
+    if dup is not None:
+        raise ValueError(f"collection {dup!r} is declared twice")
 MAX_FILTER_DEPTH = 64  # TANDEM_MAX_FILTER_DEPTH is at most this: a body's JSON nesting stays far below any parser's
 
 
@@ -75,6 +103,15 @@ class ServiceSettings(BaseSettings):
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: plain.")
     api_keys: SecretStr | None = Field(None, description="Comma-separated API keys; any of them opens /search.")
     api_keys_file: Path | None = Field(None, description="API keys, one per line, '#' comments.")
+    keys_file: Path | None = Field(None, description="Scoped API keys (TOML, one [[key]] table per key: its "
+                                   "collections, a filter ANDed into its searches, /v1/embeddings or not); reloaded "
+                                   "on SIGHUP and when the file changes.")
+    collections: tuple[CollectionSpec, ...] = Field(
+        (), description="Named collections (--collection NAME=INDEX,STUDENT, or --config FILE); empty: one "
+        "collection, 'default', of TANDEM_INDEX and TANDEM_STUDENT.")
+    collections_config: Path | None = Field(None, description="The --config file `collections` came from (with "
+                                            "those of --collection): re-read on SIGHUP and when it changes, adding "
+                                            "and removing its collections (service.core.collections_reload).")
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest request body; beyond it, 413.")
     cors_origins: str | None = Field(None, description="Comma-separated origins allowed by CORS; unset, CORS is off.")
     admin_token: SecretStr | None = Field(
@@ -129,7 +166,20 @@ class ServiceSettings(BaseSettings):
         if self.max_batch_queries > self.max_pending:
             raise ValueError(f"TANDEM_MAX_BATCH_QUERIES ({self.max_batch_queries}) exceeds TANDEM_MAX_PENDING "
                              f"({self.max_pending}): such a batch could never be admitted")
+        check_unique(self.collections)
+        if len(self.collections) > 1 and self.processes > 1:
+            raise ValueError("several collections are served by one process: TANDEM_PROCESSES must be 1 with more "
+                             "than one collection")
         return self
+
+    def collection_specs(self) -> list[CollectionSpec]:
+        """The collections served: those declared, or 'default' of `index` and `student`."""
+        return list(self.collections) or [CollectionSpec(name=DEFAULT, index=self.index, student=self.student)]
+
+    def default_collection(self) -> str | None:
+        """What POST /search, GET /index and /admin/reload act on: 'default', or the only collection; else None."""
+        names = [spec.name for spec in self.collection_specs()]
+        return DEFAULT if DEFAULT in names else names[0] if len(names) == 1 else None
 
     @property
     def filter_limits(self) -> FilterLimits:

@@ -17,7 +17,7 @@ from models.bundle.index_spec import IndexType, Quantization
 from models.bundle.manifest import BundleManifest
 from models.bundle.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
-from models.encoders.precision import StudentPrecision, TeacherPrecision
+from models.encoders.precision import PrecisionChoice, StudentPrecision
 from models.encoders.registry import ModelCard
 from models.errors import TandemError
 from tandem.provision import ROLES
@@ -132,17 +132,25 @@ def models_add(
 @models_app.command("list")
 def models_list(
     json_out: Annotated[bool, typer.Option("--json", help="Print every card in full, as JSON.")] = False,
+    student: Annotated[
+        list[Path] | None, typer.Option("--student", help="Also list this student directory (repeatable): its "
+                                        "teacher and what it was distilled from (corpus, sha256, sizes, bundle "
+                                        "version).")
+    ] = None,
 ) -> None:
     """The models the store holds and those the roles point at: role, dim, pooling, prompts, fingerprint."""
     import json
 
-    from tandem.provision import provisioned
+    from tandem.provision import provisioned, student_entry
 
     found = provisioned()
+    students = [student_entry(path) for path in student or []]
     if json_out:
-        typer.echo(json.dumps([{"path": str(p.path), "roles": p.roles, "problem": p.problem,
-                                "card": None if p.card is None else p.card.model_dump(mode="json")} for p in found],
-                              indent=2))
+        entries = [{"path": str(p.path), "roles": p.roles, "problem": p.problem,
+                    "card": None if p.card is None else p.card.model_dump(mode="json")} for p in found]
+        entries += [{"path": str(s.path), "roles": ["student"], "problem": s.problem, "card": None,
+                     "student": None if s.manifest is None else s.manifest.model_dump(mode="json")} for s in students]
+        typer.echo(json.dumps(entries, indent=2))
         return
     if not found:
         typer.echo("no models provisioned; run `tandem models fetch`")
@@ -152,6 +160,8 @@ def models_list(
             typer.echo(f"{role:9s} {item.path}: {item.problem}")
             continue
         _echo_card(role, item.card, fingerprint_chars=64)
+    for entry in students:
+        typer.echo(f"{'student':9s} {entry.path}: {entry.describe()}")
 
 
 RootOpt = Annotated[
@@ -226,9 +236,10 @@ def index_build(
                                  "tokens (length-sorted batches; e.g. 16384 on a GPU). Default: --batch-size texts.")
     ] = None,
     precision: Annotated[
-        TeacherPrecision | None,
+        PrecisionChoice | None,
         typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision: fp32 (CPU default, the reference), bf16 "
-                     "(CPU or GPU) or fp16 (CUDA default)."),
+                     "(CPU or GPU), fp16 (CUDA default), or auto: fp16 on CUDA, bf16 on a CPU with AVX-512 BF16 or "
+                     "AMX, fp32 elsewhere. The manifest records the precision used."),
     ] = None,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
@@ -414,7 +425,8 @@ def index_current(
 @app.command("distill")
 def distill(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
-    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target).")],
+    index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target), or a bundle "
+                                        "root: its CURRENT version.")],
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
     preset: Annotated[str, typer.Option(help="quick, default or full, or a JSON file of preset fields.")] = "default",
     train_queries: Annotated[
@@ -443,7 +455,8 @@ def distill(
 @app.command("eval")
 def evaluate(
     data: Annotated[Path, typer.Option(help="BEIR dataset directory (corpus.jsonl, queries.jsonl, qrels/).")],
-    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus.")],
+    index: Annotated[Path, typer.Option(help="Bundle built from the dataset's corpus, or a bundle root: its CURRENT "
+                                        "version.")],
     student: Annotated[Path, typer.Option(help="Student directory.")],
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     json_out: Annotated[Path | None, typer.Option("--json", help="Write metrics as JSON here.")] = None,
@@ -511,9 +524,19 @@ def loadtest(
 
 @app.command("serve")
 def serve(
-    index: Annotated[Path, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory, or a bundle root: its "
-                                        "CURRENT version is served and the pointer watched for new ones.")],
-    student: Annotated[Path, typer.Option(envvar="TANDEM_STUDENT", help="Student directory.")],
+    index: Annotated[Path | None, typer.Option(envvar="TANDEM_INDEX", help="Bundle directory, or a bundle root: its "
+                                               "CURRENT version is served and the pointer watched for new ones; with "
+                                               "--collection, the collection 'default'.")] = None,
+    student: Annotated[Path | None, typer.Option(envvar="TANDEM_STUDENT", help="Student directory.")] = None,
+    collection: Annotated[list[str] | None, typer.Option(help="NAME=INDEX,STUDENT: a named collection, searched "
+                                                        "at POST /collections/NAME/search (repeatable).")] = None,
+    config: Annotated[Path | None, typer.Option(help="TOML file of [[collection]] tables (name, index, "
+                                                "student), as --collection declares them; re-read on SIGHUP and "
+                                                "when it changes (collections added and removed).")] = None,
+    keys_file: Annotated[
+        Path | None, typer.Option(envvar="TANDEM_KEYS_FILE", help="Scoped API keys (TOML [[key]] tables: "
+                                  "collections, a filter, embeddings); reloaded on SIGHUP and file change.")
+    ] = None,
     host: Annotated[str, typer.Option(envvar="TANDEM_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TANDEM_PORT")] = 8000,
     admin_token: Annotated[
@@ -535,13 +558,16 @@ def serve(
                                  "encodes and searches itself).")
     ] = None,
 ) -> None:
-    """Serve POST /search over the bundle with the student encoding queries."""
+    """Serve POST /search over the bundle with the student encoding queries (or several named collections)."""
+    from service.collections_config import collection_settings
     from service.main import run_server
     from service.settings import ServiceSettings
 
-    extra = {k: v for k, v in {"api_keys_file": api_keys_file, "log_format": log_format,
-                               "admin_token": admin_token, "processes": processes}.items() if v is not None}
-    run_server(ServiceSettings(index=index, student=student, host=host, port=port, **extra))
+    given = {"api_keys_file": api_keys_file, "log_format": log_format, "keys_file": keys_file,
+             "admin_token": admin_token, "processes": processes}
+    extra: dict[str, object] = {k: v for k, v in given.items() if v is not None}
+    extra.update(collection_settings(index, student, collection or [], config))
+    run_server(ServiceSettings(host=host, port=port, **extra))
 
 
 @demo_app.command("corpus")

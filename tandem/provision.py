@@ -43,7 +43,9 @@ from models.encoders.registry import (
     record_role,
     write_card,
 )
-from models.errors import InputError, ModelNotFound
+from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
+from models.errors import ContractMismatch, InputError, ModelNotFound
+from models.manifest_io import read_manifest
 from models.paths import is_plain_name, models_dir
 
 log = logging.getLogger(__name__)
@@ -333,3 +335,31 @@ def provisioned() -> list[Provisioned]:
         except (ModelNotFound, InputError, OSError, ValueError) as exc:
             out.append(Provisioned(Path(path), roles.get(path, []), None, str(exc)))
     return out
+
+
+@dataclass(frozen=True)
+class StudentEntry:
+    """A student directory `tandem models list --student` names: its manifest, or why it could not be read."""
+
+    path: Path
+    manifest: StudentManifest | None
+    problem: str | None = None
+
+    def describe(self) -> str:
+        m = self.manifest
+        if m is None:
+            return str(self.problem)
+        head = f"teacher {m.teacher.name}, created {m.created}"
+        t = m.trained_on
+        if t is None:
+            return f"{head}; what it was trained on is not recorded (distilled before tandem kept it)"
+        return (f"{head}; trained on {t.corpus} (sha256 {t.corpus_sha256[:16]}…, {t.documents} documents; "
+                f"{t.train_texts} training texts, {t.train_queries} of them queries, {t.real_queries} real) against "
+                f"bundle version {t.bundle_version} ({t.bundle})")
+
+
+def student_entry(path: Path) -> StudentEntry:
+    try:
+        return StudentEntry(path, read_manifest(Path(path) / STUDENT_MANIFEST, StudentManifest, "student"))
+    except ContractMismatch as exc:
+        return StudentEntry(path, None, str(exc))

@@ -41,6 +41,17 @@ def test_every_top_level_contract_module_is_checked() -> None:
     assert len(modules) <= 8, f"models' top level holds {len(modules)} modules: {modules}"
 
 
+def test_only_the_bundle_imports_faiss() -> None:
+    """No module of the project outside models/bundle/ imports FAISS or bm25s, directly (import-linter allows
+    indirect imports, so this reads the graph's direct arrows)."""
+    import grimp
+
+    graph = grimp.build_graph("models", "indexer", "service", "tandem", cache_dir=None, include_external_packages=True)
+    for engine in ("faiss", "bm25s"):
+        importers = {m for m in graph.find_modules_that_directly_import(engine)}
+        assert all(m.startswith("models.bundle.") for m in importers), sorted(importers)
+
+
 def _imports() -> dict[str, set[str]]:
     """Each project module and the project modules it imports: module-level, function-level and TYPE_CHECKING."""
     import grimp
@@ -58,13 +69,3 @@ def test_no_import_cycles() -> None:
     except CycleError as exc:
         pytest.fail("import cycle: " + " -> ".join(exc.args[1]))
 
-
-def test_the_service_stands_at_most_six_floors() -> None:
-    """The longest chain of imports between service modules (issue 38: it was 12, HTTP over the core made it 6)."""
-    inside = {m: {d for d in deps if d.startswith("service.")}
-              for m, deps in _imports().items() if m.startswith("service.")}
-    floors: dict[str, int] = {}
-    for module in TopologicalSorter(inside).static_order():  # what a module imports comes before it
-        floors[module] = 1 + max((floors[d] for d in inside.get(module, ())), default=0)
-    top = max(floors, key=floors.__getitem__)
-    assert floors[top] <= 6, f"{top} stands {floors[top]} floors of service imports high"

@@ -8,7 +8,7 @@ import sys
 
 PROBE = """
 import sys
-import service.http.app, service.main, service.core.searcher
+import service.http.app, service.main, service.core.batcher, service.core.searcher
 heavy = sorted(name for name in ("torch", "transformers", "ray") if name in sys.modules)
 assert not heavy, f"service imports {heavy}"
 """

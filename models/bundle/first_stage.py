@@ -12,7 +12,8 @@ import faiss
 import numpy as np
 
 from models.bundle.index_spec import IndexSpec, IndexType, Quantization
-from models.bundle.quantize import Int8Calibration, binary_encode
+from models.bundle.quantize import Int8Calibration
+from models.bundle.space import sign_codes
 
 IVF_TRAIN_PER_CELL = 256  # k-means sees at most this many codes per cell; more adds time, not quality
 
@@ -60,23 +61,6 @@ def empty_first_stage(
 def train_step(count: int, spec: IndexSpec) -> int:
     """Every train_step-th row trains IVF's k-means (the same rows whether the build streams or not)."""
     return max(1, count // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
-
-
-def spin_matrix(dim: int, seed: int = 0) -> np.ndarray:
-    """A random orthogonal [dim, dim] matrix (QR of a Gaussian), the same for a given seed."""
-    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, dim)))
-    return np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
-
-
-def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray | None = None) -> np.ndarray:
-    """Binary codes of truncated vectors: the signs of (x − center) · spin, packed.
-
-    The center (the corpus mean) keeps the bits of axes the mean dominates from being nearly constant;
-    the spin, a random orthogonal matrix, spreads PCA's uneven variance evenly over the bits, so that
-    trailing low-variance axes stop flipping on the student's small query errors
-    (docs/decisions.md#binary-codes-centered-and-spun)."""
-    y = x if center is None else x - center
-    return binary_encode(y if spin is None else y @ spin)
 
 
 def first_stage_codes(x: np.ndarray, quantization: Quantization, center: np.ndarray | None = None,

@@ -1,20 +1,26 @@
-"""FAISS indexes for each quantization and index type: built, saved and loaded here, searched by
-models.search.query.
+"""FAISS indexes for each quantization and index type: built, saved, loaded and searched here.
 
 - float: IndexFlatIP over MRL-truncated unit vectors.
 - int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
 - binary: IndexBinaryFlat over sign bits, plus the int8 rescoring codes (memory-mapped when loaded).
 
 Those are the flat (exact) first stages; models.bundle.first_stage also builds HNSW and IVF ones
-(models.bundle.index_spec), with the same int8 calibration and the same binary rescoring.
+(models.bundle.index_spec), with the same int8 calibration and the same binary rescoring. An index is scored in its
+version's space (models.bundle.space: the calibration, center and spin, shared by the version's segments).
+
+`VectorIndex` does every FAISS call a search makes: the first stage (restricted to allowed rows by an ID selector,
+HNSW's efSearch and IVF's nprobe widened by the numbers of models.search.planner, which it is handed as a
+`Widening`), the int8 rescoring of binary candidates, and the exact pass over stored vectors or sign codes.
+models.search.query asks it, and never touches a FAISS object.
 """
 
 from __future__ import annotations
 
 import errno
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import faiss
 import numpy as np
@@ -24,46 +30,67 @@ from models.bundle.first_stage import (
     build_first_stage,
     empty_first_stage,
     first_stage_codes,
-    spin_matrix,
+    hamming_top,
+    stored_codes,
     train_step,
 )
 from models.bundle.index_spec import IndexSpec, Quantization
-from models.bundle.quantize import Int8Calibration, int8_encode
+from models.bundle.lexical import top_k
+from models.bundle.quantize import int8_decode, int8_encode
+from models.bundle.rows import Allowed
+from models.bundle.space import Space
 from models.contract import truncate
 from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
-CALIBRATION_FILE = "calibration.npy"
 RESCORE_FILE = "rescore.u8.npy"
-CENTER_FILE = "center.npy"  # binary: the corpus mean subtracted before taking signs (documents and queries)
-SPIN_FILE = "spin.npy"  # binary: the random orthogonal matrix applied after centering, before the signs
 DEFAULT_OVERSAMPLE = 4
+EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
+
+
+def set_search_threads(threads: int) -> None:
+    """FAISS's OpenMP threads for the searches the calling thread runs: the count is per thread, so a worker
+    sets it before it searches (docs/decisions.md#one-blas-thread-per-search-thread)."""
+    faiss.omp_set_num_threads(threads)
+
+
+class Widening(Protocol):
+    """How far a search restricted to some rows over-fetches: models.search.planner.Planner's numbers."""
+
+    def ef_search(self, ef: int, k: int, allowed: Allowed) -> int:
+        """HNSW's candidate list for `k` results among `allowed`, from the index's own `ef`."""
+        ...
+
+    def fetch(self, k: int, count: int, allowed: Allowed) -> int:
+        """Results to ask of an index that takes no selector (binary IVF) for `k` allowed ones."""
+        ...
+
+    def nprobe(self, nprobe: int, nlist: int, allowed: Allowed) -> int:
+        """IVF's cells probed among `nlist`, from the index's own `nprobe`."""
+        ...
 
 
 class VectorIndex:
-    """Vectors of one bundle at one dim and quantization."""
+    """The vectors of one segment (or of an index built in memory) at one dim and quantization, scored in a space."""
 
     def __init__(
         self,
         quantization: Quantization,
         dim: int,
         index: faiss.Index | faiss.IndexBinary,
-        calibration: Int8Calibration | None = None,
+        space: Space | None = None,
         rescore_codes: np.ndarray | None = None,
         spec: IndexSpec | None = None,
-        center: np.ndarray | None = None,
-        spin: np.ndarray | None = None,
     ) -> None:
         self.quantization = quantization
-        self.center, self.spin = center, spin
         self.dim = dim
         self.spec = spec or IndexSpec()
         self.index = index
-        self.calibration = calibration
+        self.space = space or Space()
         self.rescore_codes = rescore_codes
-        self.observe: StageObserver | None = None  # told how long int8 rescoring took (models.search.query), when set
+        self.observe: StageObserver | None = None  # told how long int8 rescoring took (the service's timings), when set
         # A plain attribute, not a property over index.ntotal: the index is complete when it gets here (built,
-        # loaded or written whole) and never grows after, and a query reads it without a call into this file.
+        # loaded or written whole) and never grows after.
         self.count = int(index.ntotal)
 
     @classmethod
@@ -71,22 +98,22 @@ class VectorIndex:
         cls, vectors: np.ndarray, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
         center: bool = False, spin: bool = False,
     ) -> VectorIndex:
-        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat);
-        binary codes are the signs of the vectors minus their mean (`center`), spun (`spin`:
-        models.bundle.first_stage)."""
+        """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat), in a space
+        fitted on them (models.bundle.space): binary codes are the signs of the vectors minus their mean
+        (`center`), spun (`spin`)."""
         spec = spec or IndexSpec()
-        x = np.ascontiguousarray(truncate(vectors, dim), dtype=np.float32)
-        cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit(x)
-        mean = x.mean(axis=0, dtype=np.float64).astype(np.float32) if center else None
-        mean = mean if quantization is Quantization.BINARY else None
-        turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
-        index = build_first_stage(x, quantization, spec, cal, mean, turn)
-        rescore = int8_encode(x, cal) if quantization is Quantization.BINARY and cal is not None else None
-        return cls(quantization, dim, index, cal, rescore, spec, mean, turn)
+        space = Space.fit(len(vectors), lambda: [vectors], dim=dim, quantization=quantization, center=center,
+                          spin=spin)
+        x = space.project(vectors, dim)
+        index = build_first_stage(x, quantization, spec, space.calibration, space.center, space.spin)
+        rescore = None
+        if quantization is Quantization.BINARY and space.calibration is not None:
+            rescore = int8_encode(x, space.calibration)
+        return cls(quantization, dim, index, space, rescore, spec)
 
     def save(self, directory: Path, space: bool = True) -> list[str]:
-        """Write the index files into `directory`; returns their names. `space=False` leaves out the calibration,
-        center and spin: a version's later segment shares its first segment's."""
+        """Write the index files into `directory`; returns their names. `space=False` leaves out the space's files
+        (the calibration, center and spin): a version writes its own once, for all of its segments."""
         names = [INDEX_FILE]
         try:
             if isinstance(self.index, faiss.IndexBinary):
@@ -96,56 +123,137 @@ class VectorIndex:
         except RuntimeError as exc:  # FAISS reports a failed write (a full disk) as a RuntimeError
             raise OSError(errno.EIO, f"cannot write the index: {str(exc).strip().splitlines()[-1]}",
                           str(directory / INDEX_FILE)) from exc
-        if self.calibration is not None and space:
-            np.save(directory / CALIBRATION_FILE, self.calibration.to_array())
-            names.append(CALIBRATION_FILE)
         if self.rescore_codes is not None:
             np.save(directory / RESCORE_FILE, self.rescore_codes)
             names.append(RESCORE_FILE)
-        if self.center is not None and space:
-            np.save(directory / CENTER_FILE, self.center)
-            names.append(CENTER_FILE)
-        if self.spin is not None and space:
-            np.save(directory / SPIN_FILE, self.spin)
-            names.append(SPIN_FILE)
-        return names
+        return names + (self.space.save(directory) if space else [])
 
     @classmethod
     def load(
         cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
-        centered: bool = False, spun: bool = False, space: Path | None = None,
+        space: Space | None = None,
     ) -> VectorIndex:
         """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former.
 
-        `space` holds the calibration, center and spin when they are not `directory`'s own: a version's later
-        segments share those of its first (models.bundle.version)."""
+        `space`: the version's, read once for all of its segments (models.bundle.version); None reads the
+        calibration `directory` holds (an index saved on its own, without center or spin)."""
         spec = spec or IndexSpec()
-        space = directory if space is None else space
+        if space is None:
+            space = Space.read(directory, dim=dim, quantization=quantization)
         path = str(directory / INDEX_FILE)
         if quantization is Quantization.BINARY:
             index: faiss.Index | faiss.IndexBinary = faiss.read_index_binary(path)
             rescore = np.load(directory / RESCORE_FILE, mmap_mode="r")
         else:
             index, rescore = faiss.read_index(path), None
-        cal = None
-        if quantization is not Quantization.FLOAT:
-            cal = Int8Calibration.from_array(np.load(space / CALIBRATION_FILE))
         apply_search_params(index, spec)
-        if index.d != dim or (cal is not None and cal.dim != dim):
+        if index.d != dim:
             raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
+        if quantization is not Quantization.FLOAT and (space.calibration is None or space.calibration.dim != dim):
+            raise ValueError(f"{directory}: the space has no {dim}-d int8 calibration for a {quantization.value} index")
         if rescore is not None and rescore.shape != (index.ntotal, dim):
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
-        center = None
-        if centered:
-            center = np.asarray(np.load(space / CENTER_FILE), dtype=np.float32)
-            if center.shape != (dim,):
-                raise ValueError(f"{directory}: {CENTER_FILE} has shape {center.shape}, expected {(dim,)}")
-        spin = None
-        if spun:
-            spin = np.asarray(np.load(space / SPIN_FILE), dtype=np.float32)
-            if spin.shape != (dim, dim):
-                raise ValueError(f"{directory}: {SPIN_FILE} has shape {spin.shape}, expected {(dim, dim)}")
-        return cls(quantization, dim, index, cal, rescore, spec, center, spin)
+        return cls(quantization, dim, index, space, rescore, spec)
+
+    def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: Allowed | None = None,
+               widening: Widening | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k (scores, rows) of full-dimension unit queries, already in the space's basis (Space.rotate); rows
+        are -1 past the corpus size. Binary ranks by Hamming distance first, then rescores the top
+        `k × oversample` with the float query against the int8 vectors.
+
+        `allowed` restricts the search to those rows before ranking, over-fetching as `widening` says."""
+        q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
+        k = max(1, min(k, self.count))
+        binary = self.quantization is Quantization.BINARY
+        depth = min(self.count, k * max(1, oversample)) if binary else k
+        params, selector, fetch = self._restricted(allowed, widening, depth)
+        scores, rows = self.index.search(self.space.sign_codes(q) if binary else q, fetch, params=params)
+        if allowed is not None and selector is None:  # over-fetched without a selector: keep the allowed rows
+            scores, rows = _keep_allowed(scores, rows, allowed.mask, depth)
+        del selector  # held until FAISS was done with it
+        if not binary:
+            return scores, rows
+        began = time.perf_counter()
+        out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
+        out_rows = np.full((len(q), k), -1, dtype=np.int64)
+        for i, cand in enumerate(rows):
+            top_scores, top_rows = self._rescore(q[i], cand[cand >= 0], k)
+            out_scores[i, : len(top_rows)] = top_scores
+            out_rows[i, : len(top_rows)] = top_rows
+        if self.observe is not None:
+            self.observe("rescore", time.perf_counter() - began)
+        return out_scores, out_rows
+
+    def hamming(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Binary only: (Hamming distances, rows) of the top k by the sign codes alone, no rescoring (what the first
+        stage alone is worth: `tandem eval`'s matrix)."""
+        q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
+        return self.index.search(self.space.sign_codes(q), min(k, self.count))
+
+    def exact(self, rotated: np.ndarray, depth: int, rows: np.ndarray,
+              oversample: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top `depth` of `rows` (ascending) for one query in the space's basis, scored exactly, a chunk at a
+        time: float and int8 by their stored vectors; binary by the Hamming distance of their sign codes, then the
+        int8 rescoring of the best `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not
+        addressable by row: its int8 vectors score every row)."""
+        q = np.ascontiguousarray(truncate(rotated, self.dim), dtype=np.float32)
+        codes = stored_codes(self.index) if self.quantization is Quantization.BINARY else None
+        if codes is not None and len(rows) > depth * max(1, oversample):
+            rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), depth * max(1, oversample),
+                                       EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
+        best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
+        for start in range(0, len(rows), EXACT_CHUNK):
+            chunk = rows[start : start + EXACT_CHUNK]
+            scores = self.reconstruct(chunk) @ q[0]
+            best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, chunk]), depth)
+        return best_s, best_r
+
+    def reconstruct(self, rows: np.ndarray) -> np.ndarray:
+        """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore
+        codes)."""
+        if self.quantization is Quantization.BINARY:
+            assert self.space.calibration is not None and self.rescore_codes is not None
+            return int8_decode(np.asarray(self.rescore_codes[rows]), self.space.calibration)
+        typed: Any = self.index
+        return np.asarray(typed.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)
+
+    def _rescore(self, query: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top k of binary candidates by the float query against their int8 vectors, best first."""
+        order = np.sort(candidates)  # sorted reads are kinder to a memory-mapped file
+        scores = self.reconstruct(order) @ query
+        top = np.argsort(-scores, kind="stable")[:k]
+        return scores[top], order[top]
+
+    def _restricted(self, allowed: Allowed | None, widening: Widening | None,
+                    k: int) -> tuple[faiss.SearchParameters | None, Any, int]:
+        """How FAISS searches for `k` results among `allowed` rows: its search parameters (the index's own kind,
+        widened for HNSW and IVF), the ID selector they hold (which the caller keeps alive while FAISS searches),
+        and how many results to ask for. FAISS's IVF over binary codes takes no selector: it over-fetches in
+        proportion to the rows filtered out, and the caller keeps the allowed ones."""
+        if allowed is None:
+            return None, None, k
+        if widening is None:
+            raise ValueError("a search restricted to some rows needs the planner's widening")
+        lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
+        typed: Any = self.index
+        if hasattr(typed, "nprobe"):
+            nprobe = widening.nprobe(typed.nprobe, typed.nlist, allowed)
+            return lib.SearchParametersIVF(nprobe=nprobe), None, widening.fetch(k, self.count, allowed)
+        sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
+        if hasattr(typed, "hnsw"):
+            ef = widening.ef_search(typed.hnsw.efSearch, k, allowed)
+            return lib.SearchParametersHNSW(sel=sel, efSearch=ef), sel, k
+        return lib.SearchParameters(sel=sel), sel, k
+
+
+def _keep_allowed(scores: np.ndarray, rows: np.ndarray, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first `k` allowed results of each query, in FAISS's order; -1 rows pad a short one."""
+    out_scores, out_rows = np.zeros((len(rows), k), dtype=scores.dtype), np.full((len(rows), k), -1, dtype=np.int64)
+    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
+        keep = (r >= 0) & mask[np.maximum(r, 0)]
+        kept = r[keep][:k]
+        out_scores[i, : len(kept)], out_rows[i, : len(kept)] = s[keep][:k], kept
+    return out_scores, out_rows
 
 
 def float_vectors(directory: Path, count: int, chunk: int) -> Iterator[np.ndarray]:
@@ -164,14 +272,11 @@ class IndexWriter:
     what `np.save` writes. The files equal `VectorIndex.build(...).save()` on the same vectors.
     """
 
-    def __init__(
-        self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
-        calibration: Int8Calibration | None, center: np.ndarray | None = None, spin: np.ndarray | None = None,
-    ) -> None:
+    def __init__(self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
+                 space: Space) -> None:
         self.directory, self.count, self.dim = Path(directory), count, dim
-        self.center, self.spin = center, spin
-        self.quantization, self.spec, self.calibration = quantization, spec, calibration
-        self.index = empty_first_stage(dim, quantization, spec, calibration)
+        self.quantization, self.spec, self.space = quantization, spec, space
+        self.index = empty_first_stage(dim, quantization, spec, space.calibration)
         self.added = 0
         self._rescore: BinaryIO | None = None
         if quantization is Quantization.BINARY:
@@ -193,28 +298,28 @@ class IndexWriter:
         sample, seen = [], 0
         for x in chunks:
             first = (-seen) % step  # the first row of this chunk whose global index is a multiple of step
-            sample.append(first_stage_codes(x[first::step], self.quantization, self.center, self.spin))
+            sample.append(first_stage_codes(x[first::step], self.quantization, self.space.center, self.space.spin))
             seen += len(x)
         self.index.train(np.ascontiguousarray(np.concatenate(sample)))
 
     def add(self, x: np.ndarray) -> None:
         """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
-        self.index.add(first_stage_codes(x, self.quantization, self.center, self.spin))
+        self.index.add(first_stage_codes(x, self.quantization, self.space.center, self.space.spin))
         if self._rescore is not None:
-            assert self.calibration is not None
-            self._rescore.write(int8_encode(x, self.calibration).tobytes())
+            assert self.space.calibration is not None
+            self._rescore.write(int8_encode(x, self.space.calibration).tobytes())
         self.added += len(x)
 
     def finish(self) -> list[str]:
-        """Write the index; returns every file name written. Its calibration, center and spin are its version's
-        space, which the indexer writes once for all of the version's segments (indexer.writer.Space)."""
+        """Write the index; returns every file name written. Its space is its version's, which the indexer writes
+        once for all of the version's segments (models.bundle.space)."""
         if self.added != self.count:
             raise ValueError(f"index writer got {self.added} vectors, expected {self.count}")
         if self._rescore is not None:
             self._rescore.close()
         apply_search_params(self.index, self.spec)
-        names = VectorIndex(self.quantization, self.dim, self.index, self.calibration, None, self.spec,
-                            self.center, self.spin).save(self.directory, space=False)
+        names = VectorIndex(self.quantization, self.dim, self.index, self.space, None, self.spec).save(
+            self.directory, space=False)
         return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:

@@ -33,24 +33,14 @@ from models.bundle.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart,
 from models.bundle.manifest import BUNDLE_MANIFEST, TOMBSTONES_DIRECTORY, BundleManifest, FusionSpec, SegmentInfo
 from models.bundle.payload import PayloadIndex
 from models.bundle.payload_writer import payload_files
-from models.bundle.rotation import ROTATION_FILE, Rotation
 from models.bundle.rows import Allowed, row_mask
-from models.bundle.vector_index import (
-    CALIBRATION_FILE,
-    CENTER_FILE,
-    INDEX_FILE,
-    RESCORE_FILE,
-    SPIN_FILE,
-    VectorIndex,
-)
+from models.bundle.space import SPACE_FILES, Space
+from models.bundle.vector_index import INDEX_FILE, RESCORE_FILE, VectorIndex
 from models.contract import TeacherRef, check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest_io import read_manifest
 
 log = logging.getLogger(__name__)
-
-SPACE_FILES = (ROTATION_FILE, CALIBRATION_FILE, CENTER_FILE, SPIN_FILE)  # the version's, shared by its segments
-
 
 class NoLexicalIndex(ValueError):
     """Lexical or hybrid search asked of a bundle without a lexical index."""
@@ -82,15 +72,7 @@ def tombstones_name(segment: SegmentInfo) -> str:
 
 def required_files(manifest: BundleManifest) -> list[str]:
     """Every file the loader reads for this manifest: each must be listed (and so checksummed) in `files`."""
-    names = []
-    if manifest.quantization is not Quantization.FLOAT:
-        names.append(CALIBRATION_FILE)
-    if manifest.rotation is not Rotation.NONE:
-        names.append(ROTATION_FILE)
-    if manifest.binary_center:
-        names.append(CENTER_FILE)
-    if manifest.binary_spin:
-        names.append(SPIN_FILE)
+    names = Space.files(manifest)
     for segment in manifest.parts:
         names += [in_segment(segment, INDEX_FILE), in_segment(segment, DOCSTORE_FILE)]
         if manifest.quantization is Quantization.BINARY:
@@ -186,14 +168,14 @@ class Segment:
     """One loaded segment: its first stage, rescore codes, docstore and lexical index. Shared by the versions
     that list it; `release` by the last one closes it."""
 
-    def __init__(self, version: Path, manifest: BundleManifest, info: SegmentInfo, key: str, lexical: bool) -> None:
+    def __init__(self, version: Path, manifest: BundleManifest, info: SegmentInfo, key: str, lexical: bool,
+                 space: Space) -> None:
         self.info, self.key, self.with_lexical = info, key, lexical
         self.directory = version if info.path == "." else version / info.path
         self._lock = threading.Lock()
         self._users = 1
         try:
-            self.vectors = VectorIndex.load(self.directory, manifest.dim, manifest.quantization, info.index,
-                                            centered=manifest.binary_center, spun=manifest.binary_spin, space=version)
+            self.vectors = VectorIndex.load(self.directory, manifest.dim, manifest.quantization, info.index, space)
         except ValueError as exc:  # ours: says what does not match
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
         except (RuntimeError, OSError) as exc:
@@ -290,17 +272,20 @@ class Bundle:
         missing = [name for name in self.manifest.files if not (self.directory / name).is_file()]
         if missing:
             raise ContractMismatch(f"{self.directory}: bundle is incomplete, missing {', '.join(missing)}")
-        try:
-            self.rotation = self._load_rotation()
-        except (ValueError, OSError) as exc:
-            raise ContractMismatch(f"{self.directory}: unreadable {ROTATION_FILE} ({exc})") from exc
+        try:  # once for the version: its segments share it
+            self.space = Space.of(self.directory, self.manifest)
+        except ValueError as exc:  # ours or numpy's: says which file does not match
+            raise ContractMismatch(f"{self.directory}: unreadable space files: {exc}") from exc
+        except OSError as exc:
+            log.error("%s: unreadable space files: %s", self.directory, exc)
+            raise ContractMismatch(f"{self.directory}: unreadable space files ({type(exc).__name__})") from exc
         self.segments: list[Segment] = []
         self.reused = 0
         try:
             for info in self.manifest.parts:
                 key = segment_key(self.manifest, info)
                 shared = reuse.shared(key, lexical) if reuse is not None else None
-                self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical))
+                self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical, self.space))
                 self.reused += shared is not None
             self.deleted = [_tombstones(self.directory, info, self.manifest.files) for info in self.manifest.parts]
         except BaseException:
@@ -315,15 +300,6 @@ class Bundle:
         log.info("bundle %s: %d docs in %d segments (%d shared with the version in service), %d-d %s %s",
                  self.directory, self.count, len(self.segments), self.reused, self.manifest.dim,
                  self.manifest.quantization.value, self.manifest.index.type.value)
-
-    def _load_rotation(self) -> np.ndarray | None:
-        if self.manifest.rotation is Rotation.NONE:
-            return None
-        matrix = load_checked_array(self.directory, ROTATION_FILE, self.manifest.files)
-        width = self.manifest.teacher.dim
-        if matrix.shape != (width, width):
-            raise ValueError(f"{ROTATION_FILE} has shape {matrix.shape}, expected {(width, width)}")
-        return np.asarray(matrix, dtype=np.float32)
 
     def _lexical(self) -> Lexical | Bm25sIndex | None:
         indexes = [s.lexical for s in self.segments]

@@ -19,11 +19,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from models.bundle.manifest import BundleManifest
 from models.bundle.staging import check_target
 from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import resolve_bundle
 from models.corpus import read_corpus
 from models.datasets.teacher_targets import TeacherTargets
 from models.distill.checkpoints import LAST
@@ -40,7 +41,7 @@ from models.distill.tokens import Tokens, embed
 from models.distill.trainer import TrainResult, Validation, train, validate
 from models.encoders.pooling import Head
 from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
-from models.encoders.student_manifest import StudentManifest
+from models.encoders.student_manifest import StudentManifest, TrainedOn
 from models.encoders.teacher import pick_device
 from models.errors import ContractMismatch
 from models.paths import cache_dir
@@ -57,7 +58,7 @@ class DistillRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     corpus: Path
-    index: Path
+    index: Path = Field(description="a bundle directory, or a bundle root (its CURRENT version)")
     out: Path
     preset: str | Preset = "default"
     train_queries: Path | None = None
@@ -181,12 +182,14 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     started = time.perf_counter()
     preset = resolve_preset(req.preset)
     check_target(Path(req.out), req.force)
-    bundle = read_bundle_manifest(req.index)
+    version_dir = resolve_bundle(req.index)  # a bundle root: its CURRENT version, as serve does
+    bundle = read_bundle_manifest(version_dir)
     card = _teacher_of(bundle, req)
     backbone = _starting_card(card, preset, req.backbone)  # before any heavy work: a missing model fails fast
     backbone_dir = backbone.hf_dir
     docs = read_corpus(req.corpus)
-    if sha256_file(Path(req.corpus)) != bundle.corpus.sha256:
+    corpus_sha256 = sha256_file(Path(req.corpus))
+    if corpus_sha256 != bundle.corpus.sha256:
         log.warning("%s is not the corpus %s was built from (%s)", req.corpus, req.index, bundle.corpus.path)
     extra = read_train_queries(req.train_queries) if req.train_queries is not None else []
     datas = [build_training_data(docs, preset, req.seed, extra, member=m) for m in range(preset.members)]
@@ -249,6 +252,11 @@ def run_distill(req: DistillRequest) -> StudentManifest:
         backbone_pooling=model.pooling,
         max_seq_length=backbone.max_seq_length,
         training=training,
+        trained_on=TrainedOn(
+            corpus=str(Path(req.corpus).resolve()), corpus_sha256=corpus_sha256, documents=len(docs),
+            train_texts=len(data.train), train_queries=len(data.train.queries), real_queries=data.train.real,
+            bundle=str(version_dir.resolve()), bundle_version=bundle.version or version_dir.name,
+        ),
     )
     parity_passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]
     parity_texts = data.val.queries[:PARITY_QUERIES] + parity_passages

@@ -19,6 +19,19 @@ class ParityReport(BaseModel):
     int8_fp32_nodes: list[str] = Field(default_factory=list, description="MatMuls left fp32 to hold int8 parity")
 
 
+class TrainedOn(BaseModel):
+    """What a student was distilled from, so an operator can tell whether the corpus it serves is the one it knows."""
+
+    corpus: str = Field(description="the corpus file, resolved")
+    corpus_sha256: str
+    documents: int = Field(description="documents in that corpus")
+    train_texts: int = Field(description="training texts: passages and queries (the first member's, in a soup)")
+    train_queries: int = Field(description="of those, queries: pseudo-queries plus --train-queries")
+    real_queries: int = Field(description="of those, real queries read from --train-queries")
+    bundle: str = Field(description="the bundle version directory its targets came from, resolved")
+    bundle_version: str = Field(description="that version's name: its manifest's `version`, else its directory's")
+
+
 class StudentManifest(BaseModel):
     """student.json of an exported student: the teacher it was aligned to, its ONNX graphs and their parity."""
 
@@ -37,3 +50,5 @@ class StudentManifest(BaseModel):
     created: str = Field(default_factory=utc_now)
     parity: ParityReport | None = None
     training: dict[str, object] = Field(default_factory=dict)
+    trained_on: TrainedOn | None = Field(default=None, description="null in students distilled before it was "
+                                         "recorded")

@@ -21,13 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.bundle.first_stage import sign_codes
 from models.bundle.index_spec import Quantization
 from models.bundle.rotation import Rotation, fit_pca_rotation
-from models.contract import truncate
 from models.datasets.beir import Qrels
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
-from models.search import DEFAULT_OVERSAMPLE, VectorIndex, rotate, search_index
+from models.search import DEFAULT_OVERSAMPLE, VectorIndex, rotate
 
 MATRIX_DIMS = (768, 512, 256, 128)
 QUANTIZATIONS = ("float", "int8", "binary", "binary+rescore")
@@ -80,11 +78,10 @@ def search_cell(docs: np.ndarray, queries: np.ndarray, dim: int, quantization: s
     """(scores, rows) of the top TOP_K documents, as a bundle of this dim and quantization ranks them."""
     if quantization == "binary":
         index = VectorIndex.build(docs, dim, Quantization.BINARY, center=True, spin=True)
-        codes = sign_codes(truncate(queries, dim), index.center, index.spin)
-        distances, rows = index.index.search(codes, min(TOP_K, index.count))
+        distances, rows = index.hamming(queries, TOP_K)
         return -distances.astype(np.float32), rows
     kind = Quantization.BINARY if quantization == "binary+rescore" else Quantization(quantization)
-    return search_index(VectorIndex.build(docs, dim, kind, center=True, spin=True), queries, TOP_K, DEFAULT_OVERSAMPLE)
+    return VectorIndex.build(docs, dim, kind, center=True, spin=True).search(queries, TOP_K, DEFAULT_OVERSAMPLE)
 
 
 def evaluate_matrix(setups: Sequence[Setup], qids: Sequence[str], doc_ids: Sequence[str], qrels: Qrels) -> list[Cell]:

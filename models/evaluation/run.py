@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from models.bundle.manifest import FusionSpec
 from models.bundle.version import Bundle
+from models.bundle.versions import resolve_bundle
 from models.contract import check_same_teacher
 from models.datasets.beir import BeirDataset, load_beir
 from models.encoders.precision import StudentPrecision
@@ -38,7 +39,7 @@ from models.encoders.student import StudentEncoder
 from models.errors import ContractMismatch
 from models.evaluation.matrix import Setup, evaluate_matrix
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, Run, run_from_rows, score_run
-from models.search import DEFAULT_OVERSAMPLE, Mode, SearchOptions, VectorIndex, dense_hits, search, search_index
+from models.search import DEFAULT_OVERSAMPLE, Mode, SearchOptions, VectorIndex, dense_hits, search
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +122,7 @@ def run_eval(req: EvalRequest) -> dict:
     """Evaluate teacher, asymmetric and student setups (and the matrix); returns a JSON-ready report."""
     precision = req.precision
     dataset = load_beir(req.data, req.split)
-    bundle = Bundle(req.index)
+    bundle = Bundle(resolve_bundle(req.index))  # a bundle root: its CURRENT version, as serve does
     try:
         _check_corpus(bundle, dataset)
         student = StudentEncoder(req.student, precision=precision, threads=os.cpu_count() or 1)
@@ -142,7 +143,7 @@ def run_eval(req: EvalRequest) -> dict:
         def student_run() -> Run:
             vectors["student_docs"] = encode_passages(student, passages)
             index = VectorIndex.build(vectors["student_docs"], dim, quantization)
-            scores, rows = search_index(index, vectors["asymmetric"], TOP_K)
+            scores, rows = index.search(vectors["asymmetric"], TOP_K)
             return run_from_rows(qids, scores, rows, doc_ids)
 
         seconds: dict[str, float] = {}
@@ -185,7 +186,7 @@ def run_eval(req: EvalRequest) -> dict:
         "split": dataset.split,
         "n_queries": len(qids),
         "n_docs": len(dataset.corpus),
-        "index": str(Path(req.index).resolve()),
+        "index": str(bundle.directory.resolve()),
         "student": str(student.directory),
         "teacher": teacher.card.name,
         "dim": dim,

@@ -1,10 +1,9 @@
 """A bundle's search, from query vectors and texts to documents: one search in any mode (dense, lexical or
-hybrid), with filters, pagination and a score floor, down to the FAISS calls (`search`), and the unfiltered
-dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). Rotating the query into
-the bundle's basis, the FAISS search and the binary rescoring live in this module, so a dense query on a
-float bundle runs here, in models.contract (MRL truncation) and in the docstore that fetches its documents
-(binary adds the sign codes of models.bundle.first_stage and the codecs of models.bundle.quantize);
-models.bundle.vector_index builds, saves and loads the indexes.
+hybrid), with filters, pagination and a score floor, down to each segment's index (`search`), and the unfiltered
+dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). The query is rotated into the
+version's basis once (models.bundle.space), then each segment's `VectorIndex` (models.bundle.vector_index) runs
+the FAISS search, the binary rescoring and the exact pass; this module plans, merges and fetches the documents,
+and touches no FAISS object.
 
 A version may be made of several segments (models.bundle.version): each is searched with the request's options and
 its best are merged (`merge`), so a hit's row counts across the version; `documents` reads each hit from its
@@ -32,18 +31,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-import faiss
 import numpy as np
 
-from models.bundle.first_stage import hamming_top, sign_codes, stored_codes
-from models.bundle.index_spec import Quantization
 from models.bundle.legacy import has_payload_index
-from models.bundle.lexical import top_k
 from models.bundle.manifest import FusionMethod, FusionSpec
-from models.bundle.quantize import int8_decode
 from models.bundle.rows import Allowed, row_mask
 from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
-from models.contract import truncate
 from models.corpus import Document
 from models.errors import DeadlineExceeded
 from models.search.filters import Filter, sql_of
@@ -52,15 +45,6 @@ from models.search.planner import Planner
 
 if TYPE_CHECKING:
     from models.bundle.version import Bundle, Segment
-
-EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
-
-
-def set_search_threads(threads: int) -> None:
-    """FAISS's OpenMP threads for the searches the calling thread runs: the count is per thread, so a worker
-    sets it before it searches (docs/decisions.md#one-blas-thread-per-search-thread)."""
-    faiss.omp_set_num_threads(threads)
-
 
 @dataclass(frozen=True)
 class Hit:
@@ -172,7 +156,7 @@ def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Seq
                      check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (scores, version rows) of one query vector over every segment, each restricted to its
     `allowed` rows (models.search.planner chooses how); deleted rows are never candidates."""
-    q = rotate(query[None, :], bundle.rotation)
+    q = bundle.space.rotate(query[None, :])
     found = []
     for segment, rows in zip(bundle.segments, allowed, strict=True):
         check()
@@ -186,12 +170,12 @@ def _segment_candidates(index: VectorIndex, q: np.ndarray, depth: int, allowed: 
     if allowed is not None and allowed.count == 0:
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     if allowed is not None and planner.exact(index.spec.type, allowed):
-        return exact_candidates(index, q, depth, allowed.rows, oversample)
-    scores, rows = search_index(index, q, depth, oversample, allowed=allowed)
+        return index.exact(q, depth, allowed.rows, oversample)
+    scores, rows = index.search(q, depth, oversample, allowed, planner)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
     if allowed is not None and len(r) < min(depth, allowed.count):  # an approximate index came back short
-        return exact_candidates(index, q, depth, allowed.rows, oversample)
+        return index.exact(q, depth, allowed.rows, oversample)
     return s, r
 
 
@@ -206,25 +190,6 @@ def merge(found: Sequence[tuple[np.ndarray, np.ndarray]], bases: np.ndarray, dep
     rows = np.concatenate([r.astype(np.int64) + base for (_, r), base in zip(found, bases, strict=True)])
     order = np.lexsort((rows, -scores))[:depth]
     return scores[order], rows[order]
-
-
-def exact_candidates(index: VectorIndex, rotated: np.ndarray, depth: int, rows: np.ndarray,
-                     oversample: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top `depth` of `rows` (ascending) scored exactly, a chunk at a time: float and int8 by their stored
-    vectors; binary by the Hamming distance of their sign codes, then the int8 rescoring of the best
-    `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not addressable by row: its
-    int8 vectors score every row)."""
-    q = np.ascontiguousarray(truncate(rotated, index.dim), dtype=np.float32)
-    codes = stored_codes(index.index) if index.quantization is Quantization.BINARY else None
-    if codes is not None and len(rows) > depth * max(1, oversample):
-        rows = np.sort(hamming_top(codes, rows, sign_codes(q, index.center, index.spin), depth * max(1, oversample),
-                                   EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
-    best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-    for start in range(0, len(rows), EXACT_CHUNK):
-        chunk = rows[start : start + EXACT_CHUNK]
-        scores = stored_vectors(index, chunk) @ q[0]
-        best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, chunk]), depth)
-    return best_s, best_r
 
 
 def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence[Allowed | None],
@@ -273,11 +238,11 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
 def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE) -> list[list[Hit]]:
     """Dense top-k of query vectors, unfiltered (evaluation, warm-up, tests), each segment searched once for all
     of them; `search` does the rest."""
-    q = rotate(vectors, bundle.rotation)
+    q = bundle.space.rotate(vectors)
     per_segment: list[list[tuple[np.ndarray, np.ndarray]]] = []
     for segment, live in zip(bundle.segments, bundle.live, strict=True):
         if live is None:
-            scores, rows = search_index(segment.vectors, q, k, oversample)
+            scores, rows = segment.vectors.search(q, k, oversample)
             per_segment.append([(s[r >= 0], r[r >= 0].astype(np.int64)) for s, r in zip(scores, rows, strict=True)])
         else:  # deleted rows: as a search would, query by query
             per_segment.append([_segment_candidates(segment.vectors, q[j : j + 1], k, live, oversample, Planner())
@@ -302,86 +267,3 @@ def _hits(bundle: Bundle, scores: np.ndarray, rows: np.ndarray) -> list[Hit]:
     """Ranked rows with their documents from the segments' docstores, one read per segment."""
     docs = documents(bundle, rows)
     return [Hit(row=int(r), score=float(s), doc=d) for r, s, d in zip(rows, scores, docs, strict=True)]
-
-
-def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
-    """Full-width vectors in a bundle's rotated basis (unchanged without a rotation); norms are preserved.
-
-    The indexer rotates the documents with it (models.bundle.rotation fits the matrix), the search the queries."""
-    if rotation is None:
-        return vectors
-    return np.asarray(vectors, dtype=np.float32) @ rotation
-
-
-def search_index(index: VectorIndex, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE,
-                 allowed: Allowed | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Top-k (scores, rows) of full-dimension unit queries in one index; rows are -1 past the corpus size.
-
-    `allowed` restricts the search to those rows before ranking (`_restricted`)."""
-    q = np.ascontiguousarray(truncate(np.atleast_2d(queries), index.dim))
-    k = max(1, min(k, index.count))
-    binary = index.quantization is Quantization.BINARY
-    depth = min(index.count, k * max(1, oversample)) if binary else k
-    params, selector, fetch = _restricted(index, allowed, depth)
-    scores, rows = index.index.search(sign_codes(q, index.center, index.spin) if binary else q, fetch, params=params)
-    if allowed is not None and selector is None:  # over-fetched without a selector: keep the allowed rows
-        scores, rows = _keep_allowed(scores, rows, allowed.mask, depth)
-    del selector  # held until FAISS was done with it
-    if not binary:
-        return scores, rows
-    assert index.calibration is not None and index.rescore_codes is not None
-    began = time.perf_counter()
-    out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
-    out_rows = np.full((len(q), k), -1, dtype=np.int64)
-    for i, cand in enumerate(rows):
-        top_scores, top_rows = _rescore(index, q[i], cand[cand >= 0], k)
-        out_scores[i, : len(top_rows)] = top_scores
-        out_rows[i, : len(top_rows)] = top_rows
-    if index.observe is not None:
-        index.observe("rescore", time.perf_counter() - began)
-    return out_scores, out_rows
-
-
-def _rescore(index: VectorIndex, query: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top k of binary candidates by the float query against their int8 vectors, best first."""
-    order = np.sort(candidates)  # sorted reads are kinder to a memory-mapped file
-    scores = stored_vectors(index, order) @ query
-    top = np.argsort(-scores, kind="stable")[:k]
-    return scores[top], order[top]
-
-
-def _restricted(index: VectorIndex, allowed: Allowed | None, k: int) -> tuple[faiss.SearchParameters | None, Any, int]:
-    """How FAISS searches for `k` results among `allowed` rows: its search parameters (the index's own kind,
-    widened by models.search.planner for HNSW and IVF), the ID selector they hold (which the caller keeps alive
-    while FAISS searches), and how many results to ask for. FAISS's IVF over binary codes takes no selector:
-    it over-fetches in proportion to the rows filtered out, and the caller keeps the allowed ones."""
-    if allowed is None:
-        return None, None, k
-    lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
-    typed: Any = index.index
-    if hasattr(typed, "nprobe"):
-        nprobe = Planner.nprobe(typed.nprobe, typed.nlist, allowed)
-        return lib.SearchParametersIVF(nprobe=nprobe), None, Planner.fetch(k, index.count, allowed)
-    sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
-    if hasattr(typed, "hnsw"):
-        return lib.SearchParametersHNSW(sel=sel, efSearch=Planner.ef_search(typed.hnsw.efSearch, k, allowed)), sel, k
-    return lib.SearchParameters(sel=sel), sel, k
-
-
-def _keep_allowed(scores: np.ndarray, rows: np.ndarray, mask: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first `k` allowed results of each query, in FAISS's order; -1 rows pad a short one."""
-    out_scores, out_rows = np.zeros((len(rows), k), dtype=scores.dtype), np.full((len(rows), k), -1, dtype=np.int64)
-    for i, (s, r) in enumerate(zip(scores, rows, strict=True)):
-        keep = (r >= 0) & mask[np.maximum(r, 0)]
-        kept = r[keep][:k]
-        out_scores[i, : len(kept)], out_rows[i, : len(kept)] = s[keep][:k], kept
-    return out_scores, out_rows
-
-
-def stored_vectors(index: VectorIndex, rows: np.ndarray) -> np.ndarray:
-    """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore codes)."""
-    if index.quantization is Quantization.BINARY:
-        assert index.calibration is not None and index.rescore_codes is not None
-        return int8_decode(np.asarray(index.rescore_codes[rows]), index.calibration)
-    typed: Any = index.index
-    return np.asarray(typed.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)

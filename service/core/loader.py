@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -31,7 +31,9 @@ from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
 from models.timing import StageObserver
-from service.core.searcher import BatchLimits, QueryEncoder, Searcher
+from service.core.batcher import BatchLimits
+from service.core.memory import rss_bytes
+from service.core.searcher import QueryEncoder, Searcher
 from service.descriptors import TooManyOpenFiles, out_of_descriptors, too_many_open_files
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
@@ -79,10 +81,13 @@ class SearcherLoader:
     """Loads a Searcher in a daemon thread and reports its state; closing while loading is safe."""
 
     def __init__(self, settings: ServiceSettings, observe: StageObserver | None = None,
-                 initial: Path | None = None) -> None:
+                 initial: Path | None = None, student_source: Callable[[], StudentEncoder] | None = None) -> None:
         """`observe` (the metrics' stage timer) is wired into every searcher this loader loads; `initial` is the
-        bundle to load first instead of settings.index (a worker catching up with its group's last admin change)."""
+        bundle to load first instead of settings.index (a worker catching up with its group's last admin change);
+        `student_source` gives the student when no searcher is in service to share one (collections sharing a
+        student: service.core.collections.StudentPool), instead of loading settings.student."""
         self._settings, self._observe, self._initial = settings, observe, initial
+        self._student_source = student_source
         self._lock = threading.Lock()
         self._state = LoadState.LOADING
         self._error: str | None = None
@@ -90,6 +95,7 @@ class SearcherLoader:
         self._leases: dict[Searcher, int] = {}  # requests holding each searcher (absent: none)
         self._retired: set[Searcher] = set()  # swapped out, closed when their last lease ends
         self._closed = False
+        self.load_rss_growth: int | None = None  # VmRSS after its initial load less before (service.core.memory)
         self._thread = threading.Thread(target=self._load, name="tandem-load", daemon=True)
 
     def start(self) -> None:
@@ -104,13 +110,15 @@ class SearcherLoader:
         """A verified, warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage
         timers wired after the warm-up (which is not a request); a hot reload passes the student in service, and
         the bundle in service, whose segments the new version shares and whose verified files it may trust."""
+        if student is None and self._student_source is not None:
+            student = self._student_source()
         searcher = open_searcher(self._settings, directory, student, reuse)
         if self._observe is not None:
             searcher.observe_stages(self._observe)
         return searcher
 
     def _load(self) -> None:
-        started = time.perf_counter()
+        started, rss_before = time.perf_counter(), rss_bytes()
         try:
             searcher = self.load(self._initial)
         except Exception as exc:
@@ -125,7 +133,11 @@ class SearcherLoader:
                 searcher.close()
                 return
             self._searcher, self._state = searcher, LoadState.READY
-        log.info("ready in %.1f s", time.perf_counter() - started)
+            rss_after = rss_bytes()
+            if rss_before is not None and rss_after is not None:
+                self.load_rss_growth = rss_after - rss_before
+        log.info("ready in %.1f s (resident memory %+.1f MiB)", time.perf_counter() - started,
+                 (self.load_rss_growth or 0) / 2**20)
 
     @property
     def state(self) -> tuple[LoadState, str | None]:
@@ -185,6 +197,16 @@ class SearcherLoader:
                 self._retired.add(searcher)
         if drained:
             _close_later(searcher)
+
+    def drain(self) -> None:
+        """Stop serving (a collection removed from the config): new leases answer NotReady (its load, if still
+        running, closes what it loads), and the searcher in service is closed once its last lease ends."""
+        with self._lock:
+            self._closed = True
+            searcher, self._searcher = self._searcher, None
+            self._state, self._error = LoadState.FAILED, "removed from the service's collections"
+        if searcher is not None:
+            self.retire(searcher)
 
     def close(self) -> None:
         with self._lock:

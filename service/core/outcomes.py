@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from models.encoders.student_manifest import TrainedOn
+
 # follow: applied because another process of `--processes N` was told to (see service.core.processes).
 Trigger = Literal["admin", "watch", "follow"]
 
@@ -54,6 +56,32 @@ class ReloadOutcome(BaseModel):
     )
 
 
+class MemoryInfo(BaseModel):
+    """What a collection costs in memory (service.core.memory; null where /proc cannot be read)."""
+
+    load_rss_growth_bytes: int | None = Field(description="The process's resident memory (VmRSS) after the initial "
+                                              "load less before it: what loading this collection took, its student "
+                                              "included when it was the first to use it. Loads of several "
+                                              "collections run at once, so each figure may include some of "
+                                              "another's; a hot reload does not update it.")
+    mapped_bytes: int | None = Field(description="Bytes of its files this process maps now: under its bundle root "
+                                     "(the versions kept for rollback too), or its bundle. Paged in on demand: a "
+                                     "bound on what they can add to resident memory, not what they hold.")
+
+
+class StudentInfo(BaseModel):
+    """The student encoding queries, and what it was distilled from: a corpus unlike the one served costs quality
+    that nothing else reports."""
+
+    path: str
+    precision: str
+    teacher: str
+    created: str
+    trained_on: TrainedOn | None = Field(description="Its corpus (path, sha256, documents), training texts and the "
+                                         "bundle version it was distilled against; null for students distilled "
+                                         "before it was recorded.")
+
+
 class AdminStatus(BaseModel):
     state: Literal["loading", "ready", "failed"]
     current: VersionInfo | None
@@ -63,7 +91,19 @@ class AdminStatus(BaseModel):
     watch_interval_s: float | None = Field(description="Pointer polling interval; null when not watching.")
     reloads_pending: int = Field(description="Reloads or rollbacks queued or running.")
     last_reload: ReloadOutcome | None
+    student: StudentInfo | None = Field(default=None, description="The student in service (null while loading).")
     processes: list[ProcessState] | None = Field(
         default=None, description="With several processes: every live one and the version it serves (this "
         "status, the rest of it, is the answering process's own); null with one process.",
     )
+    memory: MemoryInfo | None = Field(default=None, description="Its memory; null before it has loaded.")
+    collections: dict[str, AdminStatus] | None = Field(
+        default=None, description="With several collections: each one's own status, by name (the rest of this "
+        "status is the default collection's); null with one collection.",
+    )
+
+
+class CollectionsStatus(BaseModel):
+    """GET /admin/collections: every collection's own status, by name."""
+
+    collections: dict[str, AdminStatus]

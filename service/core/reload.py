@@ -30,7 +30,8 @@ from models.bundle.versions import POINTER, is_bundle_root, read_current, resolv
 from models.errors import ContractMismatch
 from models.manifest_io import utc_now
 from service.core.loader import LoadState, NotReady, SearcherLoader
-from service.core.outcomes import AdminStatus, ReloadOutcome, Trigger, VersionInfo
+from service.core.memory import mapped_bytes
+from service.core.outcomes import AdminStatus, MemoryInfo, ReloadOutcome, StudentInfo, Trigger, VersionInfo
 from service.core.processes import Change, ProcessGroup
 from service.core.searcher import Searcher
 from service.core.watch import PointerWatcher
@@ -65,6 +66,14 @@ def version_info(searcher: Searcher) -> VersionInfo:
     return VersionInfo(version=searcher.version, build_time=manifest.build_time, count=manifest.count,
                        path=str(bundle.directory), loaded_at=loaded, segments=len(manifest.parts),
                        deleted=manifest.deleted, shared_segments=bundle.reused)
+
+
+def student_info(searcher: Searcher) -> StudentInfo:
+    """What /admin/status says of the student in service, provenance included."""
+    student = searcher.student
+    manifest = student.manifest
+    return StudentInfo(path=str(student.directory), precision=student.precision, teacher=manifest.teacher.name,
+                       created=manifest.created, trained_on=manifest.trained_on)
 
 
 class Reloader:
@@ -128,7 +137,9 @@ class Reloader:
 
     def status(self) -> AdminStatus:
         state, _ = self._loader.state
-        current = self._current()
+        serving = self._serving()
+        current = None if serving is None else version_info(serving)
+        student = None if serving is None else student_info(serving)
         with self._lock:
             history = [version_info(s) for s in self._history]
             last, pending = self._last, self._pending
@@ -136,9 +147,16 @@ class Reloader:
             state=state.value, current=current, history=history, keep_versions=self._settings.keep_versions,
             root=str(self.root) if self.root is not None else None,
             watch_interval_s=self._settings.watch_interval_s if self._watcher is not None else None,
-            reloads_pending=pending, last_reload=last,
+            reloads_pending=pending, last_reload=last, student=student,
             processes=self.group.processes() if self.group is not None else None,
+            memory=self._memory(current),
         )
+
+    def _memory(self, current: VersionInfo | None) -> MemoryInfo | None:
+        if current is None:
+            return None
+        return MemoryInfo(load_rss_growth_bytes=self._loader.load_rss_growth,
+                          mapped_bytes=mapped_bytes(self.root if self.root is not None else Path(current.path)))
 
     def close(self) -> None:
         """Stop watching, let a running reload finish (queued ones are dropped), close the kept versions."""
@@ -274,11 +292,15 @@ class Reloader:
         with self._loader.lease() as served:
             return self._loader.load(directory, served.student, reuse=served.bundle)
 
-    def _current(self) -> VersionInfo | None:
+    def _serving(self) -> Searcher | None:
         try:
-            return version_info(self._loader.searcher())
+            return self._loader.searcher()
         except NotReady:
             return None
+
+    def _current(self) -> VersionInfo | None:
+        serving = self._serving()
+        return None if serving is None else version_info(serving)
 
     def _keep(self, previous: Searcher | None) -> None:
         if previous is None:

@@ -9,17 +9,26 @@ from importlib import metadata
 
 from fastapi import FastAPI
 
+from service.collections_reload import CollectionsConfigReloader
+from service.core.collections import CollectionSet
+from service.core.fields import manifest_fields
 from service.core.follow import ChangeFollower
-from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
-from service.core.reload import Reloader
 from service.http.exception_handlers import install_error_handlers
+from service.http.keyring import KeySource
 from service.http.middleware import install_middleware
 from service.http.openapi import install_openapi
 from service.http.routes import admin, embeddings, health, index, metrics, search
+from service.http.routes import collections as collection_routes
 from service.http.routes.page import install_page
 from service.metrics import Metrics
 from service.settings import ServiceSettings
+
+
+def _keys_follow(keys: KeySource, collections: CollectionSet) -> None:
+    """After a --config reload: the key file's filters checked against the collections served now."""
+    specs = {spec.name: spec for spec in collections.specs()}
+    keys.collections_changed(list(specs), lambda name: manifest_fields(specs[name].index))
 
 
 def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> FastAPI:
@@ -28,34 +37,47 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # tokenize and rescore timers; a worker started late loads what its group's last admin change serves
-        loader = SearcherLoader(settings, observe=app.state.metrics.observe_stage,
-                                initial=group.catch_up() if group is not None else None)
-        app.state.loader = loader
-        # Built before the initial load starts: it reads a bundle root's CURRENT pointer first.
-        reloader = Reloader(settings, loader, metrics=app.state.metrics, group=group)
-        app.state.reloader = reloader
-        follower = ChangeFollower(group, reloader, loader) if group is not None else None
-        loader.start()  # /healthz answers at once; /readyz turns 200 when loading is done
-        reloader.start()  # the CURRENT-pointer watcher, when serving a bundle root
+        # Each collection's loader (tokenize and rescore timers wired) and reloader, built before the initial loads
+        # start: a reloader reads its bundle root's CURRENT pointer first. A worker started late loads what its
+        # group's last admin change serves (with --processes N there is one collection).
+        collections = CollectionSet(settings, app.state.metrics, group)
+        app.state.collections = collections
+        default = collections.default_collection()  # what /search, /index, /readyz and /admin/* act on
+        app.state.loader = default.loader if default is not None else None
+        app.state.reloader = default.reloader if default is not None else None
+        follower = ChangeFollower(group, default.reloader, default.loader) \
+            if group is not None and default is not None else None
+        collections.start()  # /healthz answers at once; /readyz turns 200 when loading is done
+        app.state.keys.start()  # the key file's watch, and SIGHUP
+        # several processes serve one collection each the same: a file that adds one would break that rule
+        config = CollectionsConfigReloader(settings.collections_config, collections, settings.watch_interval_s,
+                                           on_change=lambda: _keys_follow(app.state.keys, collections)) \
+            if settings.collections_config is not None and settings.processes == 1 else None
+        app.state.collections_config = config
+        if config is not None:
+            config.start()  # --config re-read on SIGHUP and change: collections added and removed
         if follower is not None:
             follower.start()  # the changes other processes of the group make
-        index_gauges = asyncio.create_task(metrics.track_initial_load(app.state.metrics, loader))
+        index_gauges = asyncio.create_task(metrics.track_initial_load(app.state.metrics, default.loader)) \
+            if default is not None else None
         try:
             if group is not None and group.others_serve():
                 # A worker replacing another (`kill -HUP`, a crash) shares the port with workers that can search:
                 # it starts taking connections only once it can too, instead of answering 503 while it loads.
                 # uvicorn's supervisor retires the worker it replaces only then.
-                await asyncio.to_thread(loader.wait)
+                await asyncio.to_thread(collections.wait)
             yield
         finally:
-            index_gauges.cancel()
+            if index_gauges is not None:
+                index_gauges.cancel()
             if follower is not None:
                 follower.stop()
             if group is not None:
                 group.leave()
-            reloader.close()
-            loader.close()
+            if config is not None:
+                config.stop()
+            app.state.keys.stop()
+            collections.close()
 
     app = FastAPI(
         title="tandem",
@@ -72,6 +94,7 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
     app.include_router(metrics.router)
     app.include_router(search.router)
     app.include_router(index.router)
+    app.include_router(collection_routes.router)
     app.include_router(admin.router)
     app.include_router(embeddings.router)
     install_page(app)

@@ -3,7 +3,9 @@
 API keys: `Authorization: Bearer <key>` on every route but the probes, /metrics and the docs.
 
 Keys come from TANDEM_API_KEYS (comma-separated) and/or TANDEM_API_KEYS_FILE (one per line,
-`#` comments); neither set means the API is open. A variable that is set but holds no key (`""`,
+`#` comments), which open everything, and TANDEM_KEYS_FILE, whose keys are scoped (service.http.keyfile,
+service.http.keyring): the middleware leaves the matched key's scope in the request's state for the routes
+(`service.http.keyring.key_of`); none set means the API is open. A variable that is set but holds no key (`""`,
 `","`: what an unset `${VAR}` in a compose file becomes) refuses to start: it fails closed, never open.
 
 Auth is a middleware rather than a route dependency so that it runs before the body is read and
@@ -12,8 +14,8 @@ exempt: it has its own token (TANDEM_ADMIN_TOKEN), checked by `require_admin`, a
 router. Without that token the admin routes answer 403 (admin disabled): never open by default.
 
 A presented key is compared with every configured key via `hmac.compare_digest` over
-sha256 digests: equal lengths, no early exit, so timing reveals neither which key nor how
-much of one matched.
+sha256 digests (service.http.keyring.Keyring.match): equal lengths, no early exit, so timing reveals neither
+which key nor how much of one matched.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
-import re
 import time
 from pathlib import Path
 
@@ -30,6 +31,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
 from service.http.errors import error_response
+from service.http.keyfile import KEY_CHARS
+from service.http.keyring import KEY_STATE, KeySource
 from service.redact import printable
 from service.settings import ServiceSettings
 
@@ -40,7 +43,6 @@ OPEN_PREFIXES = ("/admin/",)  # TANDEM_ADMIN_TOKEN guards these
 # The search page and its files: it asks for a key itself and sends it with each search (service.http.routes.page).
 PAGE_PATHS = frozenset({"/"})
 PAGE_PREFIXES = ("/ui/",)
-_KEY = re.compile(r"^[\x21-\x7e]{1,512}$")  # visible ASCII, as a header value can carry it
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="tandem"'}
 
 
@@ -52,13 +54,17 @@ class ApiKeys:
     """The configured keys, kept only as sha256 digests."""
 
     def __init__(self, keys: list[str]) -> None:
-        bad = [i for i, key in enumerate(keys, 1) if not _KEY.match(key)]
+        bad = [i for i, key in enumerate(keys, 1) if not KEY_CHARS.match(key)]
         if bad:
             raise InputError(f"API key #{bad[0]} has spaces, control or non-ASCII characters (or is over 512)")
         self._digests = [_digest(key) for key in dict.fromkeys(keys)]
 
     def __len__(self) -> int:
         return len(self._digests)
+
+    @property
+    def digests(self) -> list[bytes]:
+        return list(self._digests)
 
     @classmethod
     def load(cls, inline: str | None, file: Path | None) -> ApiKeys:
@@ -77,13 +83,6 @@ class ApiKeys:
                 raise InputError(f"TANDEM_API_KEYS_FILE: {file} holds no keys (refusing to serve without auth)")
             keys += from_file
         return cls(keys)
-
-    def accepts(self, presented: str) -> bool:
-        given = _digest(presented.encode("latin-1", errors="replace"))
-        ok = False
-        for digest in self._digests:  # every key is compared, match or not
-            ok |= hmac.compare_digest(given, digest)
-        return ok
 
 
 def bearer_token(authorization: bytes | None) -> str | None:
@@ -124,7 +123,7 @@ class WarningLimiter:
 class ApiKeyMiddleware:
     """401 (with a Bearer challenge) without a key, 403 with a wrong one; CORS preflights pass to CORS outside."""
 
-    def __init__(self, app: ASGIApp, keys: ApiKeys) -> None:
+    def __init__(self, app: ASGIApp, keys: KeySource) -> None:
         self.app = app
         self.keys = keys
         self.warnings = WarningLimiter()
@@ -135,10 +134,11 @@ class ApiKeyMiddleware:
             return
         headers = dict(scope["headers"])
         token = bearer_token(headers.get(b"authorization"))
+        key = self.keys.current.match(token) if token is not None else None
         if token is None:
             response = error_response(401, "unauthorized", "an API key is required: Authorization: Bearer <key>",
                                       headers=CHALLENGE)
-        elif not self.keys.accepts(token):
+        elif key is None:
             allowed, suppressed = self.warnings.allow()
             if allowed:
                 dropped = f" ({suppressed} more such warnings suppressed)" if suppressed else ""
@@ -146,6 +146,7 @@ class ApiKeyMiddleware:
                             printable(scope["path"][:256]), dropped)
             response = error_response(403, "forbidden", "the API key is not valid")
         else:
+            scope.setdefault("state", {})[KEY_STATE] = key  # the routes read it: key_of(request)
             await self.app(scope, receive, send)
             return
         await response(scope, receive, send)

@@ -14,6 +14,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from service.core.loader import SearcherLoader
+from service.http.errors import NoDefaultCollection
 from service.metrics import Metrics
 from service.settings import ServiceSettings
 
@@ -24,7 +25,10 @@ async def get_settings(request: Request) -> ServiceSettings:
 
 
 async def get_loader(request: Request) -> SearcherLoader:
-    loader: SearcherLoader = request.app.state.loader
+    """The default collection's loader (service.core.collections): a 404 when several are served, none 'default'."""
+    loader: SearcherLoader | None = request.app.state.loader
+    if loader is None:
+        raise NoDefaultCollection()
     return loader
 
 

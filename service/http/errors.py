@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 
 from service.http.schemas.common import ErrorBody, FieldError
@@ -43,3 +44,14 @@ def field_errors(errors: Sequence[Any]) -> list[FieldError]:
     if len(errors) > MAX_REPORTED_ERRORS:
         out.append(FieldError(field="body", message=f"and {len(errors) - MAX_REPORTED_ERRORS} more problems"))
     return out
+
+
+class CollectionNotFound(HTTPException):
+    def __init__(self, name: str) -> None:
+        super().__init__(404, f"no collection named {name!r}")
+
+
+class NoDefaultCollection(HTTPException):
+    def __init__(self) -> None:
+        super().__init__(404, "this service serves several collections and none is named 'default': name one, "
+                              "e.g. POST /collections/{name}/search (GET /collections lists them)")

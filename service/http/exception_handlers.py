@@ -16,8 +16,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from models.errors import DeadlineExceeded as SearchDeadlineExceeded
+from service.core.batcher import DeadlineExceeded, Overloaded
 from service.core.loader import LoadState, NotReady
-from service.core.searcher import DeadlineExceeded, Overloaded
 from service.http.errors import error_response, field_errors
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,10 @@ from starlette.datastructures import MutableHeaders
 from starlette.middleware.cors import CORSMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.core.fields import manifest_fields
 from service.http.auth import ApiKeyMiddleware, ApiKeys
 from service.http.errors import error_response
+from service.http.keyring import KeySource
 from service.logs import new_request_id, request_id_var, valid_request_id
 from service.metrics import Metrics
 from service.redact import printable
@@ -165,11 +167,16 @@ def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics
     """Outermost first: request context → CORS (when configured) → body limit → API keys (when configured).
     Returns whether API keys are required, which the OpenAPI document declares (service.http.openapi)."""
     secret = settings.api_keys.get_secret_value() if settings.api_keys is not None else None
-    keys = ApiKeys.load(secret, settings.api_keys_file)
-    app.state.api_keys_required = bool(len(keys))  # the search page asks for a key when set
-    if len(keys):
+    legacy = ApiKeys.load(secret, settings.api_keys_file)
+    specs = {spec.name: spec for spec in settings.collection_specs()}
+    keys = KeySource(legacy.digests, settings.keys_file, list(specs), lambda name: manifest_fields(specs[name].index),
+                     settings.watch_interval_s)  # a bad key file raises here: the service refuses to start
+    required = bool(len(legacy)) or settings.keys_file is not None
+    app.state.api_keys_required = required  # the search page asks for a key when set
+    app.state.keys = keys  # the lifespan starts and stops its watch
+    if required:
         app.add_middleware(ApiKeyMiddleware, keys=keys)
-    log.info("API keys: %s", f"{len(keys)} configured" if len(keys) else "none, the API is open")
+    log.info("API keys: %s", f"{len(keys.current)} configured" if required else "none, the API is open")
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     origins = [o.strip() for o in (settings.cors_origins or "").split(",") if o.strip()]
     if origins:
@@ -179,4 +186,4 @@ def install_middleware(app: FastAPI, settings: ServiceSettings, metrics: Metrics
             expose_headers=[REQUEST_ID_HEADER, PROCESS_HEADER, "Retry-After"], max_age=600,
         )
     app.add_middleware(RequestContextMiddleware, fastapi_app=app, metrics=metrics, name_process=settings.processes > 1)
-    return bool(len(keys))
+    return required

@@ -1,5 +1,7 @@
 // The tandem search page: POST /search from the browser, render hits, timings and the index version.
 // The mode selector and the filter box come from GET /index: the bundle's modes and its fields with their types.
+// With several collections, the collection selector lists those the key may see (GET /collections); the page then
+// searches the chosen one (POST /collections/{name}/search) and reads its fields (GET /collections/{name}).
 // No framework and no build step. An API key, when the server needs one, lives only in `apiKey` below:
 // never in localStorage, sessionStorage or a cookie, so it is gone when the tab closes.
 "use strict";
@@ -8,6 +10,8 @@ const SNIPPET_CHARS = 240;
 let apiKey = null;
 let config = { api_key_required: false, default_top_k: 10, max_top_k: 1000, max_query_chars: 2048 };
 let index = null; // GET /index: modes and fields, once read
+let collections = null; // GET /collections, once read with a key that works
+let collection = null; // the chosen one; null: the server's default (POST /search, GET /index)
 
 const PRESENCE = [["exists", "is present"], ["missing", "is missing"]];
 const ORDERED = [["eq", "="], ["gte", "≥"], ["lte", "≤"], ["gt", ">"], ["lt", "<"], ["between", "between"], ...PRESENCE];
@@ -110,10 +114,47 @@ function filterOf() {
   return conditions.length === 1 ? conditions[0] : { and: conditions };
 }
 
-async function loadIndex() {
-  const headers = apiKey ? { Authorization: "Bearer " + apiKey } : {};
+function authHeaders() {
+  return apiKey ? { Authorization: "Bearer " + apiKey } : {};
+}
+
+function collectionPath(suffix) {
+  return collection === null ? suffix || "index" : `collections/${encodeURIComponent(collection)}${suffix ? "/" + suffix : ""}`;
+}
+
+// The collections the key may see: a selector when there is a choice (several, or none the default).
+async function loadCollections() {
+  let body;
   try {
-    const response = await fetch(new URL("index", document.baseURI), { headers });
+    const response = await fetch(new URL("collections", document.baseURI), { headers: authHeaders() });
+    if (!response.ok) return;
+    body = await response.json();
+  } catch (err) {
+    return;
+  }
+  collections = body.collections;
+  const only = collections.length === 1 && collections[0].default;
+  const select = $("collection");
+  select.hidden = select.labels[0].hidden = only || !collections.length;
+  if (only || !collections.length) return;
+  select.replaceChildren(...collections.map((c) => new Option(c.state === "ready" ? c.name : `${c.name} (${c.state})`, c.name)));
+  const chosen = collections.find((c) => c.default) || collections[0];
+  select.value = collection = chosen.name;
+}
+
+function chooseCollection() {
+  collection = $("collection").value;
+  index = null;
+  $("filters").replaceChildren();  // the fields are the collection's
+  $("results").replaceChildren();
+  $("meta").hidden = true;
+  loadIndex();
+}
+
+async function loadIndex() {
+  const headers = authHeaders();
+  try {
+    const response = await fetch(new URL(collectionPath(""), document.baseURI), { headers });
     if (!response.ok) return;
     index = await response.json();
   } catch (err) {
@@ -122,6 +163,7 @@ async function loadIndex() {
   for (const option of $("mode").options) option.disabled = !index.modes.includes(option.value);
   $("add-filter").hidden = index.fields.length === 0;
   document.body.dataset.index = "loaded";
+  document.body.dataset.indexOf = collection || "";
 }
 
 function render(body) {
@@ -152,6 +194,7 @@ async function search(event) {
   if (config.api_key_required) {
     apiKey = $("api-key").value.trim() || null;
     if (!apiKey) return showKeyField("Enter an API key to search.");
+    if (collections === null) await loadCollections();  // what this key may see, before the first search
   }
   const topK = Math.min(Math.max(parseInt($("top-k").value, 10) || config.default_top_k, 1), config.max_top_k);
   const request = { query, top_k: topK, mode: $("mode").value };
@@ -166,7 +209,7 @@ async function search(event) {
   $("go").disabled = true;
   setStatus("Searching…");
   try {
-    const response = await fetch(new URL("search", document.baseURI), {
+    const response = await fetch(new URL(collectionPath("search"), document.baseURI), {
       method: "POST", headers, body: JSON.stringify(request),
     });
     const body = await response.json().catch(() => ({}));
@@ -200,7 +243,11 @@ async function init() {
   if (config.api_key_required) $("key-row").hidden = false;
   $("search-form").addEventListener("submit", search);
   $("add-filter").addEventListener("click", addFilter);
-  if (!config.api_key_required) await loadIndex();
+  $("collection").addEventListener("change", chooseCollection);
+  if (!config.api_key_required) {
+    await loadCollections();
+    await loadIndex();
+  }
   document.body.dataset.ready = "true";
 }
 

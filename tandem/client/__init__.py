@@ -11,6 +11,8 @@ or torch, so an application can talk to tandem without the service's dependencie
         recent = tandem.search("tides", mode="hybrid", filter={"field": "year", "gte": 2018},
                                fields=["id", "score", "metadata"])  # options left None: the server's default
         print([(hit.id, hit.metadata) for hit in recent.results])
+        names = [c.name for c in tandem.collections()]  # the collections the key may see
+        docs = tandem.search("tides", collection="docs")  # POST /collections/docs/search
 
 Requests that meet a 429 or 503 are retried after the server's Retry-After, as long as the
 client's total time budget allows; every other failure raises `ApiError` with the server's
@@ -21,6 +23,7 @@ from tandem.client.aio import AsyncClient
 from tandem.client.errors import ApiError, ClientError, TransportError
 from tandem.client.models import (
     BatchSearchResult,
+    CollectionInfo,
     Embeddings,
     Fusion,
     Health,
@@ -41,6 +44,7 @@ __all__ = [
     "BatchSearchResult",
     "Client",
     "ClientError",
+    "CollectionInfo",
     "Embeddings",
     "Fusion",
     "Health",

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -68,6 +69,11 @@ def search_body(queries: str | Sequence[str], options: SearchOptions) -> dict[st
         if value is not None:
             body[name] = list(value) if name == "fields" else dict(value) if name == "filter" else value
     return body
+
+
+def search_path(collection: str | None) -> str:
+    """POST /search (the server's default collection) or POST /collections/{name}/search, the name escaped."""
+    return "/search" if collection is None else f"/collections/{quote(collection, safe='')}/search"
 
 
 def embeddings_body(texts: Sequence[str], dimensions: int | None) -> dict[str, Any]:

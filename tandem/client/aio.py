@@ -12,6 +12,8 @@ import httpx
 from tandem.client import _core
 from tandem.client.models import (
     BatchSearchResult,
+    CollectionInfo,
+    CollectionList,
     Embeddings,
     Fusion,
     Health,
@@ -37,22 +39,25 @@ class AsyncClient:
     async def search(self, query: str, top_k: int | None = None, *, mode: Mode | None = None,
                      filter: Mapping[str, Any] | None = None, offset: int | None = None,
                      min_score: float | None = None, fields: Sequence[HitField] | None = None,
-                     fusion: Fusion | None = None, alpha: float | None = None) -> SearchResult:
+                     fusion: Fusion | None = None, alpha: float | None = None,
+                     collection: str | None = None) -> SearchResult:
         """`Client.search`, awaited; every option left None is the server's default."""
         options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
                                       fields=fields, fusion=fusion, alpha=alpha)
-        return _core.parse(await self._call("POST", "/search", _core.search_body(query, options)), SearchResult)
+        response = await self._call("POST", _core.search_path(collection), _core.search_body(query, options))
+        return _core.parse(response, SearchResult)
 
     async def search_batch(self, queries: Sequence[str], top_k: int | None = None, *, mode: Mode | None = None,
                            filter: Mapping[str, Any] | None = None, offset: int | None = None,
                            min_score: float | None = None, fields: Sequence[HitField] | None = None,
-                           fusion: Fusion | None = None, alpha: float | None = None) -> BatchSearchResult:
+                           fusion: Fusion | None = None, alpha: float | None = None,
+                           collection: str | None = None) -> BatchSearchResult:
         """`Client.search_batch`, awaited: one result list per query, in order."""
         if isinstance(queries, str):
             raise TypeError("search_batch takes a list of queries; use search() for one")
         options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
                                       fields=fields, fusion=fusion, alpha=alpha)
-        response = await self._call("POST", "/search", _core.search_body(queries, options))
+        response = await self._call("POST", _core.search_path(collection), _core.search_body(queries, options))
         return _core.parse(response, BatchSearchResult)
 
     async def embed(self, texts: Sequence[str], dimensions: int | None = None) -> Embeddings:
@@ -60,6 +65,10 @@ class AsyncClient:
             texts = [texts]
         response = await self._call("POST", "/v1/embeddings", _core.embeddings_body(texts, dimensions))
         return _core.parse_embeddings(response)
+
+    async def collections(self) -> list[CollectionInfo]:
+        """`Client.collections`, awaited: the collections the client's key may see."""
+        return _core.parse(await self._call("GET", "/collections"), CollectionList).collections
 
     async def healthz(self) -> Health:
         return _core.parse(await self._call("GET", "/healthz", retry=False), Health)

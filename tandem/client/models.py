@@ -61,6 +61,22 @@ class BatchSearchResult(_Answer):
     timing_ms: Timing
 
 
+class CollectionInfo(_Answer):
+    """A collection the client's key may see (GET /collections); `version` and `count` are None until loaded."""
+
+    name: str
+    state: Literal["loading", "ready", "failed"]
+    default: bool  # whether search() without a collection answers from it
+    student: str  # embed()'s model for this collection
+    error: str | None = None
+    version: str | None = None
+    count: int | None = None
+
+
+class CollectionList(_Answer):
+    collections: list[CollectionInfo]
+
+
 class Embeddings(_Answer):
     """Query vectors in the teacher's space (unit length), one per text, and the tokens encoded."""
 

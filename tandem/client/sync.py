@@ -12,6 +12,8 @@ import httpx
 from tandem.client import _core
 from tandem.client.models import (
     BatchSearchResult,
+    CollectionInfo,
+    CollectionList,
     Embeddings,
     Fusion,
     Health,
@@ -40,36 +42,44 @@ class Client:
     def search(self, query: str, top_k: int | None = None, *, mode: Mode | None = None,
                filter: Mapping[str, Any] | None = None, offset: int | None = None, min_score: float | None = None,
                fields: Sequence[HitField] | None = None, fusion: Fusion | None = None,
-               alpha: float | None = None) -> SearchResult:
+               alpha: float | None = None, collection: str | None = None) -> SearchResult:
         """The `top_k` best documents for one query. Every option left None is the server's default:
 
         mode: dense (student vectors), lexical (BM25) or hybrid (both, fused by `fusion`, rrf or convex,
         `alpha` the dense weight of convex); filter: a metadata filter such as
         `{"and": [{"field": "year", "gte": 2018}, {"field": "lang", "in": ["en", "de"]}]}`; offset: hits
         skipped (pagination); min_score: hits scoring below it dropped; fields: what each hit carries
-        (e.g. `["id", "score"]`, or `"metadata"` added). A value the server refuses raises ApiError (422)
-        with its message.
+        (e.g. `["id", "score"]`, or `"metadata"` added); collection: the collection searched (POST
+        /collections/{name}/search), None the server's default (POST /search). A value the server refuses raises
+        ApiError (422) with its message; a collection not served, or one the key may not see, ApiError 404.
         """
         options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
                                       fields=fields, fusion=fusion, alpha=alpha)
-        return _core.parse(self._call("POST", "/search", _core.search_body(query, options)), SearchResult)
+        response = self._call("POST", _core.search_path(collection), _core.search_body(query, options))
+        return _core.parse(response, SearchResult)
 
     def search_batch(self, queries: Sequence[str], top_k: int | None = None, *, mode: Mode | None = None,
                      filter: Mapping[str, Any] | None = None, offset: int | None = None,
                      min_score: float | None = None, fields: Sequence[HitField] | None = None,
-                     fusion: Fusion | None = None, alpha: float | None = None) -> BatchSearchResult:
+                     fusion: Fusion | None = None, alpha: float | None = None,
+                     collection: str | None = None) -> BatchSearchResult:
         """One result list per query, in order, from one request; the options of `search` apply to each."""
         if isinstance(queries, str):
             raise TypeError("search_batch takes a list of queries; use search() for one")
         options = _core.SearchOptions(top_k=top_k, mode=mode, filter=filter, offset=offset, min_score=min_score,
                                       fields=fields, fusion=fusion, alpha=alpha)
-        return _core.parse(self._call("POST", "/search", _core.search_body(queries, options)), BatchSearchResult)
+        response = self._call("POST", _core.search_path(collection), _core.search_body(queries, options))
+        return _core.parse(response, BatchSearchResult)
 
     def embed(self, texts: Sequence[str], dimensions: int | None = None) -> Embeddings:
         """Query vectors in the teacher's space (for a vector database holding the teacher's document vectors)."""
         if isinstance(texts, str):
             texts = [texts]
         return _core.parse_embeddings(self._call("POST", "/v1/embeddings", _core.embeddings_body(texts, dimensions)))
+
+    def collections(self) -> list[CollectionInfo]:
+        """The collections the client's key may see (GET /collections), loaded or not, in the server's order."""
+        return _core.parse(self._call("GET", "/collections"), CollectionList).collections
 
     def healthz(self) -> Health:
         return _core.parse(self._call("GET", "/healthz", retry=False), Health)

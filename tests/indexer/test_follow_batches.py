@@ -15,7 +15,7 @@ from indexer.follow import ChangeDir, FollowReport, FollowRequest, follow, step
 from indexer.next_version import teacher_vectors
 from indexer.request import VersionRequest
 from indexer.segments import OPENED, Batch, apply_changes, link_version
-from indexer.writer import Space
+from models.bundle.space import Space
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 from models.corpus import Document

@@ -17,11 +17,12 @@ from indexer.options import ExportFormat
 from models.bundle.index_spec import Quantization, resolve_spec
 from models.bundle.manifest import BundleManifest
 from models.bundle.rotation import ROTATION_FILE, fit_pca_rotation
-from models.bundle.vector_index import CALIBRATION_FILE, RESCORE_FILE
+from models.bundle.space import CALIBRATION_FILE
+from models.bundle.vector_index import RESCORE_FILE
 from models.bundle.version import Bundle
 from models.embeddings.store import EmbeddingStore
 from models.errors import InputError
-from models.search import VectorIndex, rotate, search_index
+from models.search import VectorIndex, rotate
 
 N = 1500
 
@@ -79,8 +80,8 @@ def test_streamed_bundle_equals_the_in_memory_build(
     bundle = Bundle(tmp_path / "b")
     exact = rotation == "none"  # rotating chunk by chunk may round the last float bit differently
     if q is not Quantization.FLOAT:
-        assert memory.calibration is not None
-        got_cal, want_cal = np.load(tmp_path / "b" / CALIBRATION_FILE), memory.calibration.to_array()
+        assert memory.space.calibration is not None
+        got_cal, want_cal = np.load(tmp_path / "b" / CALIBRATION_FILE), memory.space.calibration.to_array()
         assert np.array_equal(got_cal, want_cal) if exact else np.allclose(got_cal, want_cal, rtol=0, atol=1e-6)
     if q is Quantization.BINARY:
         saved = io.BytesIO()
@@ -91,8 +92,8 @@ def test_streamed_bundle_equals_the_in_memory_build(
         assert np.abs(codes).max() <= (0 if exact else 1)
     queries = reference[:20] + 0.05
     queries /= np.linalg.norm(queries, axis=1, keepdims=True)
-    want_rows = search_index(memory, queries, 10)[1]
-    got_rows = search_index(bundle.segments[0].vectors, queries, 10)[1]
+    want_rows = memory.search(queries, 10)[1]
+    got_rows = bundle.segments[0].vectors.search(queries, 10)[1]
     if index == "flat" and not binary:
         assert np.array_equal(got_rows, want_rows)
     else:  # approximate indexes, and sign bits of a mean summed in another order, may differ in a neighbour

@@ -18,7 +18,7 @@ from models.bundle.index_spec import IndexSpec, IndexType, Quantization, default
 from models.bundle.manifest import BundleManifest
 from models.bundle.version import Bundle, read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch, InputError
-from models.search import VectorIndex, dense_hits, search_index
+from models.search import VectorIndex, dense_hits
 from tests.fixtures.corpus import DOCS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,11 +50,11 @@ def test_recall_against_exact_search(
 ) -> None:
     docs, queries = clustered
     q = Quantization(quantization)
-    _, truth = search_index(VectorIndex.build(docs, 768, Quantization.FLOAT), queries, 10)
+    _, truth = VectorIndex.build(docs, 768, Quantization.FLOAT).search(queries, 10)
     spec = resolve_spec(kind, q, len(docs))
     VectorIndex.build(docs, 768, q, spec).save(tmp_path)
     loaded = VectorIndex.load(tmp_path, 768, q, spec)
-    _, rows = search_index(loaded, queries, 10)
+    _, rows = loaded.search(queries, 10)
     assert _recall(rows, truth) >= FLOOR[quantization]
     assert loaded.count == len(docs)
     if q is Quantization.BINARY:  # the rescoring stage stays on disk, paged in on demand

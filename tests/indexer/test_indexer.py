@@ -17,6 +17,7 @@ from models.bundle.version import Bundle, read_bundle_manifest
 from models.contract import TeacherRef
 from models.corpus import read_corpus
 from models.embeddings.store import EmbeddingStore
+from models.encoders.precision import cpu_flags
 from models.encoders.teacher import TeacherEncoder
 from models.errors import ContractMismatch, InputError
 from models.search import dense_hits
@@ -179,6 +180,16 @@ def test_token_budget_batches_give_the_same_vectors(teacher_dir: Path, teacher: 
     texts = [d[2] * (1 + i % 4) for i, d in enumerate(DOCS)]
     budget = TeacherEncoder(teacher_dir, batch_tokens=256)
     assert (budget.encode_documents(texts) * teacher.encode_documents(texts)).sum(axis=1).min() >= 0.9999
+
+
+@pytest.mark.slow  # encodes the tiny corpus with the teacher
+def test_auto_precision_records_what_this_cpu_picks(tiny_corpus: Path, tmp_path: Path) -> None:
+    """`--precision auto` is resolved before encoding: the manifest records bf16 or fp32, never auto."""
+    manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "auto", precision="auto", device="cpu"))
+    flags = cpu_flags(Path("/proc/cpuinfo").read_text())
+    expected = "bf16" if {"avx512_bf16", "amx_bf16"} & flags else "fp32"
+    assert (manifest.embeddings.precision, manifest.embeddings.device) == (expected, "cpu")
+    assert read_bundle_manifest(tmp_path / "auto").embeddings.precision == expected
 
 
 def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""Micro-batching (service.core.searcher): first over plain functions, loading no model (coalescing, grouping by
-options, admission, deadlines, encode-only and lexical jobs, failures); then over the real tiny bundle and ONNX
-student: same answers, coalesced, bounded."""
+"""Micro-batching (service.core.batcher): first over plain functions, loading no model (coalescing, grouping by
+options, admission, deadlines, encode-only and lexical jobs, failures, each job's failure its own); then over the
+real tiny bundle and ONNX student: same answers, coalesced, bounded, a failing job failing alone."""
 
 from __future__ import annotations
 
@@ -17,17 +17,11 @@ import pytest
 
 from models.corpus import Document
 from models.encoders.student import StudentEncoder
+from models.errors import InputError
 from models.search import Hit, Mode, Retrieved, SearchOptions
+from service.core.batcher import BatchLimits, BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded
 from service.core.loader import open_searcher
-from service.core.searcher import (
-    BatchLimits,
-    BatchOutcome,
-    DeadlineExceeded,
-    MicroBatcher,
-    Overloaded,
-    QueryEncoder,
-    Searcher,
-)
+from service.core.searcher import QueryEncoder, Searcher
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 
@@ -36,7 +30,8 @@ DIM = 4
 
 class Recorder:
     """Plain encode and search functions that record their calls: a query's vector is its length, its hits are
-    top_k copies of itself; `gate` (when cleared) holds the worker inside encode."""
+    top_k copies of itself; `gate` (when cleared) holds the worker inside encode. A search with the query "boom"
+    raises InputError, an encode with the text "unencodable" ValueError."""
 
     def __init__(self) -> None:
         self.encoded: list[list[str]] = []
@@ -47,12 +42,14 @@ class Recorder:
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
         self.busy.set()
         self.gate.wait()
+        if "unencodable" in texts:
+            raise ValueError("encode failed")
         self.encoded.append(list(texts))
         return np.array([[len(t)] * DIM for t in texts], dtype=np.float32), [len(t) for t in texts]
 
     def search(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
         if "boom" in queries:
-            raise RuntimeError("search failed")
+            raise InputError("search failed")
         self.searched.append((queries, options, vectors is not None))
         if vectors is not None:
             assert [int(v[0]) for v in vectors] == [len(q) for q in queries]  # each query got its own row
@@ -156,12 +153,48 @@ def test_an_expired_job_is_dropped_unrun() -> None:
     assert recorder.encoded == []
 
 
-def test_a_failed_batch_fails_its_jobs_and_the_worker_lives_on() -> None:
+def test_a_failed_job_gets_its_error_and_the_worker_lives_on() -> None:
     recorder = Recorder()
     with batcher(recorder) as queue:
-        with pytest.raises(RuntimeError, match="search failed"):
+        with pytest.raises(InputError, match="search failed"):
             queue.submit(["boom"], 1, timeout_s=30).result(timeout=30)
         assert queue.submit(["after"], 1, timeout_s=30).result(timeout=30).hits[0][0].doc.id == "after"
+
+
+def test_a_job_whose_search_fails_fails_alone_and_its_batchmates_get_their_answers() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        recorder.gate.clear()
+        queue.submit(["held"], 1, timeout_s=30)  # holds the only worker, so the rest queue up together
+        assert recorder.busy.wait(30)
+        futures = [queue.submit(q, 1, timeout_s=30) for q in (["a"], ["boom"], ["cc", "ddd"])]
+        recorder.gate.set()
+        with pytest.raises(InputError, match="search failed"):
+            futures[1].result(timeout=30)
+        good = [futures[0].result(timeout=30), futures[2].result(timeout=30)]
+        assert queue.pending == 0
+    assert recorder.encoded[1] == ["a", "boom", "cc", "ddd"]  # one batch, whose one search raised
+    assert [[h.doc.id for h in hits] for o in good for hits in o.hits] == [["a"], ["cc"], ["ddd"]]
+    assert [o.batch_size for o in good] == [1, 2]  # each answered by itself
+    assert [q for q, _, _ in recorder.searched[1:]] == [["a"], ["cc", "ddd"]]
+
+
+def test_a_job_whose_encode_fails_fails_alone_and_an_embed_batchmate_gets_its_vectors() -> None:
+    recorder = Recorder()
+    with batcher(recorder) as queue:
+        recorder.gate.clear()
+        queue.submit(["held"], 1, timeout_s=30)
+        assert recorder.busy.wait(30)
+        embedded = queue.submit(["abc"], None, timeout_s=30)
+        failing = queue.submit(["unencodable"], 1, timeout_s=30)
+        searched = queue.submit(["de"], 1, timeout_s=30)
+        recorder.gate.set()
+        with pytest.raises(ValueError, match="encode failed"):
+            failing.result(timeout=30)
+        vectors = embedded.result(timeout=30).vectors
+        assert vectors is not None and vectors[:, 0].tolist() == [3.0]
+        assert searched.result(timeout=30).hits[0][0].doc.id == "de"
+        assert queue.pending == 0
 
 
 def test_a_closed_batcher_refuses_new_jobs() -> None:
@@ -223,6 +256,21 @@ def test_with_no_workers_admission_and_deadlines_hold() -> None:
 
     asyncio.run(scenario())
     assert recorder.encoded == [["a", "b"]]  # the expired job was dropped unrun
+
+
+def test_with_no_workers_a_failing_job_fails_alone() -> None:
+    recorder = LoopRecorder()
+
+    async def scenario() -> list[BaseException | BatchOutcome]:
+        with batcher(recorder, workers=0, max_batch=3) as queue:
+            return await asyncio.gather(*(queue.search([q], 1, timeout_s=30) for q in ("a", "boom", "ccc")),
+                                        return_exceptions=True)
+
+    first, failed, last = asyncio.run(scenario())
+    assert isinstance(failed, InputError)
+    assert isinstance(first, BatchOutcome) and first.hits[0][0].doc.id == "a"
+    assert isinstance(last, BatchOutcome) and last.hits[0][0].doc.id == "ccc"
+    assert recorder.encoded[0] == ["a", "boom", "ccc"]  # they were one batch
 
 
 def test_with_no_workers_the_admission_paces_the_queue_by_the_loops_whole_round() -> None:
@@ -320,6 +368,43 @@ def test_jobs_with_different_top_k_share_a_batch_but_not_a_cutoff(searcher: Sear
     outcomes = [f.result(timeout=30) for f in futures]
     assert [[len(hits) for hits in o.hits] for o in outcomes] == [[1, 1], [4, 4], [2, 2]]
     assert outcomes[1].hits[0][:1] == outcomes[0].hits[0]
+
+
+@pytest.mark.slow
+def test_a_failing_request_fails_alone_beside_real_searches(searcher: Searcher,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    """The real student and bundle behind a batcher whose search raises InputError for one query, as a search
+    refusing a request would: that request gets the error, its batchmates the hits they would get alone."""
+    gate, busy = threading.Event(), threading.Event()
+
+    def encode(texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+        busy.set()
+        gate.wait()
+        return searcher.encoder.encode(texts)
+
+    def search(vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
+        if "refused" in queries:
+            raise InputError("this query is refused")
+        return searcher.retrieve(vectors, queries, options)
+
+    queries = sorted(PROBES)[:3]
+    alone = {q: _ids(searcher.search_vectors(searcher.student.encode([q]), 3)[0]) for q in queries}
+    made = MicroBatcher(encode, search, max_batch=32, max_wait_s=0.2, max_pending=64, max_queue_s=60.0, workers=1)
+    try:
+        made.submit(["held"], 3, timeout_s=30)  # holds the only worker, so the rest queue up together
+        assert busy.wait(30)
+        good = [made.submit([q], 3, timeout_s=30) for q in queries[:2]]
+        refused = made.submit(["refused"], 3, timeout_s=30)
+        good.append(made.submit([queries[2]], 3, timeout_s=30))
+        gate.set()
+        with pytest.raises(InputError, match="refused"):
+            refused.result(timeout=30)
+        assert [_ids(f.result(timeout=30).hits[0]) for f in good] == [alone[q] for q in queries]
+        assert made.pending == 0
+    finally:
+        gate.set()
+        made.close()
+    assert "a batch of 4 jobs failed" in caplog.text  # they were one batch, and the batch failed first
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from service.http.app import create_app
-from service.settings import ServiceSettings
+from service.settings import CollectionSpec, ServiceSettings
 from tests.fixtures.browser import Page
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.metadata import META
@@ -98,6 +98,25 @@ def test_page_offers_the_modes_and_a_filter_box_of_the_bundles_fields(meta_serve
     chromium_page.evaluate("document.querySelector('.filter:last-child .f-value').value = 'soon'")
     _search(chromium_page, "what is this about")
     chromium_page.wait_for("document.getElementById('status').textContent.includes('whole number')", "the refusal")
+
+
+def test_page_lists_the_collections_and_searches_the_chosen_one(tiny_bundle: Path, meta_bundle: Path,
+                                                                tiny_student: Path, chromium_page: Page) -> None:
+    specs = (CollectionSpec(name="docs", index=tiny_bundle, student=tiny_student),
+             CollectionSpec(name="meta", index=meta_bundle, student=tiny_student))
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, collections=specs)
+    with serve_app(create_app(settings)) as server:
+        chromium_page.open(f"{server.url}/")
+        chromium_page.wait_for("document.body.dataset.index === 'loaded'", "the first collection's fields")
+        offered = chromium_page.evaluate("[...document.getElementById('collection').options].map(o => o.value)")
+        assert offered == ["docs", "meta"] and _shown(chromium_page, "collection")
+        _choose(chromium_page, "#collection", "meta")
+        chromium_page.wait_for("document.body.dataset.indexOf === 'meta'", "meta's fields")
+        _choose(chromium_page, "#mode", "lexical")
+        _search(chromium_page, "Odoacer")
+        assert _first_hit(chromium_page)["id"] == "rome"
+        shown = chromium_page.evaluate("document.getElementById('index-version').textContent")
+        assert shown == meta_bundle.name  # meta answered, not the first collection
 
 
 @pytest.fixture(scope="module")

@@ -21,6 +21,7 @@ from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import set_current
 from models.embeddings.store import EmbeddingStore
 from models.encoders.registry import sha256_file
+from models.encoders.student import read_student_manifest
 from service.core.loader import SearcherLoader, check_compatible
 from service.core.reload import Reloader
 from service.http.app import create_app
@@ -153,8 +154,14 @@ def test_serve_accepts_a_bundle_root(root: Path, tiny_student: Path) -> None:
 def test_search_names_the_version_in_service(root: Path, tiny_student: Path) -> None:
     with serving(root, tiny_student) as server:
         index = search(server)["index"]
+        student = admin_status(server)["student"]
     assert index["version"] == "v1"
     assert index["build_time"] == read_bundle_manifest(root / "v1").build_time
+    # /admin/status shows the student in service and what it was distilled from
+    assert (student["path"], student["precision"]) == (str(tiny_student.resolve()), "int8")
+    trained_on = read_student_manifest(tiny_student).trained_on
+    assert trained_on is not None and student["trained_on"] == trained_on.model_dump(mode="json")
+    assert student["trained_on"]["corpus_sha256"] == read_bundle_manifest(root / "v1").corpus.sha256
 
 
 def test_reload_swaps_in_a_new_bundle(root: Path, tiny_student: Path) -> None:

@@ -21,7 +21,8 @@ from indexer.request import UpdateRequest
 from indexer.update import update
 from indexer.verify import verify
 from models.bundle.rotation import ROTATION_FILE
-from models.bundle.vector_index import CALIBRATION_FILE, INDEX_FILE
+from models.bundle.space import CALIBRATION_FILE
+from models.bundle.vector_index import INDEX_FILE
 from models.errors import ContractMismatch
 from service.http.app import create_app
 from service.settings import ServiceSettings

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from service.core.batcher import DeadlineExceeded, MicroBatcher
 from service.core.loader import open_searcher
-from service.core.searcher import DeadlineExceeded, MicroBatcher, Searcher
+from service.core.searcher import Searcher
 from service.http.app import create_app
 from service.logs import make_handler
 from service.settings import ServiceSettings

@@ -23,7 +23,7 @@ def _plain(text: str) -> str:
      ["float", "int8", "binary"]),
     (["index", "build", "--corpus", "c.jsonl", "--rotation", "svd"], "--rotation", ["none", "pca"]),
     (["index", "build", "--corpus", "c.jsonl", "--index", "lsh"], "--index", ["flat", "hnsw", "ivf"]),
-    (["index", "build", "--corpus", "c.jsonl", "--precision", "fp64"], "--precision", ["fp32", "bf16", "fp16"]),
+    (["index", "build", "--corpus", "c.jsonl", "--precision", "fp64"], "--precision", ["fp32", "bf16", "fp16", "auto"]),
     (["index", "build", "--corpus", "c.jsonl", "--engine", "spark"], "--engine", ["local", "ray"]),
     (["index", "export", "b", "--out", "o", "--format", "xml"], "--format", ["parquet", "jsonl"]),
     (["eval", "--data", "d", "--index", "i", "--student", "s", "--precision", "fp16"], "--precision",
@@ -39,7 +39,8 @@ def test_a_value_outside_the_choices_exits_2_naming_the_option(args: list[str], 
 
 
 @pytest.mark.parametrize(("command", "listed"), [
-    (["index", "build"], ["<float|int8|binary>", "<none|pca>", "<flat|hnsw|ivf>", "<fp32|bf16|fp16>", "<local|ray>"]),
+    (["index", "build"], ["<float|int8|binary>", "<none|pca>", "<flat|hnsw|ivf>", "<fp32|bf16|fp16|auto>",
+                          "<local|ray>"]),
     (["index", "export"], ["<parquet|jsonl>"]),
     (["eval"], ["<int8|fp32>"]),
 ])

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from service.http.app import create_app
-from service.settings import ServiceSettings
+from service.settings import CollectionSpec, ServiceSettings
 from tandem.client import ApiError, AsyncClient, Client, RetryPolicy, SearchResult, TransportError
-from tandem.client._core import SearchOptions, search_body
+from tandem.client._core import SearchOptions, search_body, search_path
 from tests.fixtures.corpus import DOCS, LONG_BATCH, PROBES
 from tests.fixtures.metadata import META
 from tests.fixtures.server import LiveServer, serve_app
@@ -159,6 +159,63 @@ def test_api_keys(tiny_bundle: Path, tiny_student: Path) -> None:
         with Client(server.url, api_key="k-client") as client:
             assert client.search("tides", top_k=1).results[0].id == "tides"
             assert client.healthz().status == "ok"  # probes stay open
+
+
+_SCOPED_KEYS = """
+[[key]]
+id = "docs-only"
+key = "docs-only-key-0123456789"
+collections = ["docs"]
+
+[[key]]
+id = "all"
+key = "all-key-0123456789"
+collections = ["*"]
+"""
+
+
+def test_collections_are_listed_and_searched_by_name(tiny_bundle: Path, meta_bundle: Path, tiny_student: Path,
+                                                       tmp_path: Path) -> None:
+    keys = tmp_path / "keys.toml"
+    keys.write_text(_SCOPED_KEYS)
+    specs = (CollectionSpec(name="docs", index=tiny_bundle, student=tiny_student),
+             CollectionSpec(name="meta", index=meta_bundle, student=tiny_student))
+    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, collections=specs, keys_file=keys)
+    with serve_app(create_app(settings)) as server:
+        with Client(server.url, api_key="all-key-0123456789") as client:
+            listed = client.collections()
+            assert [(c.name, c.state, c.default, c.count) for c in listed] == [
+                ("docs", "ready", False, len(DOCS)), ("meta", "ready", False, len(DOCS))]
+            assert listed[1].version == meta_bundle.name and listed[1].student == tiny_student.name
+            assert [h.id for h in client.search("Odoacer", mode="lexical", collection="meta").results] == ["rome"]
+            assert client.search(TEXTS[0], top_k=1, collection="docs").results[0].id == PROBES[TEXTS[0]]
+            batch = client.search_batch(["Odoacer"], mode="lexical", collection="meta")
+            assert [h.id for h in batch.results[0]] == ["rome"]
+            with pytest.raises(ApiError) as no_default:  # two collections, none named 'default'
+                client.search("tides")
+            assert no_default.value.status == 404
+
+        async def scoped() -> tuple[list[str], ApiError, str | None]:
+            async with AsyncClient(server.url, api_key="docs-only-key-0123456789") as client:
+                names = [c.name for c in await client.collections()]
+                try:
+                    await client.search("Odoacer", collection="meta")
+                except ApiError as exc:
+                    hidden = exc
+                else:
+                    raise AssertionError("a key scoped to 'docs' searched 'meta'")
+                batch = await client.search_batch([TEXTS[0]], top_k=1, collection="docs")
+                return names, hidden, batch.results[0][0].id
+
+        names, hidden, top = asyncio.run(scoped())
+        assert names == ["docs"] and top == PROBES[TEXTS[0]]
+        assert (hidden.status, hidden.code) == (404, "not_found")  # as one not served: names do not leak
+
+
+def test_a_collection_name_is_escaped_in_the_path() -> None:
+    assert search_path(None) == "/search"
+    assert search_path("docs") == "/collections/docs/search"
+    assert search_path("a/b c") == "/collections/a%2Fb%20c/search"
 
 
 def test_no_server_is_a_transport_error_within_the_budget() -> None:

@@ -5,9 +5,9 @@ space. The texts go through the same limits, admission control and micro-batches
 skip only the index: the vectors are the student's, in the teacher's space, never rotated (a
 bundle's PCA rotation is internal to its FAISS index).
 
-The route needs only a QueryEncoder (service.core.searcher), the student behind admission and batching, never
-a bundle; the loader lends it the encoder of the searcher in service, so embed jobs keep sharing /search's
-micro-batches and admission.
+The route needs only a QueryEncoder (service.core.searcher), the student behind admission and batching
+(service.core.batcher), never a bundle; the loader lends it the encoder of the searcher in service, so embed
+jobs keep sharing /search's micro-batches and admission.
 """
 
 from __future__ import annotations
@@ -16,13 +16,16 @@ import base64
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 
 from models.contract import truncate
-from service.http.deps import LoaderDep, MetricsDep, SettingsDep
+from service.core.loader import SearcherLoader
+from service.http.deps import MetricsDep, SettingsDep
+from service.http.keyring import key_of
 from service.http.schemas.common import ErrorBody
 from service.http.schemas.embeddings import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
+from service.http.scoping import collection_for
 from service.settings import ServiceSettings
 
 router = APIRouter(tags=["embeddings"])
@@ -55,20 +58,39 @@ def _encode(vector: np.ndarray, encoding_format: str) -> list[float] | str:
     return [float(x) for x in vector]
 
 
+def _loader(model: str | None, http: Request) -> SearcherLoader:
+    """The loader whose student `model` names among the collections the key may see: with one collection, that
+    one whatever `model` says (as before collections); a key without `embeddings` is a 403."""
+    key = key_of(http)
+    if not key.embeddings:
+        raise HTTPException(403, f"key {key.id!r} may not call /v1/embeddings")
+    collections = http.app.state.collections
+    if len(collections) == 1 or model is None:
+        return collection_for(collections, None, key).loader
+    for collection in collections:
+        if key.sees(collection.name) and model in (collection.name, collection.settings.student.name):
+            return collection.loader
+    raise HTTPException(404, f"no model named {model!r}: name a collection's student (GET /collections)")
+
+
 @router.post(
     "/v1/embeddings",
     response_model=EmbeddingsResponse,
     responses={
+        403: {"model": ErrorBody, "description": "The key may not call /v1/embeddings."},
+        404: {"model": ErrorBody, "description": "No collection's student of that name the key may see."},
         422: {"model": ErrorBody},
         429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
         503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
     },
 )
 async def embeddings(
-    request: EmbeddingsRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep
+    request: EmbeddingsRequest, http: Request, settings: SettingsDep, metrics: MetricsDep
 ) -> EmbeddingsResponse:
-    """OpenAI-compatible embeddings of queries, in the teacher's space (cosine with its document vectors)."""
+    """OpenAI-compatible embeddings of queries, in the teacher's space (cosine with its document vectors); with
+    several collections, `model` names a collection's student (or the collection)."""
     texts = _texts(request, settings)  # a bad request is a 422 even while loading
+    loader = _loader(request.model, http)
     with loader.lease_encoder() as encoder:  # the student alone: no bundle is touched
         if request.dimensions is not None and request.dimensions > encoder.dim:
             raise RequestValidationError([problem("dimensions", "less_than_equal",

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
 from service.core.loader import LoadState
-from service.http.deps import LoaderDep
 from service.http.schemas.common import Liveness, Readiness
 
 router = APIRouter(tags=["health"])
@@ -19,9 +18,17 @@ def healthz() -> Liveness:
 
 @router.get("/readyz", response_model=Readiness, response_model_exclude_none=True,
             responses={503: {"model": Readiness, "description": "Still loading, or loading failed."}})
-def readyz(loader: LoaderDep) -> Readiness | JSONResponse:
-    state, error = loader.state
-    readiness = Readiness(status=state.value, error=error)
-    if state is LoadState.READY:
+def readyz(request: Request) -> Readiness | JSONResponse:
+    """Ready once every collection has loaded or failed and one at least serves; a failed one is named in `error`
+    while the others serve (with one collection: ready, loading or failed as it is)."""
+    states = [(c.name, *c.loader.state) for c in request.app.state.collections]
+    failed = [f"collection {name!r}: {error}" if len(states) > 1 else error
+              for name, state, error in states if state is LoadState.FAILED]
+    if any(state is LoadState.LOADING for _, state, _ in states):
+        status = LoadState.LOADING
+    else:
+        status = LoadState.FAILED if len(failed) == len(states) else LoadState.READY
+    readiness = Readiness(status=status.value, error="; ".join(e or "" for e in failed) or None)
+    if status is LoadState.READY:
         return readiness
     return JSONResponse(readiness.model_dump(exclude_none=True), status_code=503)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from service.core.collections import Collection
 from service.core.loader import LoadState, NotReady, SearcherLoader
 from service.http.deps import MetricsDep
 from service.metrics import Metrics
@@ -24,7 +25,21 @@ def metrics_endpoint(request: Request, metrics: MetricsDep) -> Response:
     loader: SearcherLoader | None = getattr(request.app.state, "loader", None)
     if loader is not None:
         sync_initial_load(metrics, loader)
+    sync_collections(metrics, getattr(request.app.state, "collections", None) or ())
     return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def sync_collections(metrics: Metrics, collections: Iterable[Collection]) -> None:
+    """Each collection's readiness and documents, read from its loader at scrape time (a reload, a rollback or a
+    failed load shows at the next scrape, with no callback to keep in step)."""
+    for collection in collections:
+        try:
+            count = collection.loader.searcher().bundle.manifest.count
+        except NotReady:
+            metrics.collection_ready.labels(collection.name).set(0)
+            continue
+        metrics.collection_ready.labels(collection.name).set(1)
+        metrics.collection_documents.labels(collection.name).set(count)
 
 
 async def track_initial_load(metrics: Metrics, loader: SearcherLoader, poll_s: float = 0.05) -> None:

@@ -1,9 +1,10 @@
 """POST /search: encode the queries with the student, search the bundle, return documents.
 
 The first file of a query's path: `search` checks the request, leases the searcher in service
-(service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose batch encodes with
-`StudentEncoder.encode_counted` (models/encoders/student.py) and searches with `search` (models/search/query.py),
-which calls FAISS; docs/architecture.md#the-query-path lists every file it runs code in.
+(service/core/loader.py) and awaits `Searcher.search` (service/core/searcher.py), whose micro-batcher
+(service/core/batcher.py) encodes with `StudentEncoder.encode_counted` (models/encoders/student.py) and searches with
+`search` (models/search/query.py), which calls FAISS; docs/architecture.md#the-query-path maps the modules it
+runs through, in order.
 
 One door: every POST /search is routed by FastAPI to this route. Its handler (`SearchRoute`) takes a JSON
 body that parses and validates straight to `search`, past FastAPI's dependency resolution, which cost more
@@ -34,11 +35,14 @@ from starlette.requests import ClientDisconnect
 
 from models.bundle.manifest import FusionMethod
 from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
+from service.core.loader import SearcherLoader
 from service.core.searcher import Searcher
-from service.http.deps import LoaderDep, MetricsDep, SettingsDep
 from service.http.json_depth import json_depth
+from service.http.keyring import KeyScope, key_of
 from service.http.schemas.common import ErrorBody
 from service.http.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
+from service.http.scoping import collection_for, with_key_filter
+from service.metrics import Metrics
 from service.settings import ServiceSettings
 
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
@@ -59,12 +63,11 @@ class SearchRoute(APIRoute):
                 raw = await request.body()
             except ClientDisconnect:  # FastAPI's handler meets it too, and answers as it always has
                 return await standard(request)
-            state = request.app.state
-            _check_depth(raw, state.settings.max_json_depth)  # whichever handler parses it next
+            _check_depth(raw, request.app.state.settings.max_json_depth)  # whichever handler parses it next
             body = _json_body(request, raw)
             if body is None:
                 return await standard(request)
-            return await search(body, loader=state.loader, settings=state.settings, metrics=state.metrics)
+            return await answer(body, request)
 
         return handle
 
@@ -129,8 +132,9 @@ DEFAULT_FIELDS = ("id", "score", "title", "text")
 
 
 def _options(request: SearchRequest, queries: list[str], top_k: int, searcher: Searcher,
-             settings: ServiceSettings) -> SearchOptions:
-    """The request's search options, checked against the bundle that will answer: 422s name the field."""
+             settings: ServiceSettings, key: KeyScope, collection: str) -> SearchOptions:
+    """The request's search options, checked against the bundle that will answer: 422s name the field. The key's
+    filter is ANDed in here, the one place every mode's options come from (service.http.scoping)."""
     bundle = searcher.bundle
     mode = Mode(request.mode)
     if mode is not Mode.DENSE and bundle.lexical is None:
@@ -146,6 +150,7 @@ def _options(request: SearchRequest, queries: list[str], top_k: int, searcher: S
         except FilterError as exc:
             loc = ("body", "filter", *exc.path)
             raise RequestValidationError([{"loc": loc, "type": "value_error", "msg": exc.message}]) from None
+    parsed = with_key_filter(parsed, key, collection, bundle.filter_fields)
     fusion = None if request.fusion is None else FusionMethod(request.fusion)
     return SearchOptions(top_k=top_k, mode=mode, offset=request.offset or 0, min_score=request.min_score,
                          fusion=fusion, alpha=request.alpha, filter=parsed)
@@ -190,21 +195,53 @@ def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary:
     return Response(content, media_type="application/json")
 
 
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    422: {"model": ErrorBody},
+    429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
+    503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
+}
+
+
 @router.post(
     "/search",
     response_model=SearchResponse | BatchSearchResponse,
-    responses={
-        422: {"model": ErrorBody},
-        429: {"model": ErrorBody, "description": "Overloaded: retry after the Retry-After header."},
-        503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
-    },
+    responses={**_RESPONSES, 404: {"model": ErrorBody, "description": "Several collections and none named "
+                                   "'default', or the key may not see the default collection."}},
     response_model_exclude_unset=True,  # a hit carries only the requested `fields`
 )
-async def search(request: SearchRequest, loader: LoaderDep, settings: SettingsDep, metrics: MetricsDep) -> Response:
+async def search(request: SearchRequest, http: Request) -> Response:
+    """Search the default collection (the only one, or the one named 'default')."""
+    return await answer(request, http)
+
+
+@router.post(
+    "/collections/{name}/search",
+    response_model=SearchResponse | BatchSearchResponse,
+    responses={**_RESPONSES, 404: {"model": ErrorBody, "description": "No such collection, or one the key may not "
+                                   "see (the same answer)."}},
+    response_model_exclude_unset=True,
+)
+async def collection_search(name: str, request: SearchRequest, http: Request) -> Response:
+    """Search collection `name`, with its student; a scoped key's filter is ANDed into the request's."""
+    return await answer(request, http)
+
+
+async def answer(request: SearchRequest, http: Request) -> Response:
+    """The search of the collection the path names (/collections/{name}/search), or of the default one (/search),
+    as the request's key may see it."""
+    state = http.app.state
+    key = key_of(http)
+    collection = collection_for(state.collections, http.path_params.get("name"), key)  # 404: not served, or not its
+    state.metrics.collection_searches.labels(collection.name).inc()
+    return await search_in(request, collection.loader, state.settings, state.metrics, key, collection.name)
+
+
+async def search_in(request: SearchRequest, loader: SearcherLoader, settings: ServiceSettings, metrics: Metrics,
+                    key: KeyScope, collection: str) -> Response:
     queries, top_k = _check(request, settings)  # a bad request is a 422 even while loading
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
         # Encoding and FAISS run on the searcher's batch workers (or between the loop's I/O rounds with workers 0).
-        options = _options(request, queries, top_k, searcher, settings)
+        options = _options(request, queries, top_k, searcher, settings, key, collection)
         outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3)
         summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)

@@ -6,11 +6,10 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.first_stage import sign_codes, spin_matrix
 from models.bundle.index_spec import Quantization
 from models.bundle.quantize import binary_encode
-from models.bundle.vector_index import CENTER_FILE, SPIN_FILE
-from models.search import VectorIndex, search_index
+from models.bundle.space import CENTER_FILE, SPIN_FILE, Space, spin_matrix
+from models.search import VectorIndex
 
 
 def _corpus(n: int = 3000, dim: int = 128, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -25,7 +24,7 @@ def _corpus(n: int = 3000, dim: int = 128, seed: int = 0) -> tuple[np.ndarray, n
 
 def _recall_at_10(index: VectorIndex, docs: np.ndarray, queries: np.ndarray) -> float:
     truth = np.argsort(-(queries @ docs.T), axis=1)[:, :10]
-    _, rows = index.index.search(sign_codes(queries, index.center, index.spin), 10)
+    _, rows = index.hamming(queries, 10)
     return float(np.mean([len(set(r) & set(t)) / 10 for r, t in zip(rows, truth, strict=True)]))
 
 
@@ -33,10 +32,10 @@ def test_centered_bits_are_balanced_and_rank_better() -> None:
     docs, queries = _corpus()
     plain = VectorIndex.build(docs, 128, Quantization.BINARY)
     centered = VectorIndex.build(docs, 128, Quantization.BINARY, center=True)
-    assert plain.center is None and centered.center is not None
-    np.testing.assert_allclose(centered.center, docs.mean(axis=0), atol=1e-5)
+    assert plain.space.center is None and centered.space.center is not None
+    np.testing.assert_allclose(centered.space.center, docs.mean(axis=0), atol=1e-5)
     ones_plain = np.unpackbits(binary_encode(docs), axis=1)[:, :4].mean()
-    ones_centered = np.unpackbits(binary_encode(docs - centered.center), axis=1)[:, :4].mean()
+    ones_centered = np.unpackbits(binary_encode(docs - centered.space.center), axis=1)[:, :4].mean()
     assert ones_plain > 0.95  # the shared direction fixes the leading bits
     assert 0.4 < ones_centered < 0.6
     assert _recall_at_10(centered, docs, queries) > _recall_at_10(plain, docs, queries)
@@ -50,9 +49,10 @@ def test_center_is_saved_and_applied_to_queries_after_loading(tmp_path: Path) ->
     from models.bundle.vector_index import RESCORE_FILE
 
     assert RESCORE_FILE in names
-    loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, centered=True, spun=True)
-    assert loaded.center is not None and loaded.spin is not None
-    for a, b in zip(search_index(built, queries, 10), search_index(loaded, queries, 10), strict=True):
+    loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, space=Space.read(
+        tmp_path, dim=128, quantization=Quantization.BINARY, centered=True, spun=True))
+    assert loaded.space.center is not None and loaded.space.spin is not None
+    for a, b in zip(built.search(queries, 10), loaded.search(queries, 10), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -67,10 +67,11 @@ def test_streamed_build_writes_the_center_of_all_chunks(tmp_path: Path) -> None:
     names = write_vectors(tmp_path, 700, lambda: [full[:300], full[300:]], dim=128, quantization=Quantization.BINARY,
                           rotation=Rotation.NONE, index=IndexSpec(), center=True)
     assert CENTER_FILE in names
-    loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, centered=True)
+    loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, space=Space.read(
+        tmp_path, dim=128, quantization=Quantization.BINARY, centered=True))
     built = VectorIndex.build(full, 128, Quantization.BINARY, center=True)
-    assert loaded.center is not None and built.center is not None
-    np.testing.assert_allclose(loaded.center, built.center, atol=1e-6)
+    assert loaded.space.center is not None and built.space.center is not None
+    np.testing.assert_allclose(loaded.space.center, built.space.center, atol=1e-6)
 
 
 def test_spin_evens_out_uneven_variance() -> None:

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from models.bundle.version import Bundle
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.corpus import read_corpus
 from models.distill.export import (
     FP32_MIN_COSINE,
     INT8_MIN_COSINE,
@@ -24,7 +25,7 @@ from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
 from models.distill.tokens import Tokens, embed
 from models.encoders.encoder_setup import POOLING_MODES
-from models.encoders.registry import load_card, resolve
+from models.encoders.registry import load_card, resolve, sha256_file
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
@@ -182,6 +183,27 @@ def test_manifest_names_the_teacher_and_passes_parity(tiny_student: Path, tiny_b
     assert [h["steps"] for h in history] == sorted({h["steps"] for h in history}) and len(history) == 3
     assert all(0.0 <= h["overlap_at_10"] <= 1.0 for h in history)
     assert [h["int8"] for h in history] == [False, False, True]  # the last epoch trained through int8 rounding
+
+
+def test_manifest_records_what_the_student_was_trained_on(tiny_student: Path, tiny_root: Path,
+                                                         tiny_corpus: Path) -> None:
+    """The fixture distilled against a bundle root: the version its CURRENT named is the one recorded."""
+    trained_on = read_student_manifest(tiny_student).trained_on
+    assert trained_on is not None
+    assert trained_on.corpus == str(tiny_corpus.resolve())
+    assert trained_on.corpus_sha256 == sha256_file(tiny_corpus)
+    assert trained_on.documents == len(read_corpus(tiny_corpus))
+    assert trained_on.bundle == str((tiny_root / "v1").resolve())
+    # the manifest's own `version` where it records one, else the version's directory name (an --out build's copy)
+    assert trained_on.bundle_version == (read_bundle_manifest(tiny_root / "v1").version or "v1")
+    assert 0 < trained_on.train_queries < trained_on.train_texts and trained_on.real_queries == 0
+    training = read_student_manifest(tiny_student).training
+    assert trained_on.train_texts == training["texts"]["train"]  # type: ignore[index]
+
+
+def test_a_student_from_before_provenance_still_loads(tiny_student: Path) -> None:
+    older = read_student_manifest(tiny_student).model_dump(mode="json", exclude={"trained_on"})
+    assert StudentManifest.model_validate(older).trained_on is None
 
 
 def test_batching_does_not_change_vectors(tiny_student: Path) -> None:

@@ -109,8 +109,9 @@ def tiny_beir(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Pa
 
 
 @pytest.mark.slow
-def test_three_setups_on_the_tiny_corpus(tiny_beir: Path, tiny_bundle: Path, tiny_student: Path) -> None:
-    report = run_eval(EvalRequest(data=tiny_beir, index=tiny_bundle, student=tiny_student))
+def test_three_setups_on_the_tiny_corpus(tiny_beir: Path, tiny_root: Path, tiny_student: Path) -> None:
+    report = run_eval(EvalRequest(data=tiny_beir, index=tiny_root, student=tiny_student))  # a root: its CURRENT
+    assert report["meta"]["index"] == str((tiny_root / "v1").resolve())
     for setup in ("teacher", "asymmetric", "student"):
         assert 0.0 <= report[setup]["ndcg@10"] <= 1.0
         assert report[setup]["recall@100"] == 1.0  # 20 documents: top-100 holds them all
@@ -125,7 +126,7 @@ def test_three_setups_on_the_tiny_corpus(tiny_beir: Path, tiny_bundle: Path, tin
     for setup in ("lexical", "teacher_hybrid", "hybrid"):
         assert 0.0 <= report[setup]["ndcg@10"] <= 1.0 and setup in table
         assert report["retention"][setup] == pytest.approx(report[setup]["ndcg@10"])
-    assert report["meta"]["fusion"] == read_bundle_manifest(tiny_bundle).fusion.model_dump(mode="json")
+    assert report["meta"]["fusion"] == read_bundle_manifest(tiny_root / "v1").fusion.model_dump(mode="json")
 
 
 def test_bundle_of_another_corpus_is_refused(tmp_path: Path, tiny_bundle: Path, tiny_student: Path) -> None:

@@ -161,8 +161,9 @@ def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndar
     also changing the metadata of some (their vectors kept); returns the live ids in version row order."""
     from indexer.changes import Changes
     from indexer.segments import apply_changes, link_version
-    from indexer.writer import Space, write_version_manifest
+    from indexer.writer import write_version_manifest
     from models.bundle.manifest import SegmentInfo
+    from models.bundle.space import Space
     from models.bundle.version import read_bundle_manifest
 
     def given_vectors(fresh: list[Document], reused: list[Document],
@@ -244,7 +245,8 @@ def test_a_key_the_first_segment_left_to_the_docstore_stays_there_in_later_ones(
     documents hold numbers only must not index it (it would filter by types the base does not use)."""
     from indexer.changes import Changes
     from indexer.segments import apply_changes, link_version
-    from indexer.writer import Space, write_version_manifest
+    from indexer.writer import write_version_manifest
+    from models.bundle.space import Space
     from models.bundle.version import read_bundle_manifest
 
     base = [Document(id=f"b{i}", title="", text="tide moon", metadata=json.dumps({"year": y}))

@@ -105,8 +105,8 @@ def test_the_exact_plan_rescoring_every_allowed_row_is_exact(binary_bundle: Bund
     flt = parse_filter({"field": "bucket", "eq": 3}, binary_bundle.filter_fields)
     rows = np.arange(3, N, 100)
     index = binary_bundle.segments[0].vectors
-    assert index.calibration is not None and index.rescore_codes is not None
-    stored = int8_decode(np.asarray(index.rescore_codes[rows]), index.calibration)
+    assert index.space.calibration is not None and index.rescore_codes is not None
+    stored = int8_decode(np.asarray(index.rescore_codes[rows]), index.space.calibration)
     query = vectors[3]
     found = search(binary_bundle, query[None], ["q"], SearchOptions(top_k=5, filter=flt), 10, Planner(1.0))
     expected = rows[np.argsort(-(stored @ query[:256]), kind="stable")[:5]]

@@ -1,0 +1,178 @@
+"""A version's space: what makes scores comparable across its segments, and the one place its files are written,
+read and applied.
+
+The space is the PCA rotation (`rotation.npy`, `--rotation pca`), the int8 calibration (`calibration.npy`, int8 and
+binary), and for binary codes the corpus mean they leave out (`center.npy`) and the random orthogonal spin applied
+before the signs (`spin.npy`). It is fitted on a version's first segment (a build, a compaction) and shared by every
+later one (an update), whose vectors are scored in it unchanged
+(docs/decisions.md#segments-share-the-first-segments-space). The indexer writes it once at a version's top level;
+models.bundle.version reads it once per version and hands it to each segment's index.
+
+Documents and queries go through the same transforms: `rotate` (full width), then MRL truncation (`project`), then
+for binary the centered, spun sign bits (`sign_codes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from models.bundle.index_spec import Quantization
+from models.bundle.integrity import load_checked_array
+from models.bundle.manifest import BundleManifest
+from models.bundle.quantize import Int8Calibration, binary_encode
+from models.bundle.rotation import ROTATION_FILE, PcaAccumulator, Rotation
+from models.contract import truncate
+
+CALIBRATION_FILE = "calibration.npy"
+CENTER_FILE = "center.npy"  # binary: the corpus mean subtracted before taking signs (documents and queries)
+SPIN_FILE = "spin.npy"  # binary: the random orthogonal matrix applied after centering, before the signs
+SPACE_FILES = (ROTATION_FILE, CALIBRATION_FILE, CENTER_FILE, SPIN_FILE)  # the version's, shared by its segments
+
+# Full-dimension float32 unit vectors in row order, one chunk at a time; called once per pass.
+VectorSource = Callable[[], Iterable[np.ndarray]]
+
+
+def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
+    """Full-width vectors in a rotated basis (unchanged without a rotation); norms are preserved.
+
+    The indexer rotates the documents with it (models.bundle.rotation fits the matrix), the search the queries."""
+    if rotation is None:
+        return vectors
+    return np.asarray(vectors, dtype=np.float32) @ rotation
+
+
+def spin_matrix(dim: int, seed: int = 0) -> np.ndarray:
+    """A random orthogonal [dim, dim] matrix (QR of a Gaussian), the same for a given seed."""
+    q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, dim)))
+    return np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
+
+
+def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray | None = None) -> np.ndarray:
+    """Binary codes of truncated vectors: the signs of (x − center) · spin, packed.
+
+    The center (the corpus mean) keeps the bits of axes the mean dominates from being nearly constant;
+    the spin, a random orthogonal matrix, spreads PCA's uneven variance evenly over the bits, so that
+    trailing low-variance axes stop flipping on the student's small query errors
+    (docs/decisions.md#binary-codes-centered-and-spun)."""
+    y = x if center is None else x - center
+    return binary_encode(y if spin is None else y @ spin)
+
+
+def _load(directory: Path, name: str, files: Mapping[str, str] | None) -> np.ndarray:
+    """`name` in `directory`; with `files` (a manifest's), from the very bytes checked against its sha256."""
+    return np.load(directory / name) if files is None else load_checked_array(directory, name, files)
+
+
+def _shaped(directory: Path, name: str, shape: tuple[int, ...], files: Mapping[str, str] | None) -> np.ndarray:
+    array = np.asarray(_load(directory, name, files), dtype=np.float32)
+    if array.shape != shape:
+        raise ValueError(f"{name} has shape {array.shape}, expected {shape}")
+    return array
+
+
+@dataclass(frozen=True)
+class Space:
+    """A version's rotation, int8 calibration, binary center and spin (each None where the version has none)."""
+
+    rotation: np.ndarray | None = None  # pca: [teacher dim, teacher dim]
+    calibration: Int8Calibration | None = None  # int8 and binary: [2, dim] on disk
+    center: np.ndarray | None = None  # binary: the first segment's mean, [dim]
+    spin: np.ndarray | None = None  # binary: [dim, dim]
+
+    @classmethod
+    def fit(cls, count: int, source: VectorSource, *, dim: int, quantization: Quantization,
+            rotation: Rotation = Rotation.NONE, center: bool = False, spin: bool = False) -> Space:
+        """Fit the space on streamed full-dimension vectors: the PCA rotation (one pass), the int8 calibration (one
+        pass) and, for binary, the mean the codes leave out (`center`, one pass) and the seeded spin."""
+        matrix = None
+        if rotation is Rotation.PCA:
+            acc = PcaAccumulator()
+            for chunk in source():
+                acc.add(chunk)
+            matrix = acc.matrix()
+        fitted = cls(rotation=matrix)
+        cal = None if quantization is Quantization.FLOAT else Int8Calibration.fit_stream(
+            fitted.truncated(source(), dim))
+        mean = None
+        if center and quantization is Quantization.BINARY:
+            total = np.zeros(dim, dtype=np.float64)
+            for chunk in fitted.truncated(source(), dim):
+                total += chunk.sum(axis=0, dtype=np.float64)
+            mean = (total / max(1, count)).astype(np.float32)
+        turn = spin_matrix(dim) if spin and quantization is Quantization.BINARY else None
+        return cls(rotation=matrix, calibration=cal, center=mean, spin=turn)
+
+    def save(self, directory: Path) -> list[str]:
+        """Write the space's files into `directory` (a version's top level); returns their names."""
+        names = []
+        for name, array in ((ROTATION_FILE, self.rotation), (CENTER_FILE, self.center), (SPIN_FILE, self.spin)):
+            if array is not None:
+                np.save(directory / name, array)
+                names.append(name)
+        if self.calibration is not None:
+            np.save(directory / CALIBRATION_FILE, self.calibration.to_array())
+            names.append(CALIBRATION_FILE)
+        return names
+
+    @classmethod
+    def read(cls, directory: Path, *, dim: int, quantization: Quantization, rotation_width: int | None = None,
+             centered: bool = False, spun: bool = False, files: Mapping[str, str] | None = None) -> Space:
+        """The space files in `directory`, each checked against its expected shape (ValueError says which does not
+        match): the rotation when `rotation_width` is given, the calibration unless float, the center and spin when
+        asked. With `files` (a manifest's name → sha256), each is loaded from the very bytes checked against it
+        (models.bundle.integrity: ContractMismatch names a file that differs)."""
+        rotation = None
+        if rotation_width is not None:
+            rotation = _shaped(directory, ROTATION_FILE, (rotation_width, rotation_width), files)
+        cal = None
+        if quantization is not Quantization.FLOAT:
+            cal = Int8Calibration.from_array(_load(directory, CALIBRATION_FILE, files))
+            if cal.dim != dim:
+                raise ValueError(f"{CALIBRATION_FILE} has dimension {cal.dim}, expected {dim}")
+        center = _shaped(directory, CENTER_FILE, (dim,), files) if centered else None
+        spin = _shaped(directory, SPIN_FILE, (dim, dim), files) if spun else None
+        return cls(rotation=rotation, calibration=cal, center=center, spin=spin)
+
+    @classmethod
+    def of(cls, directory: Path, manifest: BundleManifest) -> Space:
+        """The space a version's segments share: the files at its top level that its manifest says it has, checked
+        against the manifest's sha256 as they are read."""
+        return cls.read(directory, dim=manifest.dim, quantization=manifest.quantization,
+                        rotation_width=None if manifest.rotation is Rotation.NONE else manifest.teacher.dim,
+                        centered=manifest.binary_center, spun=manifest.binary_spin, files=manifest.files)
+
+    @staticmethod
+    def files(manifest: BundleManifest) -> list[str]:
+        """The names of the space files a version with this manifest has."""
+        names = []
+        if manifest.quantization is not Quantization.FLOAT:
+            names.append(CALIBRATION_FILE)
+        if manifest.rotation is not Rotation.NONE:
+            names.append(ROTATION_FILE)
+        if manifest.binary_center:
+            names.append(CENTER_FILE)
+        if manifest.binary_spin:
+            names.append(SPIN_FILE)
+        return names
+
+    def rotate(self, vectors: np.ndarray) -> np.ndarray:
+        """Full-width vectors in the space's basis (the very array without a rotation)."""
+        return rotate(vectors, self.rotation)
+
+    def project(self, vectors: np.ndarray, dim: int) -> np.ndarray:
+        """Full-width unit vectors as an index of `dim` stores and searches them: rotated, then MRL-truncated
+        (float32, C-contiguous)."""
+        return np.ascontiguousarray(truncate(self.rotate(vectors), dim), dtype=np.float32)
+
+    def truncated(self, chunks: Iterable[np.ndarray], dim: int) -> Iterator[np.ndarray]:
+        """`project` over row-ordered chunks (a streamed build's passes)."""
+        for chunk in chunks:
+            yield self.project(chunk, dim)
+
+    def sign_codes(self, x: np.ndarray) -> np.ndarray:
+        """Binary codes of truncated vectors in this space: centered and spun as the version's are."""
+        return sign_codes(x, self.center, self.spin)

@@ -1,0 +1,161 @@
+"""The collections one service serves, each a bundle (or bundle root) with its own student, loader and reloader.
+
+Each collection is what the service was before collections: a SearcherLoader (service.core.loader) and a Reloader
+(service.core.reload) over the service's settings with the collection's index and student, so each loads, hot
+reloads, rolls back and fails on its own. Collections whose students are the same directory (its real path) share
+one StudentEncoder (`StudentPool`), loaded once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from models.encoders.student import StudentEncoder
+from service.core.loader import SearcherLoader
+from service.core.processes import ProcessGroup
+from service.core.reload import Reloader
+from service.metrics import Metrics
+from service.settings import CollectionSpec, ServiceSettings
+
+log = logging.getLogger(__name__)
+
+
+class StudentPool:
+    """One StudentEncoder per student directory (its real path): collections that share a student load it once.
+    onnxruntime lets several searchers share a session, as a hot reload already does."""
+
+    def __init__(self, settings: ServiceSettings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()  # held while a student loads: two collections never load the same one twice
+        self._students: dict[str, StudentEncoder] = {}
+
+    def get(self, directory: Path) -> StudentEncoder:
+        real = os.path.realpath(directory)
+        with self._lock:
+            student = self._students.get(real)
+            if student is None:
+                student = StudentEncoder(Path(directory), self._settings.student_precision,
+                                         self._settings.encode_threads)
+                self._students[real] = student
+            return student
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._students)
+
+
+class CollectionMetrics:
+    """A collection's reload reports (service.core.reload.ReloadMetrics): labelled with its name, and the service's
+    unlabelled index gauges too for the default collection, as before collections existed."""
+
+    def __init__(self, metrics: Metrics, name: str, default: bool) -> None:
+        self._metrics, self._name, self._default = metrics, name, default
+
+    def observe_reload(self, outcome: str) -> None:
+        self._metrics.collection_reloads.labels(self._name, outcome).inc()
+        if self._default:
+            self._metrics.observe_reload(outcome)
+
+    def set_index(self, version: str, count: int, load_seconds: float) -> None:
+        if self._default:
+            self._metrics.set_index(version, count, load_seconds)
+
+
+@dataclass(frozen=True)
+class Collection:
+    name: str
+    settings: ServiceSettings  # the service's, with this collection's index and student
+    loader: SearcherLoader
+    reloader: Reloader
+
+
+class CollectionSet:
+    """Every collection of the service, each loading, reloading, rolling back and failing on its own: a collection
+    that fails to load reports it (its loader's state) while the others serve."""
+
+    def __init__(self, settings: ServiceSettings, metrics: Metrics, group: ProcessGroup | None = None) -> None:
+        self.default = settings.default_collection()  # chosen at startup: a config reload never changes it
+        self.students = StudentPool(settings)
+        self._settings, self._metrics, self._group = settings, metrics, group
+        self._lock = threading.Lock()  # one add or remove at a time; readers take the dict in service, never locked
+        self._collections: dict[str, Collection] = {}  # replaced whole on add and remove, never mutated
+        self._started = False
+        for spec in settings.collection_specs():
+            self._collections[spec.name] = self._build(spec)
+
+    def _build(self, spec: CollectionSpec) -> Collection:
+        own = self._settings.model_copy(update={"index": spec.index, "student": spec.student})
+        is_default = spec.name == self.default
+        group = self._group if is_default else None
+        # a worker of --processes N (one collection only) catches up with its group's last admin change
+        initial = group.catch_up() if group is not None else None
+        loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
+                                student_source=partial(self.students.get, spec.student))
+        reloader = Reloader(own, loader, metrics=CollectionMetrics(self._metrics, spec.name, is_default), group=group)
+        return Collection(spec.name, own, loader, reloader)
+
+    def specs(self) -> list[CollectionSpec]:
+        """What is served now, as declared (name, index, student)."""
+        return [CollectionSpec(name=c.name, index=c.settings.index, student=c.settings.student) for c in self]
+
+    def add(self, spec: CollectionSpec) -> Collection:
+        """Serve `spec` too: listed at once (loading), searchable once its load ends, as at startup."""
+        with self._lock:
+            if spec.name in self._collections:
+                raise ValueError(f"collection {spec.name!r} is already served")
+            collection = self._build(spec)
+            if self._started:
+                collection.loader.start()
+                collection.reloader.start()
+            self._collections = {**self._collections, spec.name: collection}
+        return collection
+
+    def remove(self, name: str) -> None:
+        """Stop serving `name`: it leaves the list and the routes at once; requests that already hold its searcher
+        finish, and the searcher closes after the last of them (SearcherLoader.drain)."""
+        with self._lock:
+            if name == self.default:
+                raise ValueError(f"collection {name!r} is the default one (POST /search): it stays until restart")
+            rest = dict(self._collections)
+            collection = rest.pop(name)
+            self._collections = rest
+        collection.reloader.close()
+        collection.loader.drain()
+        for gauge in (self._metrics.collection_ready, self._metrics.collection_documents):
+            with contextlib.suppress(KeyError):  # KeyError: never scraped
+                gauge.remove(name)
+
+    def __iter__(self) -> Iterator[Collection]:
+        return iter(list(self._collections.values()))
+
+    def __len__(self) -> int:
+        return len(self._collections)
+
+    def get(self, name: str) -> Collection | None:
+        return self._collections.get(name)
+
+    def default_collection(self) -> Collection | None:
+        return self._collections.get(self.default) if self.default is not None else None
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+        for collection in self:
+            collection.loader.start()  # /healthz answers at once; each collection turns ready when it has loaded
+            collection.reloader.start()  # its CURRENT-pointer watcher, when it serves a bundle root
+
+    def wait(self) -> None:
+        for collection in self:
+            collection.loader.wait()
+
+    def close(self) -> None:
+        for collection in self:
+            collection.reloader.close()
+            collection.loader.close()

@@ -1,0 +1,122 @@
+"""VectorIndex does every FAISS call of a search: the first stage of each index type × quantization, restricted to
+allowed rows with the planner's widths, binary rescoring, the exact pass and reconstruction, equal to brute force
+where they are exact."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.bundle.index_spec import IndexType, Quantization, resolve_spec
+from models.bundle.quantize import int8_decode
+from models.bundle.rows import Allowed
+from models.bundle.vector_index import VectorIndex
+from models.contract import truncate
+from models.search.planner import Planner
+
+N, DIM = 1200, 64
+KINDS = [("flat", q) for q in Quantization] + [("hnsw", q) for q in Quantization] + [("ivf", Quantization.BINARY)]
+
+
+@pytest.fixture(scope="module")
+def vectors() -> np.ndarray:
+    rng = np.random.default_rng(3)
+    centers = rng.standard_normal((20, 768)).astype(np.float32)
+    x = centers[rng.integers(0, 20, N)] + rng.standard_normal((N, 768)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.fixture(scope="module")
+def queries(vectors: np.ndarray) -> np.ndarray:
+    q = vectors[:6] + 0.2 * np.random.default_rng(4).standard_normal((6, 768)).astype(np.float32)
+    return q / np.linalg.norm(q, axis=1, keepdims=True)
+
+
+def _build(vectors: np.ndarray, kind: str, quantization: Quantization) -> VectorIndex:
+    return VectorIndex.build(vectors, DIM, quantization, resolve_spec(kind, quantization, N), center=True, spin=True)
+
+
+def _brute(index: VectorIndex, query: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """The top k of `rows` by the vectors the index scores with (float, or int8-decoded), ties by row."""
+    scores = index.reconstruct(rows) @ truncate(query, DIM)
+    return rows[np.lexsort((rows, -scores))[:k]]
+
+
+@pytest.mark.parametrize(("kind", "quantization"), KINDS)
+def test_a_saved_index_loads_and_searches_as_built(tmp_path: Path, vectors: np.ndarray, queries: np.ndarray,
+                                                   kind: str, quantization: Quantization) -> None:
+    built = VectorIndex.build(vectors, DIM, quantization, resolve_spec(kind, quantization, N))  # no center: the
+    built.save(tmp_path)  # calibration is all of its space a bare directory holds
+    loaded = VectorIndex.load(tmp_path, DIM, quantization, resolve_spec(kind, quantization, N))
+    assert loaded.count == N and loaded.spec.type is IndexType(kind)
+    for a, b in zip(built.search(queries, 10), loaded.search(queries, 10), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(("kind", "quantization"), KINDS)
+def test_a_restricted_search_returns_only_allowed_rows(vectors: np.ndarray, queries: np.ndarray, kind: str,
+                                                       quantization: Quantization) -> None:
+    index = _build(vectors, kind, quantization)
+    mask = np.zeros(N, dtype=bool)
+    mask[::7] = True
+    allowed = Allowed(mask)
+    scores, rows = index.search(queries, 10, 4, allowed, Planner())
+    assert rows.shape == (len(queries), 10)
+    for s, r in zip(scores, rows, strict=True):
+        kept = r[r >= 0]
+        assert len(kept) > 0 and mask[kept].all()
+        assert list(s[: len(kept)]) == sorted(s[: len(kept)], reverse=True)
+    with pytest.raises(ValueError, match="widening"):
+        index.search(queries, 10, 4, allowed)
+
+
+@pytest.mark.parametrize("quantization", [Quantization.FLOAT, Quantization.INT8])
+def test_flat_search_and_the_exact_pass_equal_brute_force(vectors: np.ndarray, queries: np.ndarray,
+                                                          quantization: Quantization) -> None:
+    index = _build(vectors, "flat", quantization)
+    every = np.arange(N)
+    _, rows = index.search(queries, 10)
+    subset = np.arange(3, N, 11)
+    for q, r in zip(queries, rows, strict=True):
+        want = _brute(index, q, every, 10)
+        assert set(r) == set(want)  # FAISS's own tie order may differ from ours
+        got_s, got_r = index.exact(q[None], 10, subset, 4)
+        assert got_r.tolist() == _brute(index, q, subset, 10).tolist()
+        assert list(got_s) == sorted(got_s, reverse=True)
+
+
+def test_binary_rescoring_every_candidate_is_the_int8_brute_force(vectors: np.ndarray, queries: np.ndarray) -> None:
+    index = _build(vectors, "flat", Quantization.BINARY)
+    _, rows = index.search(queries, 10, oversample=N)  # every row a candidate: the int8 rescoring decides
+    _, exact = index.exact(queries[:1], 10, np.arange(N), N)
+    assert rows[0].tolist() == exact.tolist()
+    for q, r in zip(queries, rows, strict=True):
+        assert r.tolist() == _brute(index, q, np.arange(N), 10).tolist()
+
+
+def test_reconstruction_gives_the_stored_vectors(vectors: np.ndarray) -> None:
+    rows = np.array([0, 5, 17, N - 1])
+    x = truncate(vectors, DIM)
+    np.testing.assert_allclose(_build(vectors, "flat", Quantization.FLOAT).reconstruct(rows), x[rows], atol=1e-6)
+    for quantization in (Quantization.INT8, Quantization.BINARY):
+        index = _build(vectors, "flat", quantization)
+        assert index.space.calibration is not None
+        got = index.reconstruct(rows)
+        assert np.all(np.abs(got - x[rows]) <= index.space.calibration.max_error() + 1e-6)
+        if quantization is Quantization.BINARY:
+            assert index.rescore_codes is not None
+            np.testing.assert_array_equal(got, int8_decode(index.rescore_codes[rows], index.space.calibration))
+
+
+def test_hamming_finds_a_document_by_its_own_vector(vectors: np.ndarray) -> None:
+    index = _build(vectors, "flat", Quantization.BINARY)
+    distances, rows = index.hamming(vectors[:5], 3)
+    assert rows[:, 0].tolist() == [0, 1, 2, 3, 4] and not distances[:, 0].any()
+
+
+def test_an_index_of_another_dimension_is_refused(tmp_path: Path, vectors: np.ndarray) -> None:
+    VectorIndex.build(vectors, DIM, Quantization.FLOAT).save(tmp_path)
+    with pytest.raises(ValueError, match="does not match"):
+        VectorIndex.load(tmp_path, DIM * 2, Quantization.FLOAT)
