@@ -97,7 +97,7 @@ class Batch:
     """The version being made in `staging`, open while a batch of change sets is applied to it one after another
     (a follower's batch: a segment each). Each segment's docstore is opened and its tombstones read once, when the
     batch opens or when the batch writes the segment, and kept: K change files over S segments open each segment
-    once, not K times, and a batch never holds more descriptors than its version's segments."""
+    once, not K times; a batch holds one docstore open per segment of the version it makes."""
 
     def __init__(self, staging: Path, manifest: BundleManifest) -> None:
         self.staging = staging

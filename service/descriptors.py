@@ -2,7 +2,7 @@
 
 A loaded segment keeps about ten files open for as long as it serves (its docstore, and the memory-mapped arrays
 of its lexical and payload indexes: each map holds a descriptor), and a hot reload holds the version in service
-and the candidate at once. A version of a few hundred segments passes a 1,024 soft limit, so `tandem serve`
+and the candidate at once. A version of about a hundred segments passes a 1,024 soft limit, so `tandem serve`
 raises its soft RLIMIT_NOFILE to the hard limit at startup (`raise_descriptor_limit`, logged), which the kernel
 allows any process. A version that still cannot be opened fails with EMFILE or ENFILE somewhere inside FAISS,
 SQLite or numpy; `out_of_descriptors` finds that in the error's chain, and the loader raises `TooManyOpenFiles`
