@@ -34,7 +34,7 @@ from indexer.next_version import finish, teacher_vectors, with_changes, with_seg
 from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.rootlock import LockTimeout, root_lock
-from indexer.segments import apply_changes, link_version
+from indexer.segments import Batch, link_version
 from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, FollowState
@@ -214,16 +214,17 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
         assert version is not None
         link_version(current, base, staging)
         manifest = base
-        for i, path in enumerate(files):
-            changes = read_changes(path, None, extra_metadata=base.corpus.metadata_extra,
-                                   fields=manifest.payload_fields)
-            applied = apply_changes(staging, manifest, changes, name=f"{version}-{i:03d}", space=space,
-                                    vectors=vectors)
-            manifest = applied.manifest
-            if applied.segment is not None:  # the file's segment records it
-                manifest = with_segments(manifest, [*manifest.parts[:-1], with_changes(applied.segment, [path.name])])
-            for key, n in applied.changed.items():
-                totals[key] += n
+        with Batch(staging, base) as batch:  # each segment opened once for the batch's files
+            for i, path in enumerate(files):
+                changes = read_changes(path, None, extra_metadata=base.corpus.metadata_extra,
+                                       fields=manifest.payload_fields)
+                applied = batch.apply(manifest, changes, name=f"{version}-{i:03d}", space=space, vectors=vectors)
+                manifest = applied.manifest
+                if applied.segment is not None:  # the file's segment records it
+                    manifest = with_segments(manifest, [*manifest.parts[:-1],
+                                                        with_changes(applied.segment, [path.name])])
+                for key, n in applied.changed.items():
+                    totals[key] += n
         done = (base.follow.files if base.follow is not None else 0) + len(files)
         manifest = finish(manifest, base, current, version, started, totals, action="follow",
                           follow=FollowState(last=files[-1].name, files=done))

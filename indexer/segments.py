@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,14 +80,61 @@ class Applied:
         return {"added": c["added"], "replaced": c["replaced"], "deleted": c["deleted"], "encoded": self.encoded}
 
 
+OPENED: Counter[str] = Counter()  # segment docstores opened to apply changes, by segment name (tests read it)
+
+
 def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, name: str, space: Space,
                   vectors: Vectors) -> Applied:
     """Apply `changes` to the version in `staging` (described by `manifest`, whose files it holds): one new
     segment `name` for the added and replaced documents, tombstones for the rows they replace and the deleted
-    ones. Returns the new manifest (not yet written) and what changed."""
-    masks = tombstone_masks(staging, manifest)
-    stores = [DocStore(staging / in_segment(s, DOCSTORE_FILE)) for s in manifest.parts]
-    try:
+    ones. Returns the new manifest (not yet written) and what changed. One change set: a batch of them is
+    `Batch.apply`, which opens the version once."""
+    with Batch(staging, manifest) as batch:
+        return batch.apply(manifest, changes, name=name, space=space, vectors=vectors)
+
+
+class Batch:
+    """The version being made in `staging`, open while a batch of change sets is applied to it one after another
+    (a follower's batch: a segment each). Each segment's docstore is opened and its tombstones read once, when the
+    batch opens or when the batch writes the segment, and kept: K change files over S segments open each segment
+    once, not K times; a batch holds one docstore open per segment of the version it makes."""
+
+    def __init__(self, staging: Path, manifest: BundleManifest) -> None:
+        self.staging = staging
+        self.names: list[str] = []
+        self.stores: list[DocStore] = []
+        self.masks = tombstone_masks(staging, manifest)
+        try:
+            for segment in manifest.parts:
+                self._hold(segment, DocStore(staging / in_segment(segment, DOCSTORE_FILE)))
+        except BaseException:
+            self.close()
+            raise
+
+    def _hold(self, segment: SegmentInfo, store: DocStore) -> None:
+        OPENED[segment.name] += 1
+        self.names.append(segment.name)
+        self.stores.append(store)
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+        self.stores = []
+
+    def apply(self, manifest: BundleManifest, changes: Changes, *, name: str, space: Space,
+              vectors: Vectors) -> Applied:
+        """`apply_changes` on the open version: `manifest` describes it as the batch's last change left it (the
+        segments the batch holds, in order). On an error nothing the batch holds changes."""
+        if [s.name for s in manifest.parts] != self.names:
+            raise ValueError(f"the manifest's segments {[s.name for s in manifest.parts]} are not the batch's "
+                             f"{self.names}")
+        stores, masks = self.stores, [m.copy() for m in self.masks]
         located = _locate(stores, masks, [d.id for d in changes.upserts] + list(changes.deletes))
         counts = {"added": 0, "replaced": 0, "deleted": 0, "unchanged": 0}
         for doc_id, where in changes.deletes.items():
@@ -115,33 +163,34 @@ def apply_changes(staging: Path, manifest: BundleManifest, changes: Changes, *, 
                 reuse_rows.append((manifest.parts[seg], row))
             else:
                 fresh.append(doc)
-    finally:
-        for store in stores:
-            store.close()
-    new = fresh + reused
-    live = sum(int((~m).sum()) for m in masks) + len(new)
-    if not live:
-        raise InputError("the update would delete every document; build a new bundle instead")
-    parts = list(manifest.parts)
-    files = dict(manifest.files)
-    for i, (segment, mask) in enumerate(zip(manifest.parts, masks, strict=True)):
-        deleted = int(mask.sum())
-        if deleted != segment.deleted:
-            parts[i] = _tombstone(staging, segment, mask, files)
-    metadata_fields = set(manifest.metadata_fields)
-    payload = manifest.payload
-    encoded = 0
-    info: SegmentInfo | None = None
-    if new:
-        x, source, encoded = vectors(fresh, reused, reuse_rows)
-        info, names = write_segment(staging / SEGMENTS_DIRECTORY / name, new, x, manifest, space, name, source)
-        parts.append(info)
-        files.update({f"{info.path}/{n}": sha256_file(staging / info.path / n) for n in names})
-        metadata_fields.update(k for d in new for k in d.meta())
-        payload = with_fields(manifest.payload, info.payload)
-    updated = with_segments(manifest, parts, count=live, files=files, payload=payload,
-                            metadata_fields=sorted(metadata_fields))
-    return Applied(updated, counts, encoded, info)
+        new = fresh + reused
+        live = sum(int((~m).sum()) for m in masks) + len(new)
+        if not live:
+            raise InputError("the update would delete every document; build a new bundle instead")
+        parts = list(manifest.parts)
+        files = dict(manifest.files)
+        for i, (segment, mask) in enumerate(zip(manifest.parts, masks, strict=True)):
+            deleted = int(mask.sum())
+            if deleted != segment.deleted:
+                parts[i] = _tombstone(self.staging, segment, mask, files)
+        metadata_fields = set(manifest.metadata_fields)
+        payload = manifest.payload
+        encoded = 0
+        info: SegmentInfo | None = None
+        if new:
+            x, source, encoded = vectors(fresh, reused, reuse_rows)
+            info, names, store = write_segment(self.staging / SEGMENTS_DIRECTORY / name, new, x, manifest, space,
+                                               name, source)
+            self._hold(info, store)  # the batch's next change sets look documents up in it too
+            masks.append(np.zeros(info.count, dtype=bool))
+            parts.append(info)
+            files.update({f"{info.path}/{n}": sha256_file(self.staging / info.path / n) for n in names})
+            metadata_fields.update(k for d in new for k in d.meta())
+            payload = with_fields(manifest.payload, info.payload)
+        self.masks = masks
+        updated = with_segments(manifest, parts, count=live, files=files, payload=payload,
+                                metadata_fields=sorted(metadata_fields))
+        return Applied(updated, counts, encoded, info)
 
 
 def _locate(stores: list[DocStore], masks: list[np.ndarray], ids: list[str]) -> dict[str, tuple[int, int]]:
@@ -168,8 +217,9 @@ def _tombstone(staging: Path, segment: SegmentInfo, mask: np.ndarray, files: dic
 
 
 def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, manifest: BundleManifest,
-                  space: Space, name: str, source: EmbeddingSource) -> tuple[SegmentInfo, list[str]]:
-    """A segment's files in `directory`, scored in the version's `space`; its info and the file names."""
+                  space: Space, name: str, source: EmbeddingSource) -> tuple[SegmentInfo, list[str], DocStore]:
+    """A segment's files in `directory`, scored in the version's `space`; its info, the file names and its docstore,
+    open (the caller closes it)."""
     directory.mkdir(parents=True)
     write_docstore(directory / DOCSTORE_FILE, docs)
     spec = segment_spec(manifest, len(docs))
@@ -186,8 +236,9 @@ def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, ma
             payload, payload_names = write_payload(directory, store, len(docs), manifest.payload.fields,
                                                    manifest.payload.unindexed)
             names += payload_names
-    finally:
+    except BaseException:
         store.close()
+        raise
     log.info("segment %s: %d documents", name, len(docs))
     return SegmentInfo(name=name, path=f"{SEGMENTS_DIRECTORY}/{name}", count=len(docs), index=spec, lexical=lexical,
-                       payload=payload, embeddings=source, build_time=utc_now()), names
+                       payload=payload, embeddings=source, build_time=utc_now()), names, store

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from service.core.loader import check_compatible
 from service.core.processes import ProcessGroup
+from service.descriptors import raise_descriptor_limit
 from service.heap import freeze_startup_heap
 from service.http.app import create_app
 from service.logs import configure_logging
@@ -25,6 +26,7 @@ def run_server(settings: ServiceSettings) -> None:
     """Raises ContractMismatch (exit 2 from the CLI) before binding the port, or starting any worker process, if
     the pair does not match."""
     configure_logging(settings.log_format, settings.log_level)
+    raise_descriptor_limit()  # before any worker starts: they inherit it (service.descriptors)
     specs = settings.collection_specs()
     for spec in specs:
         own = settings.model_copy(update={"index": spec.index, "student": spec.student})

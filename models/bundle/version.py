@@ -226,8 +226,9 @@ class Segment:
         with self._lock:
             self._users -= 1
             last = self._users == 0
-        if last:
-            self.docs.close()
+        if last:  # the memory maps of its lexical and payload indexes hold a descriptor each: let them go now, not
+            self.docs.close()  # whenever the garbage collector gets to a retired version (issue 42: a follower's
+            self.lexical = self.payload = None  # versions retired faster than collected held 956 descriptors)
 
 
 def _tombstones(directory: Path, info: SegmentInfo, files: Mapping[str, str]) -> np.ndarray | None:
@@ -361,7 +362,8 @@ class Bundle:
         return out
 
     def close(self) -> None:
-        """Let go of the segments: each closes once no loaded version uses it."""
+        """Let go of the segments: each closes once no loaded version uses it (and its memory maps with it)."""
         segments, self.segments = self.segments, []
+        self.lexical = None  # its parts hold the segments' postings: the maps would outlive the segments
         for segment in segments:
             segment.release()

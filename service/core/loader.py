@@ -34,6 +34,7 @@ from models.timing import StageObserver
 from service.core.batcher import BatchLimits
 from service.core.memory import rss_bytes
 from service.core.searcher import QueryEncoder, Searcher
+from service.descriptors import TooManyOpenFiles, out_of_descriptors, too_many_open_files
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
@@ -122,7 +123,8 @@ class SearcherLoader:
             searcher = self.load(self._initial)
         except Exception as exc:
             log.error("loading %s with student %s failed: %s", printable(self._settings.index),
-                      printable(self._settings.student), printable(exc), exc_info=not isinstance(exc, ContractMismatch))
+                      printable(self._settings.student), printable(exc),
+                      exc_info=not isinstance(exc, ContractMismatch | TooManyOpenFiles))
             with self._lock:  # /readyz shows it: no host paths, no library internals
                 self._state, self._error = LoadState.FAILED, public_error(exc)
             return
@@ -243,11 +245,18 @@ def open_bundle(directory: Path, reuse: Bundle | None = None) -> Bundle:
     identity; checked once more after loading, so a file changed while the version loaded is refused too."""
     started = time.perf_counter()
     manifest = read_bundle_manifest(directory)
-    verification = verify_version(directory, manifest, reuse.verified if reuse is not None else None)
-    log.info("verified %s: %d files hashed (%.1f MB) in %.2f s, %d trusted as the very files verified before "
-             "(device, inode, size, mtime_ns)", printable(directory), len(verification.hashed),
-             verification.hashed_bytes / 1e6, time.perf_counter() - started, verification.trusted)
-    bundle = Bundle(directory, reuse=reuse, manifest=manifest, verified=verification.files)
+    try:
+        verification = verify_version(directory, manifest, reuse.verified if reuse is not None else None)
+        log.info("verified %s: %d files hashed (%.1f MB) in %.2f s, %d trusted as the very files verified before "
+                 "(device, inode, size, mtime_ns)", printable(directory), len(verification.hashed),
+                 verification.hashed_bytes / 1e6, time.perf_counter() - started, verification.trusted)
+        bundle = Bundle(directory, reuse=reuse, manifest=manifest, verified=verification.files)
+    except Exception as exc:
+        if out_of_descriptors(exc):  # named, with its remedies, rather than as the file that happened to fail
+            served = {s.name for s in reuse.manifest.parts} if reuse is not None else set()
+            shared = sum(s.name in served for s in manifest.parts)
+            raise too_many_open_files(directory, len(manifest.parts), shared) from exc
+        raise
     try:
         check_unchanged(directory, verification.files)
     except BaseException:

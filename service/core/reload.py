@@ -35,6 +35,7 @@ from service.core.outcomes import AdminStatus, MemoryInfo, ReloadOutcome, Studen
 from service.core.processes import Change, ProcessGroup
 from service.core.searcher import Searcher
 from service.core.watch import PointerWatcher
+from service.descriptors import TooManyOpenFiles
 from service.redact import printable, public_error
 from service.settings import ServiceSettings
 
@@ -202,8 +203,9 @@ class Reloader:
             log.info("reload (%s): validating %s", trigger, printable(tried))
             candidate = self._load_sharing(tried)
         except Exception as exc:
+            quiet = isinstance(exc, ContractMismatch | TooManyOpenFiles | ValueError)  # ours: the text says it all
             log.error("reload (%s) of %s refused, the version in service keeps serving: %s", trigger,
-                      printable(tried), printable(exc), exc_info=not isinstance(exc, ContractMismatch | ValueError))
+                      printable(tried), printable(exc), exc_info=not quiet)
             error = str(exc) if isinstance(exc, ForbiddenReload) else public_error(exc)
             return self._refused("reload", trigger, tried, error, started, started_at)
         seconds = time.perf_counter() - started

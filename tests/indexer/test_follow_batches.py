@@ -10,9 +10,15 @@ from pathlib import Path
 
 import pytest
 
+from indexer.changes import Changes
 from indexer.follow import ChangeDir, FollowReport, FollowRequest, follow, step
+from indexer.next_version import teacher_vectors
+from indexer.request import VersionRequest
+from indexer.segments import OPENED, Batch, apply_changes, link_version
+from models.bundle.space import Space
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
+from models.corpus import Document
 from models.search import documents
 from tests.fixtures.corpus import DOCS
 from tests.indexer.test_writer_races import root
@@ -72,3 +78,53 @@ def test_a_file_arriving_before_the_last_applied_one_is_reported(root: Path, tmp
         assert follow(FollowRequest(root=root, changes_dir=changes, once=True)).applied == 0
     assert any("3 change files sorting at or before 0003.jsonl" in r.getMessage() and "applied 2" in r.getMessage()
                for r in caplog.records)
+
+
+def test_a_batch_opens_each_segment_once(root: Path, tmp_path: Path) -> None:
+    """K change files over S segments: each segment's docstore opened once by the batch, not once per file."""
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    for n in range(4):
+        _change(changes / f"{n:04d}.jsonl", n)
+    assert follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False)).versions == 1
+    base = read_bundle_manifest(read_current(root))
+    assert len(base.parts) == 5
+    for n in range(4, 10):
+        _change(changes / f"{n:04d}.jsonl", n)
+    OPENED.clear()
+    assert follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False)).applied == 6
+    published = read_bundle_manifest(read_current(root))
+    assert len(published.parts) == 11
+    assert dict(OPENED) == {s.name: 1 for s in published.parts}  # the base's five and the batch's six, once each
+
+
+def _changeset(n: int, delete: str) -> Changes:
+    bake = Document(id=BAKE[0], title=BAKE[1], text=BAKE[2], metadata=json.dumps({"n": n}))
+    return Changes(upserts=[bake], deletes={delete: f"set {n}:1"})
+
+
+def test_a_batch_makes_what_one_change_set_at_a_time_makes(root: Path, tmp_path: Path) -> None:
+    """The same change sets applied by one Batch and by apply_changes one after another (each opening every
+    segment): the same manifests, file for file, but for the new segments' build times."""
+    current = read_current(root)
+    base = read_bundle_manifest(current)
+    vectors = teacher_vectors(*VersionRequest(root=root).teacher_for(base))
+    space = Space.of(current, base)
+    sets = [_changeset(1, "bees"), _changeset(2, "git"), _changeset(3, "tides")]
+    made = []
+    for way in ("batch", "each"):
+        staging = tmp_path / way
+        staging.mkdir()
+        link_version(current, base, staging)
+        manifest = base
+        if way == "batch":
+            with Batch(staging, base) as batch:
+                for i, changes in enumerate(sets):
+                    manifest = batch.apply(manifest, changes, name=f"s{i}", space=space, vectors=vectors).manifest
+        else:
+            for i, changes in enumerate(sets):
+                manifest = apply_changes(staging, manifest, changes, name=f"s{i}", space=space,
+                                         vectors=vectors).manifest
+        made.append(manifest.model_dump(exclude={"segments": {"__all__": {"build_time"}}}))
+    assert made[0] == made[1]
+    assert made[0]["count"] == base.count - 3 and len(made[0]["segments"]) == 4

@@ -18,12 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexer.pause import PAUSE_ENV
 from indexer.update import UpdateRequest, update
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
+from models.embeddings.store import EmbeddingStore
 from models.search import documents
 
 pytestmark = pytest.mark.slow
@@ -182,3 +184,53 @@ def test_current_set_loses_to_a_follower_that_published_meanwhile_and_says_so(ro
     assert read_current(root).name == followed  # the follower's version stays in service
     assert "bees" not in _live(root) and "sleep" not in _live(root)
     assert set(list_versions(root)) == {"v1", "v2", followed}
+
+
+def _imported(tiny_bundle: Path, tiny_corpus: Path, work: Path) -> list[str]:
+    """`index build` arguments for the tiny corpus with its teacher vectors imported (no encoding)."""
+    key = read_bundle_manifest(tiny_bundle).embeddings.store_key
+    assert key is not None
+    vectors = EmbeddingStore().load(key)
+    assert vectors is not None
+    np.save(work / "vectors.npy", (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32))
+    ids = [json.loads(line)["_id"] for line in tiny_corpus.read_text().splitlines()]
+    (work / "ids.json").write_text(json.dumps(ids))
+    return ["--corpus", str(tiny_corpus), "--embeddings", str(work / "vectors.npy"), "--ids", str(work / "ids.json")]
+
+
+def _lost(root: Path, rc: int, log: str, base: str, winner: str, before: set[str]) -> None:
+    """The build lost: non-zero, naming the conflict; it published nothing (no version, no staging left)."""
+    assert rc != 0, log
+    assert f"CURRENT moved from {base} to {winner}" in log and "nothing was published" in log, log
+    assert read_current(root).name == winner
+    assert set(list_versions(root)) == before | {winner}
+    assert sorted(p.name for p in root.iterdir() if p.name not in before | {winner}) == [".lock", "CURRENT"]
+
+
+def test_a_build_that_an_update_overtook_publishes_nothing_and_says_so(root: Path, tiny_bundle: Path,
+                                                                         tiny_corpus: Path, tmp_path: Path) -> None:
+    """`build --root` paused with its version staged; an update lands meanwhile: the build exits non-zero."""
+    fifo = _fifo(tmp_path)
+    (tmp_path / "gone.txt").write_text("git\n")
+    build = _start("build", "--root", str(root), *_imported(tiny_bundle, tiny_corpus, tmp_path), fifo=fifo)
+    end = _paused(build, fifo)  # staged, CURRENT read as v1, not placed
+    rc, log = _done(_start("update", "--root", str(root), "--delete-ids", str(tmp_path / "gone.txt")))
+    assert rc == 0, log
+    updated = read_current(root).name
+    os.close(end)
+    rc, log = _done(build)
+    _lost(root, rc, log, "v1", updated, {"v1"})
+    assert "git" not in _live(root)  # the update's change is served
+
+
+def test_a_build_waits_for_an_update_holding_the_lock_and_then_publishes_nothing(
+        root: Path, tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    """An update paused holding the root's lock: the build waits for it (saying so), then finds CURRENT moved."""
+    fifo = _fifo(tmp_path)
+    (tmp_path / "gone.txt").write_text("git\n")
+    slow = _start("update", "--root", str(root), "--delete-ids", str(tmp_path / "gone.txt"), fifo=fifo)
+    (rc1, log1), (rc2, log2) = _race(slow, fifo, ["build", "--root", str(root),
+                                                  *_imported(tiny_bundle, tiny_corpus, tmp_path)])
+    assert rc1 == 0, log1
+    _lost(root, rc2, log2, "v1", read_current(root).name, {"v1"})
+    assert "git" not in _live(root)

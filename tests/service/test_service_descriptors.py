@@ -1,0 +1,172 @@
+"""`tandem serve` and its file descriptors (issue 42, item 6): the limit raised at startup, and a version that needs
+more than the process may open refused by name while the old one keeps serving.
+
+Real processes: `tandem serve` started with a low RLIMIT_NOFILE (set in the child before it runs), watching a root
+into which `tandem index follow --no-compact` publishes a version of many segments (about ten open files each). And
+a closed version's files are closed at once, not when it is collected.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from indexer.follow import FollowRequest, follow
+from models.bundle.version import Bundle, read_bundle_manifest
+from models.bundle.versions import list_versions, read_current
+from tests.fixtures.corpus import DOCS
+from tests.fixtures.server import READY_TIMEOUT_S
+from tests.indexer.test_writer_races import root
+from tests.service.test_service_processes import _free_port
+from tests.service.test_service_reload import AUTH, TOKEN, wait_for
+
+__all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle (one segment)
+
+pytestmark = pytest.mark.slow
+
+LIMIT = 160  # enough for the server and a version of one segment; a version of FILES + 1 segments needs ~400
+FILES = 40
+BAKE = next(d for d in DOCS if d[0] == "bake")
+
+
+@dataclass(frozen=True)
+class Served:
+    client: httpx.Client
+    log: Path
+    pid: int
+
+
+@contextmanager
+def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Iterator[Served]:
+    """`tandem serve` on `root` with RLIMIT_NOFILE (soft, hard) from its first instruction, watching CURRENT."""
+
+    def limit() -> None:  # in the child, before exec: the server starts with these limits
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    port = _free_port()
+    env = {**os.environ, "TANDEM_ADMIN_TOKEN": TOKEN, "TANDEM_LOG_FORMAT": "text", "TANDEM_WORKERS": "1",
+           "TANDEM_WATCH_INTERVAL_S": "0.2", "OMP_NUM_THREADS": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tandem", "serve", "--index", str(root), "--student",
+                                 str(student), "--port", str(port)], env=env, stdout=out, stderr=out,
+                                preexec_fn=limit, start_new_session=True)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
+            deadline = time.monotonic() + READY_TIMEOUT_S
+            while True:
+                assert proc.poll() is None, f"tandem serve exited ({proc.returncode}):\n{log.read_text()}"
+                assert time.monotonic() < deadline, f"not ready in time:\n{log.read_text()}"
+                with suppress(httpx.TransportError):
+                    if client.get("/readyz").status_code == 200:
+                        break
+                time.sleep(0.1)
+            yield Served(client=client, log=log, pid=proc.pid)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=30)
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _follow_many(root: Path, tmp_path: Path) -> str:
+    """Publish, with the real CLI, a version of FILES + 1 segments (a metadata change per file: no teacher)."""
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    for n in range(FILES):
+        line = {"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}
+        (changes / f"{n:04d}.jsonl").write_text(json.dumps(line) + "\n")
+    done = subprocess.run([sys.executable, "-m", "tandem", "index", "follow", "--root", str(root), "--changes-dir",
+                           str(changes), "--once", "--no-compact", "--batch-files", str(FILES)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    version = read_current(root).name
+    assert len(read_bundle_manifest(root / version).parts) == FILES + 1
+    return version
+
+
+def _status(served: Served) -> dict[str, Any]:
+    response = served.client.get("/admin/status", headers=AUTH)
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
+def _served_version(served: Served) -> str:
+    response = served.client.post("/search", json={"query": "how do I make a loaf of bread rise", "top_k": 3})
+    assert response.status_code == 200, response.text
+    version: str = response.json()["index"]["version"]
+    return version
+
+
+def test_a_version_past_the_descriptor_limit_is_refused_by_name_and_the_old_one_serves(
+        root: Path, tiny_student: Path, tmp_path: Path) -> None:
+    with serving(root, tiny_student, tmp_path / "serve.log", LIMIT, LIMIT) as served:
+        assert f"file descriptor limit: {LIMIT} (hard {LIMIT})" in served.log.read_text()
+        many = _follow_many(root, tmp_path)
+        wait_for(lambda: _status(served)["last_reload"] is not None, "the watcher tried the new version")
+        status = _status(served)
+        last = status["last_reload"]
+        assert last["outcome"] == "rejected" and last["path"].endswith(many), last
+        assert f"{many}: too many open files: {FILES + 1} segments" in last["error"], last
+        assert "raise the descriptor limit" in last["error"] and "compact" in last["error"]
+        assert status["current"]["version"] == "v1"
+        assert _served_version(served) == "v1"  # the old version keeps serving, its files still open
+        log = served.log.read_text()
+        assert "refused, the version in service keeps serving" in log and "too many open files" in log
+        assert "Traceback" not in log
+
+
+def test_serve_raises_its_soft_limit_to_the_hard_one_and_loads_the_version(
+        root: Path, tiny_student: Path, tmp_path: Path) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4 * LIMIT:
+        pytest.fail(f"this machine's hard descriptor limit ({hard}) is too low for the test")
+    raised = 4 * LIMIT
+    with serving(root, tiny_student, tmp_path / "serve.log", LIMIT, raised) as served:
+        assert f"file descriptor limit raised from {LIMIT} to {raised}" in served.log.read_text()
+        with open(f"/proc/{served.pid}/limits") as fh:
+            assert any(line.startswith("Max open files") and line.split()[3] == str(raised) for line in fh)
+        many = _follow_many(root, tmp_path)
+        wait_for(lambda: _status(served)["current"]["version"] == many, "the new version in service")
+        assert _served_version(served) == many
+
+
+def _descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_closed_version_lets_go_of_its_descriptors_at_once(root: Path, tmp_path: Path) -> None:
+    """A segment's memory maps (lexical, payload) are let go when its last version closes, while the closed
+    version object is still referenced (a retired searcher collected late): not when the garbage collector runs."""
+    changes = tmp_path / "changes"
+    changes.mkdir()
+    for n in range(6):
+        line = {"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}
+        (changes / f"{n:04d}.jsonl").write_text(json.dumps(line) + "\n")
+    follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False, max_files=3))
+    first, second = sorted((v for v in list_versions(root) if v != "v1"), key=lambda v: v == read_current(root).name)
+    before = _descriptors()
+    older = Bundle(root / first)
+    newer = Bundle(root / second, reuse=older)
+    assert newer.reused == 4 and _descriptors() > before + 20
+    older.close()
+    held = _descriptors()
+    assert held > before + 20  # its four segments serve on in the newer version
+    newer.close()
+    assert _descriptors() == before
+    assert older.segments == newer.segments == []  # both still referenced here, their files closed
