@@ -57,6 +57,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from models.errors import TandemError
 from models.search import Hit, Retrieved, SearchOptions
 
 log = logging.getLogger(__name__)
@@ -328,7 +329,7 @@ class MicroBatcher:
             outcomes = list(answered)
         except Exception as exc:  # the worker lives on
             if len(live) == 1:
-                log.exception("a job of %d queries failed", len(live[0].queries))
+                _log_failure(live[0], exc)
                 live[0].future.set_exception(exc)
                 return
             log.warning("a batch of %d jobs failed (%s: %s); each job runs again alone", len(live),
@@ -352,7 +353,7 @@ class MicroBatcher:
         try:
             return self._answer([job], started)[1][0]
         except Exception as exc:
-            log.exception("a job of %d queries failed", len(job.queries))
+            _log_failure(job, exc)
             return exc
 
     def _answer(self, live: list[_Job], started: float) -> tuple[float, list[BatchOutcome]]:
@@ -408,6 +409,15 @@ class MicroBatcher:
         with self._lock:
             previous = self._seconds_per_query
             self._seconds_per_query = pace if previous is None else previous + _SMOOTHING * (pace - previous)
+
+
+def _log_failure(job: _Job, exc: Exception) -> None:
+    """A job's failure in the log: a TandemError (a past deadline, input the search refused) is the user's to fix
+    and says so in one line; anything else is a defect, logged with its traceback."""
+    if isinstance(exc, TandemError):
+        log.warning("a job of %d queries failed: %s: %s", len(job.queries), type(exc).__name__, exc)
+    else:
+        log.exception("a job of %d queries failed", len(job.queries))
 
 
 @dataclass(frozen=True)

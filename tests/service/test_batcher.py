@@ -153,12 +153,16 @@ def test_an_expired_job_is_dropped_unrun() -> None:
     assert recorder.encoded == []
 
 
-def test_a_failed_job_gets_its_error_and_the_worker_lives_on() -> None:
+def test_a_failed_job_gets_its_error_and_the_worker_lives_on(caplog: pytest.LogCaptureFixture) -> None:
     recorder = Recorder()
     with batcher(recorder) as queue:
         with pytest.raises(InputError, match="search failed"):
             queue.submit(["boom"], 1, timeout_s=30).result(timeout=30)
         assert queue.submit(["after"], 1, timeout_s=30).result(timeout=30).hits[0][0].doc.id == "after"
+    # an error the user can fix (a TandemError: refused input, a past deadline) is one line, not a traceback
+    failed = [r for r in caplog.records if "queries failed" in r.getMessage()]
+    assert [(r.levelname, r.exc_info) for r in failed] == [("WARNING", None)]
+    assert "InputError" in failed[0].getMessage()
 
 
 def test_a_job_whose_search_fails_fails_alone_and_its_batchmates_get_their_answers() -> None:
