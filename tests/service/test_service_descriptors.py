@@ -14,7 +14,6 @@ import resource
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from indexer.follow import FollowRequest, follow
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.server import READY_TIMEOUT_S
+from tests.fixtures.server import wait_until
 from tests.indexer.test_writer_races import root
 from tests.service.test_service_processes import _free_port
 from tests.service.test_service_reload import AUTH, TOKEN, wait_for
@@ -65,14 +64,7 @@ def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Itera
                                 preexec_fn=limit, start_new_session=True)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while True:
-                assert proc.poll() is None, f"tandem serve exited ({proc.returncode}):\n{log.read_text()}"
-                assert time.monotonic() < deadline, f"not ready in time:\n{log.read_text()}"
-                with suppress(httpx.TransportError):
-                    if client.get("/readyz").status_code == 200:
-                        break
-                time.sleep(0.1)
+            wait_until(proc, log, lambda: client.get("/readyz").status_code == 200)
             yield Served(client=client, log=log, pid=proc.pid)
     finally:
         proc.send_signal(signal.SIGINT)

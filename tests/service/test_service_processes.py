@@ -14,7 +14,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from models.bundle.versions import set_current
 from tests.fixtures.corpus import LONG_BATCH, PROBES
-from tests.fixtures.server import READY_TIMEOUT_S, post_together
+from tests.fixtures.server import post_together, wait_until
 from tests.service.test_service_limits import _closed_by_server, _trickler
 from tests.service.test_service_refuses import altered_student
 from tests.service.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
@@ -87,17 +86,11 @@ def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Serve
                                 start_new_session=True)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
-            deadline = time.monotonic() + READY_TIMEOUT_S
-            while True:
-                assert proc.poll() is None, f"tandem serve exited ({proc.returncode}):\n{log.read_text()}"
-                assert time.monotonic() < deadline, f"not ready in time:\n{log.read_text()}"
-                try:
-                    states = _processes(client)
-                    if len(states) == PROCESSES and all(s["version"] for s in states):
-                        break
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+            def all_serving() -> bool:
+                states = _processes(client)
+                return len(states) == PROCESSES and all(s["version"] for s in states)
+
+            wait_until(proc, log, all_serving)
             yield Served(url=f"http://127.0.0.1:{port}", client=client, log=log, pid=proc.pid)
         proc.send_signal(signal.SIGINT)  # the supervisor stops its workers and removes the runtime directory
         assert proc.wait(timeout=60) == 0, log.read_text()
