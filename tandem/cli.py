@@ -19,7 +19,7 @@ from models.bundle.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
 from models.encoders.precision import PrecisionChoice, StudentPrecision
 from models.encoders.registry import ModelCard
-from models.errors import TandemError
+from models.errors import InputError, TandemError
 from tandem.provision import ROLES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -424,16 +424,28 @@ def index_current(
 
 @app.command("distill")
 def distill(
-    corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
     index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target), or a bundle "
                                         "root: its CURRENT version.")],
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
-    preset: Annotated[str, typer.Option(help="quick, default or full, or a JSON file of preset fields.")] = "default",
+    corpus: Annotated[Path | None, typer.Option(help="Corpus JSONL the student learns from (unlabeled); not with "
+                                                "--from, which replays the student's own.")] = None,
+    preset: Annotated[str | None, typer.Option(help="quick, default or full, or a JSON file of preset fields "
+                                               "(default: default; with --from, the student's own, one epoch).")] = None,
     train_queries: Annotated[
         Path | None,
         typer.Option(help="Optional BEIR queries JSONL of a *train* split to add as training text. Never pass "
                           "test queries: ids listed in a qrels/test.tsv beside the file are dropped."),
     ] = None,
+    from_student: Annotated[
+        Path | None,
+        typer.Option("--from", help="Continue training this served student on the index's segments it has not "
+                                    "seen, with a replay of its own corpus (docs/distillation.md#refreshing-a-student)."),
+    ] = None,
+    segments: Annotated[
+        list[str] | None, typer.Option("--segment", help="With --from: train on this segment (repeat; default: the "
+                                                         "segments its trained-on version lacks).")
+    ] = None,
+    replay: Annotated[float, typer.Option(help="With --from: old training texts replayed per new one.")] = 1.0,
     teacher: TeacherOpt = None,
     backbone: BackboneOpt = None,
     device: DeviceOpt = None,
@@ -441,12 +453,26 @@ def distill(
     force: Annotated[bool, typer.Option(help="Replace an existing student at --out.")] = False,
 ) -> None:
     """Distill a student into the teacher's space and export it to ONNX (fp32 + int8)."""
-    from models.distill.pipeline import DistillRequest, run_distill
+    if from_student is not None:
+        from models.distill.refresh import RefreshRequest, run_refresh
 
-    manifest = run_distill(
-        DistillRequest(corpus=corpus, index=index, out=out, preset=preset, train_queries=train_queries,
-                       teacher=teacher, backbone=backbone, device=device, seed=seed, force=force)
-    )
+        if corpus is not None or train_queries is not None:
+            raise InputError("--from replays the student's own corpus: drop --corpus and --train-queries")
+        manifest = run_refresh(RefreshRequest(student=from_student, index=index, out=out, segments=segments or None,
+                                              preset=preset, replay=replay, teacher=teacher, backbone=backbone,
+                                              device=device, seed=seed, force=force))
+    else:
+        from models.distill.pipeline import DistillRequest, run_distill
+
+        if corpus is None:
+            raise InputError("--corpus is required (or --from, to refresh a served student)")
+        if segments:
+            raise InputError("--segment needs --from")
+        manifest = run_distill(
+            DistillRequest(corpus=corpus, index=index, out=out, preset=preset or "default",
+                           train_queries=train_queries, teacher=teacher, backbone=backbone, device=device, seed=seed,
+                           force=force)
+        )
     if manifest.parity is not None:
         typer.echo(f"student written to {out}: parity fp32 {manifest.parity.fp32_mean_cosine:.5f}, "
                    f"int8 {manifest.parity.int8_mean_cosine:.5f}")
