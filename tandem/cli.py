@@ -430,7 +430,8 @@ def distill(
     corpus: Annotated[Path | None, typer.Option(help="Corpus JSONL the student learns from (unlabeled); not with "
                                                 "--from, which replays the student's own.")] = None,
     preset: Annotated[str | None, typer.Option(help="quick, default or full, or a JSON file of preset fields "
-                                               "(default: default; with --from, the student's own, one epoch).")] = None,
+                                               "(default: default; with --from, the student's own, one epoch).")
+                      ] = None,
     train_queries: Annotated[
         Path | None,
         typer.Option(help="Optional BEIR queries JSONL of a *train* split to add as training text. Never pass "
@@ -439,7 +440,7 @@ def distill(
     from_student: Annotated[
         Path | None,
         typer.Option("--from", help="Continue training this served student on the index's segments it has not "
-                                    "seen, with a replay of its own corpus (docs/distillation.md#refreshing-a-student)."),
+                                    "seen, with a replay of its own corpus (docs/operations.md)."),
     ] = None,
     segments: Annotated[
         list[str] | None, typer.Option("--segment", help="With --from: train on this segment (repeat; default: the "
