@@ -17,6 +17,10 @@ of all rows) pass their bounds; so a version it publishes has at most max(`max_s
 `compact=False` it never compacts: each version adds at most `max_files` segments and they accumulate until an
 operator runs `tandem index compact`. The trade-off is in docs/decisions.md#when-to-compact.
 
+With `after_publish` (`--refresh-student`, tandem/student_refresh.py), each step that published a version ends by
+handing CURRENT to it, outside the root's lock; the follower applies no file meanwhile (files that arrive wait
+and are applied as a backlog after it).
+
 A bad change file stops the follower with an error naming its file and line (exit 2), before anything of it
 is published; move or fix the file and start the follower again.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +71,7 @@ class FollowRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
+    after_publish: Callable[[Path], object] | None = None  # called with CURRENT after each step that published
 
     @property
     def version_request(self) -> VersionRequest:
@@ -104,12 +110,15 @@ def follow(req: FollowRequest) -> FollowReport:
     while True:
         began = time.monotonic()
         more = False
+        published = report.versions
         try:
             more = step(req, directory, report)
         except LockTimeout as exc:
             if req.once:
                 raise
             log.warning("%s; trying again in %g s", exc, req.interval_s)  # another writer's long step
+        if req.after_publish is not None and report.versions > published:
+            req.after_publish(read_current(req.root))  # outside the root lock: an operator's update need not wait
         if more:
             continue
         if req.once:

@@ -365,14 +365,29 @@ def index_follow(
     batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
+    refresh_student: Annotated[
+        Path | None, typer.Option(help="A student root (CURRENT names the served student): after a version, when "
+                                       "the segments it has not seen hold --refresh-min-docs documents, refresh it "
+                                       "(`distill --from`) and publish the new one there.")] = None,
+    refresh_min_docs: Annotated[int, typer.Option(help="With --refresh-student: unseen live documents that trigger "
+                                                       "a refresh.")] = 500,
+    backbone: BackboneOpt = None,
 ) -> None:
     """Apply change files as they arrive, one segment each, publishing at most once per --interval."""
     from indexer.follow import FollowRequest, follow
 
+    hook = None
+    if refresh_student is not None:
+        from tandem.student_refresh import StudentRefresher, unseen_documents
+
+        hook = StudentRefresher(refresh_student, unseen_documents(refresh_min_docs), teacher=teacher,
+                                backbone=backbone, device=device)
+        hook.check()
     report = follow(FollowRequest(root=root, changes_dir=changes_dir, interval_s=interval,
                                   max_segments=compact_segments, max_deleted=compact_deleted,
                                   compact=not no_compact, once=once, max_files=batch_files, keep=keep,
-                                  teacher=teacher, batch_size=batch_size, device=device, shard_size=shard_size))
+                                  teacher=teacher, batch_size=batch_size, device=device, shard_size=shard_size,
+                                  after_publish=hook))
     typer.echo(f"applied {report.applied} change files to {root} in {report.versions} versions")
     if report.late:
         typer.echo(f"warning: {len(report.late)} change files arrived sorting before the last applied one and were "
