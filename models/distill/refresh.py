@@ -40,7 +40,7 @@ from models.distill.tokens import Tokens, embed
 from models.distill.trainer import train
 from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
 from models.encoders.student import StudentEncoder, read_student_manifest
-from models.encoders.student_manifest import Refreshed, StudentManifest
+from models.encoders.student_manifest import Refreshed, StudentManifest, TrainedOn
 from models.encoders.teacher import pick_device
 from models.errors import ContractMismatch, InputError
 from models.manifest_io import utc_now
@@ -176,9 +176,13 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     check_target(Path(req.out), req.force)
     student = read_student_manifest(req.student)
     trained = student.trained_on
-    if trained is None:
-        raise InputError(f"{req.student}/student.json records no trained_on (distilled before it was recorded): "
-                         "its old training text cannot be replayed; distill a new student instead")
+    recorded = trained.corpus if trained is not None else student.training.get("corpus")
+    if not isinstance(recorded, str) or "preset" not in student.training:
+        raise InputError(f"{req.student}/student.json records neither the corpus nor the preset it was distilled "
+                         "with: its training text cannot be replayed; distill a new student instead")
+    if trained is None and not req.segments:
+        raise InputError(f"{req.student} records no trained_on (distilled before it was recorded): which segments "
+                         "it has not seen cannot be told; name them with --segment")
     version_dir = resolve_bundle(req.index)
     bundle = read_bundle_manifest(version_dir)
     card = _teacher(bundle, student, req)
@@ -187,18 +191,19 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     if len(new_docs) < 2:
         raise InputError(f"{version_dir}: {len(new_docs)} live documents in the segments to train on "
                          f"({', '.join(names) or 'none: the student has seen every segment'}); nothing to refresh on")
-    corpus = Path(trained.corpus)
+    corpus = Path(recorded)
     if not corpus.is_file():
         raise InputError(f"{corpus}: the corpus {req.student} was distilled from is gone: its training text cannot "
                          "be replayed")
-    if sha256_file(corpus) != trained.corpus_sha256:
+    corpus_sha256 = sha256_file(corpus)
+    if trained is not None and corpus_sha256 != trained.corpus_sha256:
         raise ContractMismatch(f"{corpus} changed since {req.student} was distilled from it (sha256): the replay "
                                "would not be what it was trained on")
     old_docs = read_corpus(corpus)
-    old_preset = Preset.model_validate(student.training["preset"]) if "preset" in student.training else None
+    old_preset = Preset.model_validate(student.training["preset"])
     old_seed = int(student.training.get("seed", 0))  # type: ignore[call-overload]
     preset = resolve_preset(req.preset) if req.preset is not None else refresh_preset(student)
-    old = build_training_data(old_docs, old_preset or preset, old_seed)
+    old = build_training_data(old_docs, old_preset, old_seed)
     new = build_training_data(new_docs, preset, req.seed)
     replay = _replayed(old, new, req.replay, np.random.default_rng(req.seed))
     log.info("refresh of %s on %d documents of segments %s: %d new training texts + %d replayed of %s; validation "
@@ -249,10 +254,13 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
         "train_seconds": round(result.seconds, 1), "seconds": round(time.perf_counter() - started, 1),
         "previous": student.training,
     }
+    known = trained or TrainedOn(  # a student distilled before trained_on: what its training record says
+        corpus=str(corpus.resolve()), corpus_sha256=corpus_sha256, documents=len(old_docs), train_texts=len(old.train),
+        train_queries=len(old.train.queries), real_queries=old.train.real, bundle="", bundle_version="")
     manifest = student.model_copy(update={
         "training": training, "parity": None, "created": utc_now(),
-        "trained_on": trained.model_copy(update={"bundle": record.bundle, "bundle_version": record.bundle_version,
-                                                 "refreshes": [*trained.refreshes, record]}),
+        "trained_on": known.model_copy(update={"bundle": record.bundle, "bundle_version": record.bundle_version,
+                                               "refreshes": [*known.refreshes, record]}),
     })
     parity_texts = new.val.queries[:100] + replay.val.queries[:100] + [passages[r + shift]
                                                                        for r in new.val.passages[:32]]
