@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 
 from models.encoders.student import StudentEncoder
+from models.encoders.student_root import resolve_student
 from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
 from service.core.reload import Reloader
@@ -37,6 +38,7 @@ class StudentPool:
         self._students: dict[str, StudentEncoder] = {}
 
     def get(self, directory: Path) -> StudentEncoder:
+        directory = resolve_student(directory)  # a student root: the student its CURRENT names now
         real = os.path.realpath(directory)
         with self._lock:
             student = self._students.get(real)

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 from models.bundle.versions import POINTER, is_bundle_root, read_current, resolve_bundle
+from models.encoders.student_root import resolve_student
 from models.errors import ContractMismatch
 from models.manifest_io import utc_now
 from service.core.loader import LoadState, NotReady, SearcherLoader
@@ -290,7 +291,9 @@ class Reloader:
         if state is not LoadState.READY:  # after a failed start: nothing to share, and a student to load
             return self._loader.load(directory)  # verify, teacher check, FAISS load, warm-up, stage timers
         with self._loader.lease() as served:
-            return self._loader.load(directory, served.student, reuse=served.bundle)
+            # a student root whose CURRENT moved (`index follow --refresh-student`): the new student loads with it
+            moved = served.student.directory != resolve_student(self._settings.student).resolve()
+            return self._loader.load(directory, None if moved else served.student, reuse=served.bundle)
 
     def _serving(self) -> Searcher | None:
         try:
