@@ -70,9 +70,17 @@ class RefreshRequest(BaseModel):
     force: bool = False
 
 
+def first_training(student: StudentManifest) -> dict[str, object]:
+    """The training record of the distillation a (refreshed) student descends from: its corpus, preset and seed."""
+    training = student.training
+    while "refresh" in training and isinstance(training.get("previous"), dict):
+        training = training["previous"]  # type: ignore[assignment]
+    return training
+
+
 def refresh_preset(student: StudentManifest) -> Preset:
     """The student's own preset, cut to one epoch of one member: the sizes and the learning rate it was trained with."""
-    recorded = student.training.get("preset")
+    recorded = first_training(student).get("preset")
     base = Preset.model_validate(recorded) if isinstance(recorded, dict) else resolve_preset("quick")
     return base.model_copy(update={"name": f"refresh of {base.name}", "epochs": 1, "members": 1, "patience": None,
                                    "int8_epochs": min(base.int8_epochs, 1), "lr_cycles": 1})
@@ -176,8 +184,9 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     check_target(Path(req.out), req.force)
     student = read_student_manifest(req.student)
     trained = student.trained_on
-    recorded = trained.corpus if trained is not None else student.training.get("corpus")
-    if not isinstance(recorded, str) or "preset" not in student.training:
+    first = first_training(student)
+    recorded = trained.corpus if trained is not None else first.get("corpus")
+    if not isinstance(recorded, str) or "preset" not in first:
         raise InputError(f"{req.student}/student.json records neither the corpus nor the preset it was distilled "
                          "with: its training text cannot be replayed; distill a new student instead")
     if trained is None and not req.segments:
@@ -200,8 +209,8 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
         raise ContractMismatch(f"{corpus} changed since {req.student} was distilled from it (sha256): the replay "
                                "would not be what it was trained on")
     old_docs = read_corpus(corpus)
-    old_preset = Preset.model_validate(student.training["preset"])
-    old_seed = int(student.training.get("seed", 0))  # type: ignore[call-overload]
+    old_preset = Preset.model_validate(first["preset"])
+    old_seed = int(first.get("seed", 0))  # type: ignore[call-overload]
     preset = resolve_preset(req.preset) if req.preset is not None else refresh_preset(student)
     old = build_training_data(old_docs, old_preset, old_seed)
     new = build_training_data(new_docs, preset, req.seed)
