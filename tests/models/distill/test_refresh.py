@@ -26,6 +26,7 @@ from models.distill.tokens import Tokens, embed
 from models.encoders.registry import load_card, resolve
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.errors import InputError
+from tandem.provision import student_entry
 
 NEW_DOCS = [
     ("os.path.join", "Join one or more path components intelligently, inserting a separator between them."),
@@ -87,6 +88,7 @@ def test_a_refreshed_student_passes_parity_and_records_what_it_was_trained_on(
     assert last.segments == [added] and last.documents == len(NEW_DOCS)
     assert last.student == str(tiny_student.resolve()) and last.replayed_texts > 0
     assert new.teacher == old.teacher and new.backbone_fingerprint == old.backbone_fingerprint
+    assert f"refreshed on segments {added} ({len(NEW_DOCS)} documents) of v2" in student_entry(refreshed).describe()
     vectors = StudentEncoder(refreshed, precision="int8", threads=1).encode(["Sort the list in place"])
     assert vectors.shape == (1, new.teacher.dim)
 
