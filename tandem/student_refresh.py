@@ -23,7 +23,6 @@ from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import new_version_name
 from models.distill.refresh import RefreshRequest, new_segments, run_refresh, segment_documents
 from models.encoders.student import read_student_manifest
-from models.encoders.student_manifest import StudentManifest
 from models.encoders.student_root import current_student, is_student_root, set_current_student
 from models.errors import InputError, TandemError
 
@@ -31,15 +30,15 @@ log = logging.getLogger(__name__)
 
 MIN_DOCUMENTS = 500  # unseen live documents that make a refresh worth its minutes (docs/operations.md)
 
-Trigger = Callable[[Path, StudentManifest], list[str]]  # (version, student) → the segments to refresh on
+Trigger = Callable[[Path, Path], list[str]]  # (version, student directory) → the segments to refresh on
 
 
 def unseen_documents(min_documents: int) -> Trigger:
     """Refresh on every unseen segment once they hold `min_documents` live documents or more."""
 
-    def trigger(version: Path, student: StudentManifest) -> list[str]:
+    def trigger(version: Path, student: Path) -> list[str]:
         bundle = read_bundle_manifest(version)
-        names = new_segments(version, bundle, student, None)
+        names = new_segments(version, bundle, read_student_manifest(student), None)
         count = len(segment_documents(version, bundle, names)) if names else 0
         log.info("%d live documents in %d segments the student has not seen (refresh at %d)", count, len(names),
                  min_documents)
@@ -68,7 +67,7 @@ class StudentRefresher:
     def __call__(self, version: Path) -> Path | None:
         """The new student's directory, if this version triggered a refresh that succeeded."""
         student = current_student(self.root)
-        names = self.trigger(version, read_student_manifest(student))
+        names = self.trigger(version, student)
         if not names or tuple(names) in self.attempted:
             return None
         name = new_version_name()
