@@ -62,7 +62,10 @@ class StudentRefresher:
         if not is_student_root(self.root):
             raise InputError(f"--refresh-student {self.root}: not a student root (a directory of students and a "
                              "CURRENT file naming the one in service; docs/operations.md#refreshing-the-student)")
-        current_student(self.root)
+        if read_student_manifest(current_student(self.root)).trained_on is None:
+            raise InputError(f"{current_student(self.root)} records no trained_on (distilled before it was recorded): "
+                             "which segments it has not seen cannot be told; refresh it once with `tandem distill "
+                             "--from DIR --segment NAME`, or distill it again")
 
     def __call__(self, version: Path) -> Path | None:
         """The new student's directory, if this version triggered a refresh that succeeded."""

@@ -97,7 +97,9 @@ def new_segments(version_dir: Path, bundle: BundleManifest, student: StudentMani
             raise InputError(f"{version_dir}: no segment named {', '.join(unknown)} (it has {', '.join(present)})")
         return list(named)
     trained = student.trained_on
-    assert trained is not None
+    if trained is None:
+        raise InputError("the student records no trained_on (distilled before it was recorded): which segments it "
+                         "has not seen cannot be told; name them with --segment")
     candidates = [Path(trained.bundle), version_dir.parent / trained.bundle_version]
     seen_dir = next((d for d in candidates if (d / "manifest.json").is_file()), None)
     if seen_dir is None:
@@ -189,9 +191,6 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     if not isinstance(recorded, str) or "preset" not in first:
         raise InputError(f"{req.student}/student.json records neither the corpus nor the preset it was distilled "
                          "with: its training text cannot be replayed; distill a new student instead")
-    if trained is None and not req.segments:
-        raise InputError(f"{req.student} records no trained_on (distilled before it was recorded): which segments "
-                         "it has not seen cannot be told; name them with --segment")
     version_dir = resolve_bundle(req.index)
     bundle = read_bundle_manifest(version_dir)
     card = _teacher(bundle, student, req)
