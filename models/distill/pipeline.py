@@ -256,6 +256,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             corpus=str(Path(req.corpus).resolve()), corpus_sha256=corpus_sha256, documents=len(docs),
             train_texts=len(data.train), train_queries=len(data.train.queries), real_queries=data.train.real,
             bundle=str(version_dir.resolve()), bundle_version=bundle.version or version_dir.name,
+            segments=[segment.name for segment in bundle.parts],
         ),
     )
     parity_passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]

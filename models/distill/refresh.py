@@ -100,12 +100,15 @@ def new_segments(version_dir: Path, bundle: BundleManifest, student: StudentMani
     if trained is None:
         raise InputError("the student records no trained_on (distilled before it was recorded): which segments it "
                          "has not seen cannot be told; name them with --segment")
-    candidates = [Path(trained.bundle), version_dir.parent / trained.bundle_version]
-    seen_dir = next((d for d in candidates if (d / "manifest.json").is_file()), None)
-    if seen_dir is None:
-        raise InputError(f"the version the student was trained on ({trained.bundle}) is gone, so which segments are "
-                         "new cannot be told: name them with --segments")
-    seen = {s.name for s in read_bundle_manifest(seen_dir).parts}
+    if trained.segments:
+        seen = set(trained.segments)
+    else:  # recorded before segments were: read them from that version, if it is still there
+        candidates = [Path(trained.bundle), version_dir.parent / trained.bundle_version]
+        seen_dir = next((d for d in candidates if (d / "manifest.json").is_file()), None)
+        if seen_dir is None:
+            raise InputError(f"the version the student was trained on ({trained.bundle}) is gone, so which segments "
+                             "are new cannot be told: name them with --segment")
+        seen = {s.name for s in read_bundle_manifest(seen_dir).parts}
     return [n for n in present if n not in seen]
 
 
@@ -268,6 +271,7 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     manifest = student.model_copy(update={
         "training": training, "parity": None, "created": utc_now(),
         "trained_on": known.model_copy(update={"bundle": record.bundle, "bundle_version": record.bundle_version,
+                                               "segments": [s.name for s in bundle.parts],
                                                "refreshes": [*known.refreshes, record]}),
     })
     parity_texts = new.val.queries[:100] + replay.val.queries[:100] + [passages[r + shift]

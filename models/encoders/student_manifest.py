@@ -42,6 +42,8 @@ class TrainedOn(BaseModel):
     real_queries: int = Field(description="of those, real queries read from --train-queries")
     bundle: str = Field(description="the bundle version directory its targets came from, resolved")
     bundle_version: str = Field(description="that version's name: its manifest's `version`, else its directory's")
+    segments: list[str] = Field(default_factory=list, description="that version's segments (empty in students "
+                                "recorded before): what `distill --from` counts as seen once the version is pruned")
     refreshes: list[Refreshed] = Field(default_factory=list, description="`tandem distill --from` runs since, oldest "
                                        "first; `bundle` and `bundle_version` then name the last one's version")
 

@@ -83,6 +83,8 @@ def test_a_refreshed_student_passes_parity_and_records_what_it_was_trained_on(
     v2 = read_current(grown_root)
     added = [s.name for s in read_bundle_manifest(v2).parts][-1]
     assert new.trained_on.bundle == str(v2.resolve()) and new.trained_on.bundle_version == "v2"
+    assert new.trained_on.segments == [s.name for s in read_bundle_manifest(v2).parts]  # seen, even once v2 is pruned
+    assert old.trained_on.segments == [s.name for s in read_bundle_manifest(v2).parts][:-1]
     assert new.trained_on.corpus == old.trained_on.corpus  # the replay's source stays the corpus it was distilled on
     (last,) = new.trained_on.refreshes
     assert last.segments == [added] and last.documents == len(NEW_DOCS)
