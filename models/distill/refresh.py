@@ -1,7 +1,7 @@
 """`tandem distill --from DIR`: a served student trained on, briefly, where its index grew past what it knows.
 
 The new text is the live documents of the segments it has not seen: those named, else the segments of the index's
-version that the version it was trained on (student.json `trained_on`) does not list. Training continues from the
+version that the version it was trained on does not list (student.json `trained_on.segments`). Training continues from the
 student's own weights (read back from its fp32 graph, onnx_weights.py) on pseudo-queries and passages of those
 documents, mixed with a replay of its old training text: the very split `tandem distill` drew from its corpus (the
 same preset and seed, so the same pseudo-queries, whose teacher vectors are cached), sampled to `replay` times the
@@ -10,6 +10,9 @@ does worse than the student it started from is not kept (trainer.train keeps the
 
 The run is bounded: one epoch of the student's own recipe (its preset's sizes, batch and learning rate), which
 costs a fraction of a distillation from scratch: no ridge fit, and most teacher targets are cached.
+
+Not replayed: the segments of earlier refreshes (a second refresh replays the first corpus only), and the
+`--train-queries` a distillation was given (student.json records their count, not their file).
 """
 
 from __future__ import annotations
