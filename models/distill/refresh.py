@@ -1,8 +1,8 @@
 """`tandem distill --from DIR`: a served student trained on, briefly, where its index grew past what it knows.
 
 The new text is the live documents of the segments it has not seen: those named, else the segments of the index's
-version that the version it was trained on does not list (student.json `trained_on.segments`). Training continues from the
-student's own weights (read back from its fp32 graph, onnx_weights.py) on pseudo-queries and passages of those
+version that the version it was trained on does not list (student.json `trained_on.segments`). Training continues
+from the student's own weights (read back from its fp32 graph, onnx_weights.py) on pseudo-queries and passages of those
 documents, mixed with a replay of its old training text: the very split `tandem distill` drew from its corpus (the
 same preset and seed, so the same pseudo-queries, whose teacher vectors are cached), sampled to `replay` times the
 new text. Validation holds out documents of both, so the epoch kept is the one that serves the union best; one that
