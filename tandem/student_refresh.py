@@ -28,8 +28,6 @@ from models.errors import InputError, TandemError
 
 log = logging.getLogger(__name__)
 
-MIN_DOCUMENTS = 500  # unseen live documents that make a refresh worth its minutes (docs/operations.md)
-
 Trigger = Callable[[Path, Path], list[str]]  # (version, student directory) → the segments to refresh on
 
 
