@@ -17,7 +17,8 @@ from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
-from indexer.writer import write_doc_indexes, write_manifest, write_vectors
+from indexer.sample import add_samples
+from indexer.writer import write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.bundle.fields import declared_fields
 from models.bundle.index_spec import IndexSpec, Quantization, resolve_spec
@@ -226,5 +227,7 @@ def build(req: BuildRequest) -> BundleManifest:
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
                                   embeddings=source, version=version, rotation=rotation, index=index,
                                   binary_center=centered, binary_spin=centered, **described)
+        manifest = add_samples(staging, manifest, [manifest.parts[0].name], card, req.device)
+        write_version_manifest(staging, manifest)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

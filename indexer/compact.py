@@ -25,7 +25,8 @@ from indexer.next_version import base_info, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
 from indexer.rootlock import writer_step
-from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
+from indexer.sample import merge_samples
+from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
@@ -80,6 +81,8 @@ def _compact(req: VersionRequest) -> BundleManifest:
             quantization=base.quantization, count=count, build_seconds=round(time.perf_counter() - started, 3),
             corpus=corpus_info, embeddings=source, version=version, base=info, rotation=base.rotation, index=index,
             binary_center=base.binary_center, binary_spin=base.binary_spin, follow=base.follow, **described)
+        manifest = merge_samples(source_dir, base, staging, manifest)
+        write_version_manifest(staging, manifest)
     log.info("compacted %s (%d segments, %d deleted rows) into %s: %d documents in %.1fs", source_dir,
              len(base.parts), info.deleted, req.target.describe(version), count, time.perf_counter() - started)
     return manifest

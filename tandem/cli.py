@@ -392,6 +392,21 @@ def index_verify(
         typer.echo(line)
 
 
+@index_app.command("check")
+def index_check(
+    root: Annotated[Path, typer.Option(help="A bundle root (checks CURRENT) or a bundle directory.")],
+    student: Annotated[Path, typer.Option(help="The student directory to check against the teacher.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Per segment, the student's agreement with the teacher on the segment's sample: top-10 overlap, and the
+    share of queries whose source document the student (and the teacher) ranks in its top 10."""
+    from indexer.check import check, describe
+
+    report = check(root, student)
+    for line in [report.model_dump_json(indent=2)] if json_out else describe(report):
+        typer.echo(line)
+
+
 @index_app.command("export")
 def index_export(
     path: Annotated[Path, typer.Argument(help="A bundle directory, or a bundle root (exports CURRENT).")],
