@@ -16,6 +16,7 @@ import logging
 import os
 import random
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -78,13 +79,11 @@ def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str],
             store.close()
     texts = [q for queries, _ in drawn.values() for q in queries]
     vectors = _teacher(card.path, device).encode_queries(texts) if texts else np.zeros((0, card.dim), np.float32)
-    samples: dict[str, Sample] = {}
+    samples: dict[str, Drawn] = {}
     start = 0
     for name, (queries, sources) in drawn.items():
-        x = vectors[start : start + len(queries)]
+        samples[name] = Drawn(queries, sources, vectors[start : start + len(queries)])
         start += len(queries)
-        samples[name] = Sample(record=SampleRecord(teacher_fingerprint=card.fingerprint, queries=queries,
-                                                   sources=sources, teacher_top=[]), vectors=x)
     return _written(staging, manifest, samples)
 
 
@@ -107,21 +106,32 @@ def merge_samples(source: Path, base: BundleManifest, staging: Path, manifest: B
     keep = [i for i, src in enumerate(sources) if src in live]
     if len(keep) > size:
         keep = sorted(random.Random(seed_of(info.name)).sample(keep, size))
-    record = SampleRecord(teacher_fingerprint=base.teacher.fingerprint, queries=[queries[i] for i in keep],
-                          sources=[sources[i] for i in keep], teacher_top=[])
-    return _written(staging, manifest, {info.name: Sample(record=record, vectors=vectors[keep])})
+    drawn = Drawn([queries[i] for i in keep], [sources[i] for i in keep], vectors[keep])
+    return _written(staging, manifest, {info.name: drawn})
 
 
-def _written(staging: Path, manifest: BundleManifest, samples: dict[str, Sample]) -> BundleManifest:
+@dataclass(frozen=True)
+class Drawn:
+    """A sample before the teacher's top-10 is searched: its queries, their source ids and teacher vectors."""
+
+    queries: list[str]
+    sources: list[str]
+    vectors: np.ndarray
+
+
+def _written(staging: Path, manifest: BundleManifest, drawn: dict[str, Drawn]) -> BundleManifest:
     """Search the staged version with each sample's teacher vectors (as stored: float16) for its top-10, write the
     samples, and return the manifest listing their files."""
+    samples: dict[str, Sample] = {}
     bundle = Bundle(staging, lexical=False, manifest=manifest)
     try:
-        for sample in samples.values():
-            sample.vectors = sample.vectors.astype(np.float16).astype(np.float32)
-            hits = dense_hits(bundle, sample.vectors, TOP_K) if len(sample) else []
-            sample.record.teacher_top = [[h.doc.id for h in found] for found in hits]
-            sample.record.version = manifest.version
+        for name, d in drawn.items():
+            x = d.vectors.astype(np.float16).astype(np.float32)
+            hits = dense_hits(bundle, x, TOP_K) if len(x) else []
+            record = SampleRecord(teacher_fingerprint=manifest.teacher.fingerprint, version=manifest.version,
+                                  queries=d.queries, sources=d.sources,
+                                  teacher_top=[[h.doc.id for h in found] for found in hits])
+            samples[name] = Sample(record=record, vectors=x)
     finally:
         bundle.close()
     files = dict(manifest.files)

@@ -90,21 +90,32 @@ def score_segments(bundle: Bundle, student: Encoder, *, only: Collection[str] | 
         if sample is None or not len(sample):
             out.append(SegmentAgreement(segment=info.name, queries=0))
             continue
-        queries = sample.record.queries
-        taught = []
-        for q in queries:
-            if over():
-                break
-            taught.append(student.encode([q]))  # alone, as /search encodes a request
-        if len(taught) < len(queries):
+        score = score_sample(bundle, student, info.name, sample.record.queries, sample.record.sources,
+                             sample.vectors, oversample=oversample, stop=over)
+        if score is None:
             break
-        teacher = [[h.doc.id for h in hits] for hits in dense_hits(bundle, sample.vectors, TOP_K, oversample)]
-        pupil = [[h.doc.id for h in hits] for hits in dense_hits(bundle, np.concatenate(taught), TOP_K, oversample)]
-        out.append(_compare(info.name, sample.record.sources, teacher, pupil))
+        out.append(score)
     left = sum(1 for s in bundle.manifest.parts if only is None or s.name in only) - len(out)
     if left:
         log.info("agreement: out of time; %d segment(s) left unscored", left)
     return out
+
+
+def score_sample(bundle: Bundle, student: Encoder, name: str, queries: Sequence[str], sources: Sequence[str],
+                 teacher_vectors: np.ndarray, *, oversample: int = DEFAULT_OVERSAMPLE,
+                 stop: Callable[[], bool] | None = None) -> SegmentAgreement | None:
+    """The agreement on one set of queries (a segment's sample, or any other draw): the student encodes each alone,
+    as /search encodes a request; both searches are the version's as served. None once `stop()` is true."""
+    if not len(queries):
+        return SegmentAgreement(segment=name, queries=0)
+    taught = []
+    for q in queries:
+        if stop is not None and stop():
+            return None
+        taught.append(student.encode([q]))
+    teacher = [[h.doc.id for h in hits] for hits in dense_hits(bundle, teacher_vectors, TOP_K, oversample)]
+    pupil = [[h.doc.id for h in hits] for hits in dense_hits(bundle, np.concatenate(taught), TOP_K, oversample)]
+    return _compare(name, list(sources), teacher, pupil)
 
 
 def _compare(name: str, sources: list[str], teacher: list[list[str]], student: list[list[str]]) -> SegmentAgreement:
@@ -121,8 +132,10 @@ def _weighted(scores: Sequence[SegmentAgreement], name: str) -> SegmentAgreement
     if not n:
         return SegmentAgreement(segment=name, queries=0)
 
-    def mean(field: str) -> float:
-        return sum(getattr(s, field) * s.queries for s in known) / n
+    def mean(field: str) -> float | None:
+        have = [(getattr(s, field), s.queries) for s in known if getattr(s, field) is not None]
+        weight = sum(q for _, q in have)
+        return sum(v * q for v, q in have) / weight if weight else None
 
     return SegmentAgreement(segment=name, queries=n, overlap=mean("overlap"), student_hit=mean("student_hit"),
                             teacher_hit=mean("teacher_hit"))
