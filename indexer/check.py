@@ -11,18 +11,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from models.agreement.score import (
-    THRESHOLD,
-    SegmentAgreement,
-    flagged,
-    home_segments,
-    judge,
-    reference,
-    score_segments,
-    version_agreement,
-)
+from models.agreement.score import Verdict, score_segments, verdict
 from models.bundle.version import Bundle
 from models.bundle.versions import resolve_bundle
 from models.encoders.student import StudentEncoder
@@ -30,17 +21,12 @@ from models.encoders.student import StudentEncoder
 log = logging.getLogger(__name__)
 
 
-class CheckReport(BaseModel):
-    """What `tandem index check --json` prints."""
+class CheckReport(Verdict):
+    """What `tandem index check --json` prints: the verdict, and on what."""
 
     bundle: str = Field(description="the version directory checked")
     version: str | None
     student: str
-    threshold: float = Field(description="a segment is below when its overlap is under this × the home reference")
-    home: SegmentAgreement = Field(description="the student's home segments, together (queries 0: none known)")
-    overall: SegmentAgreement = Field(description="the version's figure, over every segment with a sample")
-    segments: list[SegmentAgreement]
-    below: list[str] = Field(description="the segments below the threshold")
 
 
 def check(path: Path, student_dir: Path, threads: int = 1) -> CheckReport:
@@ -50,13 +36,11 @@ def check(path: Path, student_dir: Path, threads: int = 1) -> CheckReport:
     bundle = Bundle(directory, lexical=False)
     try:
         bundle.check_student(student.teacher)
-        home = home_segments(bundle.manifest, student.manifest)
-        scores = judge(score_segments(bundle, student), home)
+        judged = verdict(score_segments(bundle, student), bundle.manifest, student.manifest)
     finally:
         bundle.close()
     return CheckReport(bundle=str(directory), version=bundle.manifest.version, student=str(student.directory),
-                       threshold=THRESHOLD, home=reference(scores, home), overall=version_agreement(scores),
-                       segments=scores, below=flagged(scores))
+                       **judged.model_dump())
 
 
 def _share(value: float | None) -> str:

@@ -5,17 +5,6 @@ asks the student and the teacher the same queries over the version as served and
 the service scores in the background (service.core.agreement), `tandem index check` on the command line.
 """
 
-from models.agreement.score import (
-    THRESHOLD,
-    SegmentAgreement,
-    below_threshold,
-    flagged,
-    home_segments,
-    judge,
-    reference,
-    score_segments,
-    version_agreement,
-)
+from models.agreement.score import THRESHOLD, SegmentAgreement, Verdict, below_threshold, score_segments, verdict
 
-__all__ = ["THRESHOLD", "SegmentAgreement", "below_threshold", "flagged", "home_segments", "judge", "reference",
-           "score_segments", "version_agreement"]
+__all__ = ["THRESHOLD", "SegmentAgreement", "Verdict", "below_threshold", "score_segments", "verdict"]

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 TOP_K = 10
 # A segment is below when its top-10 overlap is under this share of the home segments' (why this value:
 # docs/lab/2026-11-26-agreement.md).
-THRESHOLD = 0.85
+THRESHOLD = 0.80
 VERSION = "version"  # the name of the version-level aggregate
 
 
@@ -187,3 +187,22 @@ def judge(scores: Sequence[SegmentAgreement], home: Collection[str],
 def flagged(scores: Sequence[SegmentAgreement]) -> list[str]:
     """The names of the judged segments below the threshold."""
     return [s.segment for s in scores if s.below]
+
+
+class Verdict(BaseModel):
+    """A version's segments judged: what `tandem index check` prints and /admin/status shows."""
+
+    threshold: float = Field(description="a segment is below when its overlap is under this × the home segments'")
+    home: SegmentAgreement = Field(description="the student's home segments together (queries 0: none known)")
+    overall: SegmentAgreement = Field(description="the version's figure, over every segment with a sample")
+    segments: list[SegmentAgreement]
+    below: list[str] = Field(description="the segments below the threshold")
+
+
+def verdict(scores: Sequence[SegmentAgreement], manifest: BundleManifest, student: StudentManifest,
+            threshold: float = THRESHOLD) -> Verdict:
+    """`scores` (of `manifest`'s segments) judged against the student's home segments."""
+    home = home_segments(manifest, student)
+    judged = judge(scores, home, threshold)
+    return Verdict(threshold=threshold, home=reference(judged, home), overall=version_agreement(judged),
+                   segments=judged, below=flagged(judged))

@@ -21,16 +21,7 @@ import threading
 import time
 from typing import Protocol
 
-from models.agreement.score import (
-    THRESHOLD,
-    SegmentAgreement,
-    flagged,
-    home_segments,
-    judge,
-    reference,
-    score_segments,
-    version_agreement,
-)
+from models.agreement.score import THRESHOLD, SegmentAgreement, score_segments, verdict
 from models.encoders.student import StudentEncoder
 from service.core.loader import NotReady, SearcherLoader
 from service.core.outcomes import AgreementInfo
@@ -41,6 +32,7 @@ from service.settings import ServiceSettings
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  # how often the monitor looks for a version it has not scored
+EMPTY = SegmentAgreement(segment="none", queries=0)  # the figures of a version not scored yet
 
 
 class AgreementMetrics(Protocol):
@@ -55,7 +47,8 @@ class AgreementMonitor:
         self.name, self._settings, self._loader, self._metrics = name, settings, loader, metrics
         self._budget_s = settings.agreement_budget_s
         self._lock = threading.Lock()
-        self._info = AgreementInfo(state="pending", threshold=THRESHOLD)
+        self._info = AgreementInfo(state="pending", threshold=THRESHOLD, home=EMPTY, overall=EMPTY, segments=[],
+                                   below=[])
         self._scores: dict[tuple[str, str], SegmentAgreement] = {}  # (student dir, segment key) → raw score
         self._done: tuple[str, str] | None = None  # (version dir, student dir) fully scored
         self._warned: tuple[str, tuple[str, ...]] | None = None
@@ -118,23 +111,20 @@ class AgreementMonitor:
         self._scores = {k: v for k, v in self._scores.items() if k in current}
         scored = [self._scores[(student_dir, s.key)] for s in bundle.segments if (student_dir, s.key) in self._scores]
         complete = len(scored) == len(bundle.segments)
-        home = home_segments(bundle.manifest, served.manifest)
-        judged = judge(scored, home)
-        info = AgreementInfo(state="scored" if complete else "partial", version=searcher.version,
-                             threshold=THRESHOLD, home=reference(judged, home), overall=version_agreement(judged),
-                             segments=judged, below=flagged(judged))
+        judged = verdict(scored, bundle.manifest, served.manifest)
+        info = AgreementInfo(state="scored" if complete else "partial", version=searcher.version, **judged.model_dump())
         with self._lock:
-            gone = [s.segment for s in self._info.segments if s.segment not in {j.segment for j in judged}]
+            gone = [s.segment for s in self._info.segments if s.segment not in {j.segment for j in judged.segments}]
             self._info = info
         if self._metrics is not None:
-            self._metrics.set_agreement([*judged, info.overall] if info.overall is not None else judged, gone)
+            self._metrics.set_agreement([*judged.segments, judged.overall], gone)
         if complete:
             self._done = identity
         self._warn(info)
 
     def _warn(self, info: AgreementInfo) -> None:
         """One warning per version and set of segments below the threshold."""
-        if not info.below or info.home is None or info.home.overlap is None:
+        if not info.below or info.home.overlap is None:
             return
         key = (info.version or "", tuple(info.below))
         if key == self._warned:

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from models.agreement.score import SegmentAgreement
+from models.agreement.score import Verdict
 from models.encoders.student_manifest import TrainedOn
 
 # follow: applied because another process of `--processes N` was told to (see service.core.processes).
@@ -83,18 +83,12 @@ class StudentInfo(BaseModel):
                                          "before it was recorded.")
 
 
-class AgreementInfo(BaseModel):
+class AgreementInfo(Verdict):
     """/admin/status's `agreement`: the student's agreement with the teacher on the version in service."""
 
     state: Literal["pending", "scoring", "scored", "partial"] = Field(
         description="pending: not scored yet; partial: the last round ran out of time, the rest is scored next")
     version: str | None = Field(default=None, description="The version the figures are of.")
-    threshold: float = Field(description="A segment is below when its overlap is under this × the home segments'.")
-    home: SegmentAgreement | None = Field(default=None, description="The student's home segments together (those "
-                                          "of the version it was distilled against).")
-    overall: SegmentAgreement | None = None
-    segments: list[SegmentAgreement] = Field(default_factory=list)
-    below: list[str] = Field(default_factory=list, description="The segments below the threshold.")
 
 
 class AdminStatus(BaseModel):
