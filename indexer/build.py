@@ -17,7 +17,7 @@ from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
-from indexer.sample import add_samples
+from indexer.sample import add_samples, sample_size
 from indexer.writer import write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.bundle.fields import declared_fields
@@ -191,6 +191,7 @@ def build(req: BuildRequest) -> BundleManifest:
     rotation = _rotation(req.rotation)
     fields = declared_fields(req.fields)
     _check_shard_size(req.shard_size)
+    sample_size()  # a bad TANDEM_AGREEMENT_SAMPLE is refused before any work
     req.run.check()
     req.target.check()
     card = load_card(resolve("teacher", req.teacher))

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from indexer.encode import TeacherRun
 from indexer.publish import Target
+from indexer.sample import sample_size
 from models.bundle.manifest import BundleManifest
 from models.bundle.versions import is_bundle_root, resolve_bundle
 from models.contract import check_same_teacher
@@ -39,6 +40,7 @@ class VersionRequest:
     def check(self) -> None:
         if self.shard_size < 1:
             raise InputError(f"--shard-size must be at least 1, got {self.shard_size}")
+        sample_size()  # a bad TANDEM_AGREEMENT_SAMPLE is refused before any work
         self.target.check()
 
     def teacher_for(self, base: BundleManifest) -> tuple[ModelCard, EmbeddingStore, TeacherRun]:
