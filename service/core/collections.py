@@ -139,6 +139,9 @@ class CollectionSet:
         collection.agreement.close()
         collection.reloader.close()
         collection.loader.drain()
+        scored = collection.agreement.status()
+        if scored is not None:  # its agreement gauges go with it
+            self._metrics.set_agreement(name, [], [s.segment for s in [*scored.segments, scored.overall]])
         for gauge in (self._metrics.collection_ready, self._metrics.collection_documents):
             with contextlib.suppress(KeyError):  # KeyError: never scraped
                 gauge.remove(name)
