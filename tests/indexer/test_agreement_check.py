@@ -27,6 +27,7 @@ from tests.fixtures.corpus import DOCS
 
 pytestmark = pytest.mark.slow
 DEMO_DOCS = 40
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +68,8 @@ def test_the_check_tells_the_other_domain_from_the_students_own(drift_root: Path
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tandem.cli", "index", "check", *args], capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    return subprocess.run([sys.executable, "-m", "tandem", "index", "check", *args], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "TANDEM_LOG_LEVEL": "WARNING"}, timeout=120)
 
 
 def test_the_command_prints_json_and_refuses_a_bad_root_or_student(drift_root: Path, tiny_student: Path,
