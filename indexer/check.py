@@ -8,7 +8,6 @@ student's home segments (those of the version it was distilled against).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from pydantic import Field
@@ -17,8 +16,6 @@ from models.agreement.score import Verdict, score_segments, verdict
 from models.bundle.version import Bundle
 from models.bundle.versions import resolve_bundle
 from models.encoders.student import StudentEncoder
-
-log = logging.getLogger(__name__)
 
 
 class CheckReport(Verdict):

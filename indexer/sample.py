@@ -7,6 +7,9 @@ top-10 over the staged version, written into the segment as models.bundle.sample
 it returns (so verification covers them). The teacher encodes ~100 short queries: seconds on a CPU, loaded once per
 process (a build that imported its vectors loads it for that alone). A compaction's segment keeps its inputs'
 samples (their queries whose document is still live, subsampled), with the top-10 searched again, and no teacher.
+
+The top-10 is searched in the staged version, which loads every segment's first stage once more: the one cost of the
+sample that follows the version's size, not the change's (TANDEM_AGREEMENT_SAMPLE=0 leaves it out).
 """
 
 from __future__ import annotations
