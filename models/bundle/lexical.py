@@ -33,7 +33,7 @@ from bm25s.stopwords import STOPWORDS_EN
 from models.bundle.dictionary import Dictionary, sorted_dictionary
 from models.bundle.docstore import DocStore
 from models.bundle.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
-from models.bundle.spill import CodeSpill, new_array, release
+from models.bundle.spill import CodeSpill, new_array, release, save_array
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
@@ -98,7 +98,7 @@ def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo |
             unique, tf = np.unique(np.asarray(keys, dtype=np.int64), return_counts=True)
             spill.append(unique & 0xFFFFFFFF, unique >> 32, tf=tf)
             release(lengths)
-        lengths.flush()
+        save_array(out / LENGTHS_FILE, lengths)
         names = _write_postings(out, vocab, spill)
     finally:
         spill.remove()
@@ -116,8 +116,8 @@ def _write_postings(out: Path, vocab: dict[str, int], spill: CodeSpill) -> list[
     rows, tf = new_array(out / POSTING_ROWS_FILE, np.int32, spill.total), new_array(out / POSTING_TF_FILE,
                                                                                    np.float32, spill.total)
     offsets = spill.scatter(rank, {"row": rows, "tf": tf})
-    rows.flush()
-    tf.flush()
+    save_array(out / POSTING_ROWS_FILE, rows)
+    save_array(out / POSTING_TF_FILE, tf)
     np.save(out / POSTING_OFFSETS_FILE, offsets)
     return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES)
 

@@ -7,13 +7,15 @@ count per code), then a second pass scatters them, a step at a time, straight in
 arrays at each code's next free place: a counting sort, stable, so rows stay ascending within a run and the
 files are byte for byte those of the in-memory sort. RAM holds one step and a cursor per code; the output's
 pages are dropped from this process after each step (they stay in the page cache, written back by the kernel).
+
+Below SPILL_AFTER records nothing goes to disk and the outputs are plain arrays saved whole: a small build (an
+update's segment, a test's corpus) writes the very files, and opens them as often, as it always did.
 """
 
 from __future__ import annotations
 
 import mmap
-import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import BinaryIO
 
@@ -22,12 +24,23 @@ import numpy as np
 from models.bundle.dictionary import run_offsets
 
 STEP_RECORDS = 1 << 21  # pairs scattered at a time (2M: tens of MB of working set)
+SPILL_AFTER = 1 << 22  # records (or output items) held in RAM before they go to disk
 
 
 def new_array(path: Path, dtype: np.dtype | type, count: int) -> np.ndarray:
-    """A C-ordered .npy of `count` items at `path`, memory-mapped for writing; its header is what `np.save`
-    writes, so the finished file equals `np.save` of the same values."""
+    """An output of `count` items for `path`: above SPILL_AFTER a C-ordered .npy memory-mapped for writing (its
+    header is what `np.save` writes), else an array in RAM; `save_array` finishes either."""
+    if count <= SPILL_AFTER:
+        return np.zeros(count, dtype=dtype)
     return np.lib.format.open_memmap(path, mode="w+", dtype=np.dtype(dtype), shape=(count,))
+
+
+def save_array(path: Path, array: np.ndarray) -> None:
+    """Finish an array of `new_array`: flush the mapped file, or save the one in RAM (the same bytes either way)."""
+    if isinstance(array, np.memmap):
+        array.flush()
+    else:
+        np.save(path, array)
 
 
 def release(array: np.ndarray) -> None:
@@ -38,59 +51,44 @@ def release(array: np.ndarray) -> None:
         mapped.madvise(mmap.MADV_DONTNEED)
 
 
-class CodeSpill:
-    """(code, row, columns…) records appended in row order; `scatter` lays them out grouped by code."""
+class Records:
+    """Structured records kept in the order appended: in RAM up to SPILL_AFTER of them, past that in a scratch
+    file at `path` (created only then), read back STEP_RECORDS at a time."""
 
-    def __init__(self, path: Path, row: np.dtype | type, columns: Mapping[str, np.dtype | type] | None = None) -> None:
-        self.path = Path(path)
-        self.dtype = np.dtype([("code", np.int32), ("row", np.dtype(row)),
-                               *((k, np.dtype(v)) for k, v in (columns or {}).items())])
-        self._fh: BinaryIO | None = self.path.open("wb")
-        self.counts = np.zeros(0, dtype=np.int64)
+    def __init__(self, path: Path, dtype: np.dtype) -> None:
+        self.path, self.dtype = Path(path), np.dtype(dtype)
         self.total = 0
+        self.spilled = False
+        self._fh: BinaryIO | None = None
+        self._held: list[np.ndarray] = []
 
-    def append(self, codes: np.ndarray, rows: np.ndarray, **columns: np.ndarray) -> None:
-        """Records of rows not before any appended so far (ties by code in any order: `scatter` keeps it)."""
-        assert self._fh is not None
-        records = np.empty(len(codes), dtype=self.dtype)
-        records["code"], records["row"] = codes, rows
-        for name, values in columns.items():
-            records[name] = values
-        records.tofile(self._fh)
-        if len(codes):
-            seen = np.bincount(codes)
-            if len(seen) > len(self.counts):
-                self.counts = np.concatenate([self.counts, np.zeros(len(seen) - len(self.counts), dtype=np.int64)])
-            self.counts[: len(seen)] += seen
-        self.total += len(codes)
+    def append(self, records: np.ndarray) -> None:
+        self._held.append(records)
+        self.total += len(records)
+        if self.total > SPILL_AFTER:
+            if self._fh is None:
+                self._fh, self.spilled = self.path.open("wb"), True
+            for held in self._held:
+                held.tofile(self._fh)
+            self._held = []
 
-    def scatter(self, remap: np.ndarray, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
-        """Write every record's `row` and columns into `outputs` (memory-mapped, `total` long; keys: "row" and the
-        column names wanted), grouped by `remap[code]` ascending, in append order within a group; returns the
-        groups' offsets (run_offsets of their sizes)."""
+    def in_ram(self) -> np.ndarray | None:
+        """All the records when none went to disk, else None."""
+        if self.spilled:
+            return None
+        return np.concatenate(self._held) if self._held else np.zeros(0, dtype=self.dtype)
+
+    def steps(self) -> Iterator[np.ndarray]:
+        """The records in append order, STEP_RECORDS at a time."""
+        held = self.in_ram()
+        if held is not None:
+            for start in range(0, len(held), STEP_RECORDS):
+                yield held[start : start + STEP_RECORDS]
+            return
         self.close()
-        sizes = np.zeros(len(remap), dtype=np.int64)
-        sizes[remap[: len(self.counts)]] = self.counts
-        offsets = run_offsets(sizes)
-        cursor = offsets[:-1].copy()
         with self.path.open("rb") as fh:
-            while True:
-                step = np.fromfile(fh, dtype=self.dtype, count=STEP_RECORDS)
-                if not len(step):
-                    break
-                group = remap[step["code"]]
-                order = np.argsort(group, kind="stable")
-                group = group[order]
-                starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
-                runs = np.diff(np.r_[starts, len(group)])
-                within = np.arange(len(group)) - np.repeat(starts, runs)
-                at = cursor[group] + within
-                for name, out in outputs.items():
-                    out[at] = step[name][order]
-                cursor[group[starts]] += runs  # each group once in `starts`
-                for out in outputs.values():
-                    release(out)
-        return offsets
+            while len(step := np.fromfile(fh, dtype=self.dtype, count=STEP_RECORDS)):
+                yield step
 
     def close(self) -> None:
         if self._fh is not None:
@@ -99,5 +97,58 @@ class CodeSpill:
 
     def remove(self) -> None:
         self.close()
-        if self.path.exists():
-            os.unlink(self.path)
+        self._held = []
+        if self.spilled:
+            self.path.unlink(missing_ok=True)
+
+
+class CodeSpill:
+    """(code, row, columns…) records appended in row order; `scatter` lays them out grouped by code."""
+
+    def __init__(self, path: Path, row: np.dtype | type, columns: Mapping[str, np.dtype | type] | None = None) -> None:
+        self.records = Records(path, np.dtype([("code", np.int32), ("row", np.dtype(row)),
+                                               *((k, np.dtype(v)) for k, v in (columns or {}).items())]))
+        self.counts = np.zeros(0, dtype=np.int64)
+
+    @property
+    def total(self) -> int:
+        return self.records.total
+
+    def append(self, codes: np.ndarray, rows: np.ndarray, **columns: np.ndarray) -> None:
+        """Records of rows not before any appended so far (ties by code in any order: `scatter` keeps it)."""
+        records = np.empty(len(codes), dtype=self.records.dtype)
+        records["code"], records["row"] = codes, rows
+        for name, values in columns.items():
+            records[name] = values
+        self.records.append(records)
+        if len(codes):
+            seen = np.bincount(codes)
+            if len(seen) > len(self.counts):
+                self.counts = np.concatenate([self.counts, np.zeros(len(seen) - len(self.counts), dtype=np.int64)])
+            self.counts[: len(seen)] += seen
+
+    def scatter(self, remap: np.ndarray, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Write every record's `row` and columns into `outputs` (`new_array`s `total` long; keys: "row" and the
+        column names wanted), grouped by `remap[code]` ascending, in append order within a group; returns the
+        groups' offsets (run_offsets of their sizes)."""
+        sizes = np.zeros(len(remap), dtype=np.int64)
+        sizes[remap[: len(self.counts)]] = self.counts
+        offsets = run_offsets(sizes)
+        cursor = offsets[:-1].copy()
+        for step in self.records.steps():
+            group = remap[step["code"]]
+            order = np.argsort(group, kind="stable")
+            group = group[order]
+            starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
+            runs = np.diff(np.r_[starts, len(group)])
+            within = np.arange(len(group)) - np.repeat(starts, runs)
+            at = cursor[group] + within
+            for name, out in outputs.items():
+                out[at] = step[name][order]
+            cursor[group[starts]] += runs  # each group once in `starts`
+            for out in outputs.values():
+                release(out)
+        return offsets
+
+    def remove(self) -> None:
+        self.records.remove()
