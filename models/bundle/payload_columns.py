@@ -110,7 +110,8 @@ class FieldColumns:
         if held is not None:
             np.save(path, held)
             return
-        out = new_array(path, self.rows_type, self.absent.total)
+        out = new_array(path, self.rows_type, self.absent.total)  # past SPILL_AFTER: a mapped .npy
+        assert isinstance(out, np.memmap)
         offset = out.offset
         del out
         self.absent.close()
