@@ -164,6 +164,7 @@ class VectorIndex:
         `allowed` restricts the search to those rows before ranking, over-fetching as `widening` says."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         k = max(1, min(k, self.count))
+        oversample = max(oversample, self.spec.oversample or 1)  # the depth the index's size needs, at least
         binary = self.quantization is Quantization.BINARY
         depth = min(self.count, k * max(1, oversample)) if binary else k
         params, selector, fetch = self._restricted(allowed, widening, depth)
@@ -197,6 +198,7 @@ class VectorIndex:
         int8 rescoring of the best `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not
         addressable by row: its int8 vectors score every row)."""
         q = np.ascontiguousarray(truncate(rotated, self.dim), dtype=np.float32)
+        oversample = max(oversample, self.spec.oversample or 1)
         codes = stored_codes(self.index) if self.quantization is Quantization.BINARY else None
         if codes is not None and len(rows) > depth * max(1, oversample):
             rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), depth * max(1, oversample),

@@ -147,3 +147,12 @@ def test_the_streaming_writer_writes_the_files_a_built_index_saves(tmp_path: Pat
         assert (streamed / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     loaded = VectorIndex.load(streamed, DIM, q, spec, space=built.space)
     assert np.array_equal(loaded.search(vectors[:5], 10)[1], built.search(vectors[:5], 10)[1])
+
+
+def test_the_rescoring_depth_an_index_records_is_a_floor(vectors: np.ndarray, queries: np.ndarray) -> None:
+    """An index whose spec records a depth (large corpora: models.bundle.index_spec.rescore_depth) rescores at least
+    that many candidates a hit, whatever the caller asks."""
+    index = _build(vectors, "flat", Quantization.BINARY)
+    deep = VectorIndex(index.quantization, index.dim, index.index, index.space, index.rescore_codes,
+                       index.spec.model_copy(update={"oversample": N}))
+    assert np.array_equal(deep.search(queries, 10, oversample=1)[1], index.search(queries, 10, oversample=N)[1])
