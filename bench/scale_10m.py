@@ -233,6 +233,131 @@ def build_phases(inputs: Path, out: Path, home: Path, index: str) -> dict[str, A
     return dict(json.loads(stage.note))
 
 
+# --- serving ---------------------------------------------------------------------------------------------------
+
+FILTERS: list[tuple[str, dict[str, Any] | None, Callable[[dict[str, np.ndarray]], np.ndarray] | None]] = [
+    ("none", None, None),
+    ("year = 2000 and tag = a (1 in 910)", {"and": [{"field": "year", "eq": 2000}, {"field": "tag", "eq": "a"}]},
+     lambda c: (c["year"] == 2000) & (c["tag"] == 0)),
+    ("year = 2000 (1 in 35)", {"field": "year", "eq": 2000}, lambda c: c["year"] == 2000),
+    ("tag in [a, b] (1 in 13)", {"field": "tag", "in": ["a", "b"]}, lambda c: c["tag"] < 2),
+    ("date >= 1991-01-01 (10 in 35)", {"field": "date", "gte": "1991-01-01T00:00:00Z"}, lambda c: c["year"] >= 1991),
+    ("year >= 1967 (34 in 35)", {"field": "year", "gte": 1967}, lambda c: c["year"] >= 1967),
+]
+MODES = ("lexical", "hybrid")
+
+
+def train_queries(n: int) -> list[str]:
+    """SciFact's train queries (never its test queries: nothing here may tune on them)."""
+    from models.datasets.beir import read_qrels, read_queries
+
+    queries = read_queries(SCIFACT / "queries.jsonl")
+    qrels, _ = read_qrels(SCIFACT / "qrels" / "train.tsv")
+    return [queries[q] for q in qrels if q in queries][:n]
+
+
+def exact_top(vectors: Path, queries: np.ndarray, masks: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
+    """Each mask's exact top K rows per query by the float inner product over the stored vectors."""
+    docs = np.load(vectors, mmap_mode="r")
+    best = {name: (np.full((len(queries), 0), -np.inf, np.float32), np.zeros((len(queries), 0), np.int64))
+            for name in masks}
+    for start in range(0, len(docs), CHUNK):
+        scores = queries @ np.asarray(docs[start : start + CHUNK], dtype=np.float32).T
+        rows = np.arange(start, start + scores.shape[1])
+        for name, mask in masks.items():
+            s = scores if mask is None else np.where(mask[rows], scores, -np.inf)
+            top = np.argpartition(-s, min(K, s.shape[1] - 1), axis=1)[:, :K]
+            cand_s = np.concatenate([best[name][0], np.take_along_axis(s, top, 1)], axis=1)
+            cand_r = np.concatenate([best[name][1], rows[top]], axis=1)
+            keep = np.argsort(-cand_s, axis=1, kind="stable")[:, :K]
+            best[name] = (np.take_along_axis(cand_s, keep, 1), np.take_along_axis(cand_r, keep, 1))
+    return {name: np.where(np.isfinite(s), r, -1) for name, (s, r) in best.items()}
+
+
+def recall(found: list[list[int]], truth: np.ndarray) -> float:
+    shares = []
+    for hits, exact in zip(found, truth, strict=True):
+        wanted = set(exact[exact >= 0].tolist())
+        if wanted:
+            shares.append(len(wanted & set(hits)) / len(wanted))
+    return float(np.mean(shares)) if shares else float("nan")
+
+
+def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, home: Path) -> dict[str, Any]:
+    """`tandem serve` on the root: p50/p99 of 40 sequential /search per filter and mode, recall of the unfiltered
+    ones, the server's RSS; then an update of 100 changes, how long until the server serves it, its RSS after."""
+    import httpx
+    from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+
+    port = free_port()
+    env = {"TANDEM_HOME": str(home), "TANDEM_LOG_LEVEL": "WARNING", "TANDEM_LOG_FORMAT": "text"}
+    process = start_process(tandem_serve_cmd(root, args.student, port), run / "serve.log", env, cwd=REPO)
+    out: dict[str, Any] = {"rows": []}
+    texts = train_queries(args.requests)
+    columns = dict(np.load(inputs / "columns.npz"))
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0, trust_env=False) as client:
+            began = time.perf_counter()
+            wait_ready(client, process, timeout_s=1800)
+            out["ready_s"] = time.perf_counter() - began
+            out["rss_ready_mib"] = rss_mib(process.pid, "VmRSS")
+            vectors = np.asarray([client.post("/v1/embeddings", json={"input": t, "model": "x"}).json()["data"][0][
+                "embedding"] for t in texts], dtype=np.float32)
+            truth = exact_top(inputs / "vectors.f16.npy", vectors,
+                              {name: None if allows is None else allows(columns) for name, _, allows in FILTERS})
+            for _ in range(3):
+                client.post("/search", json={"query": texts[0], "top_k": K})
+            cases = [(name, body, "dense") for name, body, _ in FILTERS] + [("none", None, m) for m in MODES]
+            for name, body, mode in cases:
+                times, found, errors = [], [], 0
+                for text in texts:
+                    request: dict[str, Any] = {"query": text, "top_k": K, "fields": ["id"], "mode": mode}
+                    if body is not None:
+                        request["filter"] = body
+                    began = time.perf_counter()
+                    response = client.post("/search", json=request)
+                    times.append(time.perf_counter() - began)
+                    errors += response.status_code != 200
+                    hits = response.json()["results"] if response.status_code == 200 else []
+                    found.append([int(h["id"][3:]) for h in hits])
+                row = {"case": name, "mode": mode, "p50_ms": 1e3 * float(np.percentile(times, 50)),
+                       "p99_ms": 1e3 * float(np.percentile(times, 99)), "errors": errors,
+                       "recall": recall(found, truth[name]) if mode == "dense" else float("nan")}
+                log.info("serve %s", row)
+                out["rows"].append(row)
+            out["rss_served_mib"] = rss_mib(process.pid, "VmRSS")
+            before = client.get("/index").json()["version"]
+            out["update"] = update_stage(inputs, root, run, home)
+            began = time.perf_counter()
+            while client.get("/index").json()["version"] == before:
+                if time.perf_counter() - began > 600:
+                    raise TimeoutError("the server never served the updated version")
+                time.sleep(0.05)
+            out["reload_s"] = time.perf_counter() - began
+            client.post("/search", json={"query": texts[0], "top_k": K})
+            out["rss_reloaded_mib"] = rss_mib(process.pid, "VmRSS")
+    finally:
+        stop(process)
+    return out
+
+
+def update_stage(inputs: Path, root: Path, run: Path, home: Path) -> Stage:
+    """100 changes: 50 documents replaced (new texts and fields), 50 deleted."""
+    n = len(json.loads((inputs / "ids.json").read_text()))
+    rng = np.random.default_rng(1)
+    picked = rng.choice(n, 100, replace=False)
+    changes = run / "changes.jsonl"
+    with changes.open("w") as fh:
+        for i in picked[:50]:
+            fh.write(json.dumps({"_id": f"doc{i}", "title": f"Changed {i}", "text": "bede babe sibo changed text",
+                                 "metadata": {"year": 2000, "tag": "z", "date": "2000-06-01T00:00:00Z"}}) + "\n")
+        for i in picked[50:]:
+            fh.write(json.dumps({"_id": f"doc{i}", "delete": True}) + "\n")
+    stage = timed("update (100 changes)", ["index", "update", "--root", str(root), "--changes", str(changes)], home)
+    stage.disk_gb = disk_gb(root)
+    return stage
+
+
 # --- the run -------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -262,6 +387,14 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
     log.info("index: %s", result.index)
     store = home / "embeddings"
     result.stages.append(Stage("embedding store (imported vectors)", 0.0, 0.0, disk_gb(store)))
+    if args.student is not None:
+        result.service = serve_stage(args, inputs, root, run, home)
+        result.stages.append(result.service.pop("update"))
+    else:
+        result.stages.append(update_stage(inputs, root, run, home))
+    compact = timed("compact", ["index", "compact", "--root", str(root)], home)
+    compact.disk_gb = disk_gb(root)
+    result.stages.append(compact)
     if args.phases:
         result.phases = build_phases(inputs, run / "phases", home, args.index)
         shutil.rmtree(run / "phases", ignore_errors=True)
@@ -275,9 +408,24 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
              f"`python bench/scale_10m.py {shlex.join(args.argv)}` on {cpu_line()}, {os.cpu_count()} cores, "
              f"{datetime.now(UTC):%Y-%m-%d}, load before the run {load}.", ""]
     for r in results:
-        lines += [f"## {r.n:,} documents", "", f"Inputs (vectors + corpus): {r.inputs_gb:.2f} GB.", "",
+        run_disk = r.inputs_gb + sum(s.disk_gb for s in r.stages if s.name in ("build", "embedding store "
+                                                                              "(imported vectors)"))
+        lines += [f"## {r.n:,} documents", "", f"Index (`--index {args.index}`): `{json.dumps(r.index)}`. Inputs "
+                  f"(vectors + corpus): {r.inputs_gb:.2f} GB; inputs, root as built and embedding store together: "
+                  f"{run_disk:.2f} GB.", "",
                   "| stage | wall | peak RSS | disk |", "|---|---:|---:|---:|"]
         lines += [f"| {s.name} | {s.seconds:.1f} s | {s.peak_rss_gb:.2f} GB | {s.disk_gb:.2f} GB |" for s in r.stages]
+        if r.service:
+            sv = r.service
+            lines += ["", f"Service (`tandem serve --index ROOT --student {args.student}`, default settings): ready in "
+                      f"{sv['ready_s']:.1f} s, RSS {sv['rss_ready_mib']:.0f} MiB ready, {sv['rss_served_mib']:.0f} MiB "
+                      f"after the searches; the update served {sv['reload_s']:.2f} s after `index update` returned, "
+                      f"RSS then {sv['rss_reloaded_mib']:.0f} MiB. {args.requests} sequential requests per row "
+                      "(SciFact train queries), recall@10 against exact float search over the same vectors "
+                      "(the service's own query vectors) among the rows the filter allows:", "",
+                      "| filter | mode | p50 | p99 | recall@10 | errors |", "|---|---|---:|---:|---:|---:|"]
+            lines += [f"| {row['case']} | {row['mode']} | {row['p50_ms']:.1f} ms | {row['p99_ms']:.1f} ms | "
+                      f"{row['recall']:.3f} | {row['errors']} |" for row in sv["rows"]]
         if r.phases:
             lines += ["", "Build phases (RSS sampled every 20 ms in the build's own process; a phase's peak includes "
                       "what earlier phases left allocated):", "", "| phase | peak RSS | time |", "|---|---:|---:|"]
@@ -294,6 +442,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
     parser.add_argument("--student", type=Path, help="A student for the service stage (omitted: no service stage).")
     parser.add_argument("--index", default="auto", help="--index of the build.")
+    parser.add_argument("--requests", type=int, default=40, help="Sequential /search requests per row.")
     parser.add_argument("--phases", action="store_true", help="Build once more in a child sampling its RSS.")
     parser.add_argument("--keep", action="store_true", help="Keep each size's run directory.")
     add_output_args(parser)
