@@ -14,6 +14,7 @@ update's segment, a test's corpus) writes the very files, and opens them as ofte
 
 from __future__ import annotations
 
+import itertools
 import mmap
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,7 +24,8 @@ import numpy as np
 
 from models.bundle.dictionary import run_offsets
 
-STEP_RECORDS = 1 << 21  # pairs scattered at a time (2M: tens of MB of working set)
+STEP_RECORDS = 1 << 20  # records scattered at a time (1M: tens of MB of working set)
+WINDOW_ITEMS = 1 << 23  # output items written between two releases of its pages (8M: 32 MB of int32)
 SPILL_AFTER = 1 << 22  # records (or output items) held in RAM before they go to disk
 
 
@@ -142,12 +144,17 @@ class CodeSpill:
             starts = np.r_[0, np.flatnonzero(np.diff(group)) + 1]
             runs = np.diff(np.r_[starts, len(group)])
             within = np.arange(len(group)) - np.repeat(starts, runs)
-            at = cursor[group] + within
+            at = cursor[group] + within  # ascending: groups in order, each at its cursor
             for name, out in outputs.items():
-                out[at] = step[name][order]
+                values = step[name][order]
+                # a window of the output at a time, its pages dropped after it: a step's postings spread over the
+                # whole output (one run per stem), which would otherwise stay resident until the step ends
+                edges = np.searchsorted(at, np.arange(WINDOW_ITEMS, len(out), WINDOW_ITEMS))
+                for lo, hi in itertools.pairwise([0, *edges.tolist(), len(at)]):
+                    if hi > lo:
+                        out[at[lo:hi]] = values[lo:hi]
+                        release(out)
             cursor[group[starts]] += runs  # each group once in `starts`
-            for out in outputs.values():
-                release(out)
         return offsets
 
     def remove(self) -> None:

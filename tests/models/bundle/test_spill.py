@@ -17,6 +17,7 @@ def test_scatter_equals_a_stable_sort_by_code(tmp_path: Path, monkeypatch: pytes
     """On disk in steps of 7 records (past SPILL_AFTER), or all in RAM: the same layout."""
     monkeypatch.setattr(spill, "STEP_RECORDS", step)
     monkeypatch.setattr(spill, "SPILL_AFTER", min(step, 1 << 22))
+    monkeypatch.setattr(spill, "WINDOW_ITEMS", min(step, 1 << 23))  # pages released every 7 items written
     rng = np.random.default_rng(0)
     codes = rng.integers(0, 40, 500)
     rows = np.sort(rng.integers(0, 200, 500))  # appended in row order, codes in any order within a row
