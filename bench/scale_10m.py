@@ -429,9 +429,9 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
                       f"{sv['ready_s']:.1f} s, RSS {sv['rss_ready_mib']:.0f} MiB ready, {sv['rss_served_mib']:.0f} MiB "
                       f"after the searches; the update served {sv['reload_s']:.2f} s after `index update` returned, "
                       f"RSS then {sv['rss_reloaded_mib']:.0f} MiB. {args.requests} sequential requests per row "
-                      "(SciFact train queries; lexical and hybrid: each with three words of the corpus's vocabulary), recall@10 "
-                      "against exact float search over the same vectors (the service's own query vectors) among the "
-                      "rows the filter allows:", "",
+                      "(SciFact train queries; lexical and hybrid: each with three words of the corpus's "
+                      "vocabulary), recall@10 against exact float search over the same vectors (the service's own "
+                      "query vectors) among the rows the filter allows:", "",
                       "| filter | mode | p50 | p99 | recall@10 | errors |", "|---|---|---:|---:|---:|---:|"]
             lines += [f"| {row['case']} | {row['mode']} | {row['p50_ms']:.1f} ms | {row['p99_ms']:.1f} ms | "
                       f"{row['recall']:.3f} | {row['errors']} |" for row in sv["rows"]]
