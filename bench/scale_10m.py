@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
+from filter_scale import exact_top, recall
 from index_types import DEFAULT_REFERENCE
 
 log = logging.getLogger("bench.scale_10m")
@@ -264,33 +265,6 @@ def lexical_texts(texts: list[str]) -> list[str]:
     return [f"{t} {' '.join(vocab[r] for r in rng.integers(10, 10_000, 3))}" for t in texts]
 
 
-def exact_top(vectors: Path, queries: np.ndarray, masks: dict[str, np.ndarray | None]) -> dict[str, np.ndarray]:
-    """Each mask's exact top K rows per query by the float inner product over the stored vectors."""
-    docs = np.load(vectors, mmap_mode="r")
-    best = {name: (np.full((len(queries), 0), -np.inf, np.float32), np.zeros((len(queries), 0), np.int64))
-            for name in masks}
-    for start in range(0, len(docs), CHUNK):
-        scores = queries @ np.asarray(docs[start : start + CHUNK], dtype=np.float32).T
-        rows = np.arange(start, start + scores.shape[1])
-        for name, mask in masks.items():
-            s = scores if mask is None else np.where(mask[rows], scores, -np.inf)
-            top = np.argpartition(-s, min(K, s.shape[1] - 1), axis=1)[:, :K]
-            cand_s = np.concatenate([best[name][0], np.take_along_axis(s, top, 1)], axis=1)
-            cand_r = np.concatenate([best[name][1], rows[top]], axis=1)
-            keep = np.argsort(-cand_s, axis=1, kind="stable")[:, :K]
-            best[name] = (np.take_along_axis(cand_s, keep, 1), np.take_along_axis(cand_r, keep, 1))
-    return {name: np.where(np.isfinite(s), r, -1) for name, (s, r) in best.items()}
-
-
-def recall(found: list[list[int]], truth: np.ndarray) -> float:
-    shares = []
-    for hits, exact in zip(found, truth, strict=True):
-        wanted = set(exact[exact >= 0].tolist())
-        if wanted:
-            shares.append(len(wanted & set(hits)) / len(wanted))
-    return float(np.mean(shares)) if shares else float("nan")
-
-
 def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, home: Path) -> dict[str, Any]:
     """`tandem serve` on the root: p50/p99 of 40 sequential /search per filter and mode, recall of the unfiltered
     ones, the server's RSS; then an update of 100 changes, how long until the server serves it, its RSS after."""
@@ -312,7 +286,7 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
             vectors = np.asarray([client.post("/v1/embeddings", json={"input": t, "model": "x"}).json()["data"][0][
                 "embedding"] for t in texts], dtype=np.float32)
             truth = exact_top(inputs / "vectors.f16.npy", vectors,
-                              {name: None if allows is None else allows(columns) for name, _, allows in FILTERS})
+                              {name: None if allows is None else allows(columns) for name, _, allows in FILTERS}, 768)
             for _ in range(3):
                 client.post("/search", json={"query": texts[0], "top_k": K})
             cases = [(name, body, "dense") for name, body, _ in FILTERS] + [("none", None, m) for m in MODES]
