@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from indexer.options import Engine, ExportFormat
-from models.bundle.index_spec import IndexChoice, Quantization
+from models.bundle.index_spec import AUTO_FLAT_MAX, IndexChoice, Quantization
 from models.bundle.manifest import BundleManifest
 from models.bundle.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
@@ -216,7 +216,7 @@ def index_build(
     ] = Rotation.NONE,
     index: Annotated[
         IndexChoice, typer.Option(help="flat (exact), hnsw (float, int8 or binary), ivf (binary only), or auto: flat "
-                                  "up to 2M documents, then ivf (binary) or hnsw (float, int8).")
+                                  f"up to {AUTO_FLAT_MAX:,} documents, then ivf (binary) or hnsw (float, int8).")
     ] = IndexChoice.AUTO,
     hnsw_m: Annotated[int | None, typer.Option(help="hnsw: neighbours per node (default 32).")] = None,
     ef_construction: Annotated[int | None, typer.Option(help="hnsw: build-time candidate list (default 80).")] = None,
