@@ -209,7 +209,7 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "fp16", precision="fp16", device="cpu"))
 
 
-def test_an_update_encodes_in_the_precision_its_base_records(tiny_corpus: Path, tmp_path: Path,
+def test_an_update_encodes_in_the_precision_its_base_records(teacher_dir: Path, tiny_corpus: Path, tmp_path: Path,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     """`index update` keeps a version's vectors in one precision: by default (and with auto) the base's; another
     is allowed with a warning and recorded on the new segment."""

@@ -29,7 +29,8 @@ def test_overlapping_lists_encode_only_new_texts(teacher_dir: Path) -> None:
     assert np.array_equal(TeacherTargets(card).queries(second), b)  # a whole list is one cache hit
 
 
-def test_document_targets_are_the_vectors_the_bundle_was_built_from(tiny_corpus: Path, tmp_path: Path) -> None:
+def test_document_targets_are_the_vectors_the_bundle_was_built_from(teacher_dir: Path, tiny_corpus: Path,
+                                                                    tmp_path: Path) -> None:
     """A bundle built with --precision bf16 hands distillation its bf16 vectors: the corpus is not encoded again in
     fp32, and the teacher is not even loaded."""
     from indexer.build import BuildRequest, build
