@@ -55,7 +55,7 @@ class BuildRequest:
     version: str | None = None
     keep: int | None = None
     shard_size: int = SHARD_SIZE
-    index: str = "flat"
+    index: str = "auto"  # by corpus size (models.bundle.index_spec.auto_type)
     hnsw_m: int | None = None
     ef_construction: int | None = None
     ef_search: int | None = None

@@ -112,16 +112,17 @@ def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingS
         docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
         try:
             passages = Passages(docs, segment.count)
+            precision = run.precision or "fp32"
             key = store_key(card.fingerprint, card.max_seq_length, corpus_key(
                 doc for start in range(0, segment.count, INGEST_CHUNK)
-                for doc in docs.range(start, min(start + INGEST_CHUNK, segment.count))))
-            runner = local_teacher(passages, card, run, "fp32")
-            encode_into(store, key, segment.count, runner, card, run, "fp32")
+                for doc in docs.range(start, min(start + INGEST_CHUNK, segment.count))), precision)
+            runner = local_teacher(passages, card, run, precision)
+            encode_into(store, key, segment.count, runner, card, run, precision)
         finally:
             docs.close()
         encoded += segment.count
         parts.append(segment.model_copy(update={"embeddings": EmbeddingSource(
-            kind="encoded", store_key=key, precision="fp32", device=run.device or "cpu", engine="local")}))
+            kind="encoded", store_key=key, precision=precision, device=run.device or "cpu", engine="local")}))
     return with_segments(base, parts), encoded
 
 
