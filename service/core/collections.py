@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from models.agreement.score import SegmentAgreement
 from models.encoders.student import StudentEncoder
 from models.encoders.student_root import resolve_student
+from service.core.agreement import AgreementMonitor
 from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
 from service.core.reload import Reloader
@@ -69,6 +71,9 @@ class CollectionMetrics:
         if self._default:
             self._metrics.set_index(version, count, load_seconds)
 
+    def set_agreement(self, scores: list[SegmentAgreement], gone: list[str]) -> None:
+        self._metrics.set_agreement(self._name, scores, gone)
+
 
 @dataclass(frozen=True)
 class Collection:
@@ -76,6 +81,7 @@ class Collection:
     settings: ServiceSettings  # the service's, with this collection's index and student
     loader: SearcherLoader
     reloader: Reloader
+    agreement: AgreementMonitor
 
 
 class CollectionSet:
@@ -100,8 +106,11 @@ class CollectionSet:
         initial = group.catch_up() if group is not None else None
         loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
                                 student_source=partial(self.students.get, spec.student))
-        reloader = Reloader(own, loader, metrics=CollectionMetrics(self._metrics, spec.name, is_default), group=group)
-        return Collection(spec.name, own, loader, reloader)
+        reported = CollectionMetrics(self._metrics, spec.name, is_default)
+        reloader = Reloader(own, loader, metrics=reported, group=group)
+        agreement = AgreementMonitor(spec.name, own, loader, reported)
+        reloader.agreement = agreement.status
+        return Collection(spec.name, own, loader, reloader, agreement)
 
     def specs(self) -> list[CollectionSpec]:
         """What is served now, as declared (name, index, student)."""
@@ -116,6 +125,7 @@ class CollectionSet:
             if self._started:
                 collection.loader.start()
                 collection.reloader.start()
+                collection.agreement.start()
             self._collections = {**self._collections, spec.name: collection}
         return collection
 
@@ -128,8 +138,12 @@ class CollectionSet:
             rest = dict(self._collections)
             collection = rest.pop(name)
             self._collections = rest
+        collection.agreement.close()
         collection.reloader.close()
         collection.loader.drain()
+        scored = collection.agreement.status()
+        if scored is not None:  # its agreement gauges go with it
+            self._metrics.set_agreement(name, [], [s.segment for s in [*scored.segments, scored.overall]])
         for gauge in (self._metrics.collection_ready, self._metrics.collection_documents):
             with contextlib.suppress(KeyError):  # KeyError: never scraped
                 gauge.remove(name)
@@ -152,6 +166,7 @@ class CollectionSet:
         for collection in self:
             collection.loader.start()  # /healthz answers at once; each collection turns ready when it has loaded
             collection.reloader.start()  # its CURRENT-pointer watcher, when it serves a bundle root
+            collection.agreement.start()  # scores the student's agreement in the background (service.core.agreement)
 
     def wait(self) -> None:
         for collection in self:
@@ -159,5 +174,6 @@ class CollectionSet:
 
     def close(self) -> None:
         for collection in self:
+            collection.agreement.close()
             collection.reloader.close()
             collection.loader.close()
