@@ -374,10 +374,12 @@ def index_follow(
     device: DeviceOpt = None,
     refresh_student: Annotated[
         Path | None, typer.Option(help="A student root (CURRENT names the served student): after a version, when "
-                                       "the segments it has not seen hold --refresh-min-docs documents, refresh it "
-                                       "(`distill --from`) and publish the new one there.")] = None,
-    refresh_min_docs: Annotated[int, typer.Option(help="With --refresh-student: unseen live documents that trigger "
-                                                       "a refresh.")] = 500,
+                                       "its agreement with the teacher on a segment it has not seen is below the "
+                                       "threshold, refresh it on those (`distill --from`) and publish the new one "
+                                       "there.")] = None,
+    refresh_min_docs: Annotated[int, typer.Option(help="With --refresh-student: for unseen segments without an "
+                                                       "agreement sample (older bundles), the live documents that "
+                                                       "trigger a refresh.")] = 500,
     backbone: BackboneOpt = None,
 ) -> None:
     """Apply change files as they arrive, one segment each, publishing at most once per --interval."""
@@ -385,9 +387,9 @@ def index_follow(
 
     hook = None
     if refresh_student is not None:
-        from tandem.student_refresh import StudentRefresher, unseen_documents
+        from tandem.student_refresh import StudentRefresher, below_agreement
 
-        hook = StudentRefresher(refresh_student, unseen_documents(refresh_min_docs), teacher=teacher,
+        hook = StudentRefresher(refresh_student, below_agreement(refresh_min_docs), teacher=teacher,
                                 backbone=backbone, device=device)
         hook.check()
     report = follow(FollowRequest(root=root, changes_dir=changes_dir, interval_s=interval,
@@ -481,7 +483,8 @@ def distill(
     ] = None,
     segments: Annotated[
         list[str] | None, typer.Option("--segment", help="With --from: train on this segment (repeat; default: the "
-                                                         "segments its trained-on version lacks).")
+                                                         "segments its trained-on version lacks and whose agreement "
+                                                         "is below the threshold, or that have no sample).")
     ] = None,
     replay: Annotated[float, typer.Option(help="With --from: old training texts replayed per new one.")] = 1.0,
     teacher: TeacherOpt = None,

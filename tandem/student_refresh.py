@@ -7,9 +7,12 @@ is then published by moving the root's CURRENT pointer (models.encoders.student_
 serving `--student ROOT` loads it at its next reload. The indexer never imports training; this module, in the
 CLI's layer, joins the two.
 
-The trigger until per-segment agreement is measured (issue 45, items 1–2): the unseen segments hold at least
-`min_documents` live documents. A refresh that fails (a parity miss, a missing model) is logged and not tried
-again for the same segments; the student in service stays.
+The trigger (`below_agreement`) is the student's agreement with the teacher (models.agreement, as `tandem index
+check` measures it): the unseen segments are scored once each (a cache per student, kept between versions) and those
+below the threshold relative to the student's home segments are refreshed on. A segment written before the indexer
+kept agreement samples cannot be judged: for those the older rule is the fallback (`unseen_documents`: together they
+hold at least `min_documents` live documents). A refresh that fails (a parity miss, a
+missing model) is logged and not tried again for the same segments; the student in service stays.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from models.agreement.score import THRESHOLD, SegmentAgreement
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import new_version_name
+from models.distill.pick import pick_segments
 from models.distill.refresh import RefreshRequest, new_segments, run_refresh, segment_documents
 from models.encoders.student import read_student_manifest
 from models.encoders.student_root import current_student, is_student_root, set_current_student
@@ -41,6 +46,32 @@ def unseen_documents(min_documents: int) -> Trigger:
         log.info("%d live documents in %d segments the student has not seen (refresh at %d)", count, len(names),
                  min_documents)
         return names if count >= min_documents else []
+
+    return trigger
+
+
+def below_agreement(min_documents: int, threshold: float = THRESHOLD) -> Trigger:
+    """Refresh on the unseen segments whose top-10 overlap with the teacher is under `threshold` × the home
+    segments'; and on the unseen segments without a sample once they hold `min_documents` live documents."""
+    scored: dict[Path, dict[str, SegmentAgreement]] = {}
+
+    def trigger(version: Path, student: Path) -> list[str]:
+        manifest = read_bundle_manifest(version)
+        unseen = new_segments(version, manifest, read_student_manifest(student), None)
+        if not unseen:
+            return []
+        pick = pick_segments(version, manifest, student, unseen, threshold=threshold,
+                             scored=scored.setdefault(student.resolve(), {}))
+        log.info("%s", pick.describe())
+        fallback = pick.unknown
+        if fallback:
+            count = len(segment_documents(version, manifest, fallback))
+            log.info("%d live documents in %d unseen segment(s) without an agreement sample (refresh at %d)", count,
+                     len(fallback), min_documents)
+            if count < min_documents:
+                fallback = []
+        names = set(pick.below) | set(fallback)
+        return [n for n in unseen if n in names]
 
     return trigger
 

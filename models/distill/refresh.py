@@ -1,12 +1,14 @@
 """`tandem distill --from DIR`: a served student trained on, briefly, where its index grew past what it knows.
 
-The new text is the live documents of the segments it has not seen: those named, else the segments of the index's
-version that the version it was trained on does not list (student.json `trained_on.segments`). Training continues
-from the student's own weights (read back from its fp32 graph, onnx_weights.py) on pseudo-queries and passages of those
-documents, mixed with a replay of its old training text: the very split `tandem distill` drew from its corpus (the
-same preset and seed, so the same pseudo-queries, whose teacher vectors are cached), sampled to `replay` times the
-new text. Validation holds out documents of both, so the epoch kept is the one that serves the union best; one that
-does worse than the student it started from is not kept (trainer.train keeps the best of the two).
+The new text is the live documents of the segments named, else of the segments it has not seen (those of the index's
+version that the version it was trained on does not list, student.json `trained_on.segments`) on which its agreement
+with the teacher is below the threshold (pick.py; a segment without an agreement sample is taken, as before samples).
+Training continues from the student's own weights (read back from its fp32 graph, onnx_weights.py) on pseudo-queries
+and passages of those documents, mixed with a replay of its old training text: the very split `tandem distill` drew
+from its corpus (the same preset and seed, so the same pseudo-queries, whose teacher vectors are cached), sampled to
+`replay` times the new text. Validation holds out documents of both, so the epoch kept is the one that serves the
+union best; one that does worse than the student it started from is not kept (trainer.train keeps the best of the
+two).
 
 The run is bounded: one epoch of the student's own recipe (its preset's sizes, batch and learning rate), which
 costs a fraction of a distillation from scratch: no ridge fit, and most teacher targets are cached.
@@ -38,6 +40,7 @@ from models.distill.dataset import Examples
 from models.distill.export import FP32_MIN_COSINE, export_student
 from models.distill.model import StudentModel
 from models.distill.onnx_weights import load_onnx_weights
+from models.distill.pick import pick_segments
 from models.distill.presets import Preset, resolve_preset
 from models.distill.tokens import Tokens, embed
 from models.distill.trainer import train
@@ -63,7 +66,7 @@ class RefreshRequest(BaseModel):
     index: Path = Field(description="a bundle directory, or a bundle root (its CURRENT version)")
     out: Path
     segments: list[str] | None = Field(default=None, description="segments to train on (default: those the "
-                                       "student's trained-on version lacks)")
+                                       "student's trained-on version lacks and it disagrees on, pick.py)")
     preset: str | Preset | None = Field(default=None, description="default: the student's own, one epoch")
     replay: float = Field(default=REPLAY, ge=0.0, description="old training texts sampled per new one")
     teacher: Path | None = None
@@ -113,6 +116,26 @@ def new_segments(version_dir: Path, bundle: BundleManifest, student: StudentMani
                              "are new cannot be told: name them with --segment")
         seen = {s.name for s in read_bundle_manifest(seen_dir).parts}
     return [n for n in present if n not in seen]
+
+
+def disagreeing(version_dir: Path, bundle: BundleManifest, student: Path, unseen: Sequence[str]) -> list[str]:
+    """Of the `unseen` segments, those to train on when none is named: those below the agreement threshold
+    (models.distill.pick), and those whose agreement is unknown (no sample: today's rule, every unseen segment)."""
+    pick = pick_segments(version_dir, bundle, student, unseen)
+    log.info("%s", pick.describe())
+    if pick.unknown:
+        log.info("training on %s: no agreement sample to judge by, so every unseen segment is taken",
+                 ", ".join(pick.unknown))
+    if pick.below:
+        log.info("training on %s: below the agreement threshold", ", ".join(pick.below))
+    if pick.agree:
+        log.info("leaving out %s: the student agrees with the teacher there", ", ".join(pick.agree))
+    names = set(pick.below) | set(pick.unknown)
+    if not names:
+        raise InputError(f"{version_dir}: the student agrees with the teacher on every segment it has not seen "
+                         f"({', '.join(unseen)}): nothing to refresh on; name segments with --segment to train on "
+                         "them anyway")
+    return [n for n in unseen if n in names]
 
 
 def segment_documents(version_dir: Path, bundle: BundleManifest, names: Sequence[str]) -> list[Document]:
@@ -201,6 +224,8 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     bundle = read_bundle_manifest(version_dir)
     card = _teacher(bundle, student, req)
     names = new_segments(version_dir, bundle, student, req.segments)
+    if not req.segments and names:
+        names = disagreeing(version_dir, bundle, req.student, names)
     new_docs = segment_documents(version_dir, bundle, names)
     if len(new_docs) < 2:
         raise InputError(f"{version_dir}: {len(new_docs)} live documents in the segments to train on "
