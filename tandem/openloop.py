@@ -116,3 +116,14 @@ class OpenLoop:
             error = f"{type(exc).__name__}: {exc}"
         self.records.append(Record(target.name, sent, time.monotonic(), answer.status if answer else 0, error,
                                    answer))
+
+
+def violations(records: Sequence[Record], changed: float, complete: float, before: set[int], after: set[int],
+               between: set[int] | None = None) -> list[Record]:
+    """The requests a change, begun at `changed` and seen complete at `complete`, does not allow: one answered
+    before it began not answering one of `before`, one sent after it was complete not one of `after`, one in
+    between neither (nor one of `between`)."""
+    during = before | after | (between or set())
+    return [r for r in records
+            if (r.answered < changed and r.status not in before) or (r.sent > complete and r.status not in after)
+            or r.status not in during]
