@@ -19,6 +19,7 @@ and the changes an operator makes to it under open-loop load.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -45,7 +46,7 @@ TOKEN = "bench-admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 KEYS = {"stay": "stay-key-0123456789", "gone": "gone-key-0123456789", "new": "new-key-0123456789"}
 SCIFACT_QUERY = "vitamin D supplements and the risk of bone fractures"  # written here, not one of SciFact's queries
-SETTLE_S = 3.0  # load kept on between changes
+SETTLE_S = 8.0  # load kept on before, between and after the changes
 
 
 def _keys(*ids: str) -> str:
@@ -160,6 +161,11 @@ def under_load(scifact: Path, student: Path, demo: Path, demo_student: Path, wor
     return out
 
 
+def _runs(values: list[str | None]) -> list[tuple[str | None, int]]:
+    """[v1, v1, v2] → [(v1, 2), (v2, 1)]."""
+    return [(value, len(list(run))) for value, run in itertools.groupby(values)]
+
+
 def judge(records: Sequence[Record], marks: dict[str, float]) -> dict[str, list[Record]]:
     """Each target's requests its changes do not allow (tandem.openloop.violations)."""
     by: dict[str, list[Record]] = {}
@@ -212,6 +218,11 @@ def render(command: str, one: dict[str, Any], run: dict[str, Any], rps: float, i
         total += len(bad[name])
         lines.append(f"| {name}: {allowed[name]} | {len(mine)} | "
                      + ", ".join(f"{k}×{v}" for k, v in sorted(counts.items(), key=str)) + f" | {len(bad[name])} |")
+    versions = Counter(_version(r) for r in records if r.target == "demo" and r.status == 200)
+    lines += ["", "The demo collection's 200s by the version that answered, in the order sent: "
+              + " → ".join(f"{v}×{n}" for v, n in _runs([_version(r) for r in sorted(records, key=lambda r: r.sent)
+                                                        if r.target == "demo" and r.status == 200]))
+              + f" ({dict(versions)})."]
     lines += ["", f"**{len(records)} requests, {total} failed** (a failure: an answer its send and answer instants "
               "do not allow, or no answer).", "", "## Both collections answer", ""]
     for name, query in (("scifact", SCIFACT_QUERY), ("demo", EXAMPLE_QUERY)):
@@ -238,7 +249,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--scifact-student", type=Path, default=Path("/work/bench/student"))
     parser.add_argument("--demo", type=Path, default=demo / "bundle", help="The demo bundle (`tandem demo serve`).")
     parser.add_argument("--demo-student", type=Path, default=demo / "student")
-    parser.add_argument("--rps", type=float, default=20.0)
+    parser.add_argument("--rps", type=float, default=50.0)
     add_output_args(parser)
     return parser.parse_args(argv)
 

@@ -120,20 +120,24 @@ def _top(record: Record) -> str:
     return str(record.answer.json()["results"][0]["id"])
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_a_collection_added_by_sighup_under_open_loop_load(tmp_path: Path, tiny_bundle: Path, tiny_student: Path,
-                                                           meta_bundle: Path, processes: int) -> None:
-    """SIGHUP re-reads --config (with several processes: the supervisor replaces each, and the new one reads it)."""
+@pytest.mark.parametrize(("processes", "trigger"), [(1, "sighup"), (2, "sighup"), (2, "file")])
+def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Path, tiny_bundle: Path,
+                                                                    tiny_student: Path, meta_bundle: Path,
+                                                                    processes: int, trigger: str) -> None:
+    """SIGHUP re-reads --config (with several processes: the supervisor replaces each, and the new one reads it);
+    so does the file's change, seen by each process's watch."""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
     config.write_text(_config(docs=(tiny_bundle, tiny_student)))
     keys.write_text(_keys("stay"))
     targets = [_search("docs", "docs", "stay"),
                _search("meta", "meta", "stay", {"query": "Odoacer", "mode": "lexical", "top_k": 1})]
-    with _serving(tmp_path, config, keys, processes, watch_s=0) as server, OpenLoop(server.url, targets, RPS) as load:
+    watch_s = 0.05 if trigger == "file" else 0.0
+    with _serving(tmp_path, config, keys, processes, watch_s) as server, OpenLoop(server.url, targets, RPS) as load:
         load.wait_answered(SETTLE)
-        _rewrite(config, _config(docs=(tiny_bundle, tiny_student), meta=(meta_bundle, tiny_student)))
         changed = time.monotonic()
-        os.kill(server.pid, signal.SIGHUP)
+        _rewrite(config, _config(docs=(tiny_bundle, tiny_student), meta=(meta_bundle, tiny_student)))
+        if trigger == "sighup":
+            os.kill(server.pid, signal.SIGHUP)
         complete = _until(lambda: _everywhere(server.client, processes, {"docs", "meta"}), "meta served everywhere")
         load.wait_answered(SETTLE, "meta")
     meta = _by(load, "meta")
