@@ -34,6 +34,7 @@ from indexer.next_version import finish, teacher_vectors, with_changes, with_seg
 from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.rootlock import LockTimeout, root_lock
+from indexer.sample import add_samples
 from indexer.segments import Batch, link_version
 from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
@@ -207,7 +208,9 @@ def due(manifest: BundleManifest, req: FollowRequest) -> bool:
 
 def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:
     started = time.perf_counter()
-    vectors = teacher_vectors(*req.version_request.teacher_for(base))
+    card, store, run = req.version_request.teacher_for(base)
+    vectors = teacher_vectors(card, store, run)
+    added: list[str] = []
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
     with publish(req.version_request.target, what="follow step") as (staging, version):
@@ -221,6 +224,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
                 applied = batch.apply(manifest, changes, name=f"{version}-{i:03d}", space=space, vectors=vectors)
                 manifest = applied.manifest
                 if applied.segment is not None:  # the file's segment records it
+                    added.append(applied.segment.name)
                     manifest = with_segments(manifest, [*manifest.parts[:-1],
                                                         with_changes(applied.segment, [path.name])])
                 for key, n in applied.changed.items():
@@ -228,6 +232,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
         done = (base.follow.files if base.follow is not None else 0) + len(files)
         manifest = finish(manifest, base, current, version, started, totals, action="follow",
                           follow=FollowState(last=files[-1].name, files=done))
+        manifest = add_samples(staging, manifest, added, card, run.device)
         write_version_manifest(staging, manifest)
     log.info("applied %d change files (%s … %s) to %s: +%d added, %d replaced, -%d deleted; published %s",
              len(files), files[0].name, files[-1].name, base.version or current.name, totals["added"],

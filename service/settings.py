@@ -123,6 +123,10 @@ class ServiceSettings(BaseSettings):
     watch_interval_s: float = Field(
         2.0, ge=0, description="How often a bundle root's CURRENT pointer is polled for a new version (0: never).",
     )
+    agreement_budget_s: float = Field(
+        120.0, ge=0, description="After each load and reload, how long a background thread may spend scoring the "
+        "student's agreement with the teacher on the segments not scored yet (service.core.agreement); 0: never.",
+    )
     keep_versions: int = Field(2, ge=0, le=MAX_KEEP_VERSIONS, description="Previous versions kept loaded for "
                                "POST /admin/rollback; each holds its index in memory.")
     bundle_dirs: str | None = Field(

@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from indexer.options import Engine, ExportFormat
-from models.bundle.index_spec import IndexType, Quantization
+from models.bundle.index_spec import AUTO_FLAT_MAX, IndexChoice, Quantization
 from models.bundle.manifest import BundleManifest
 from models.bundle.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
@@ -215,8 +215,9 @@ def index_build(
         Rotation, typer.Option(help="pca: rotate onto the corpus's principal axes before truncating.")
     ] = Rotation.NONE,
     index: Annotated[
-        IndexType, typer.Option(help="flat (exact), hnsw (float, int8 or binary) or ivf (binary only).")
-    ] = IndexType.FLAT,
+        IndexChoice, typer.Option(help="flat (exact), hnsw (float, int8 or binary), ivf (binary only), or auto: flat "
+                                  f"up to {AUTO_FLAT_MAX:,} documents, then ivf (binary) or hnsw (float, int8).")
+    ] = IndexChoice.AUTO,
     hnsw_m: Annotated[int | None, typer.Option(help="hnsw: neighbours per node (default 32).")] = None,
     ef_construction: Annotated[int | None, typer.Option(help="hnsw: build-time candidate list (default 80).")] = None,
     ef_search: Annotated[int | None, typer.Option(help="hnsw: query-time candidate list (default 64).")] = None,
@@ -295,6 +296,12 @@ def index_update(
     batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
+    precision: Annotated[
+        PrecisionChoice | None,
+        typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision for the new or changed texts: by default "
+                     "(or auto) the one the base's manifest records, so a version's vectors agree; another is "
+                     "allowed with a warning, and recorded on the new segment."),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Add, replace or delete documents by id into a new bundle version; only new or changed texts are encoded."""
@@ -302,7 +309,7 @@ def index_update(
 
     req = UpdateRequest(changes=changes, delete_ids=delete_ids, base=base, root=root, out=out, version=version,
                         keep=keep, force=force, teacher=teacher, batch_size=batch_size, shard_size=shard_size,
-                        device=device)
+                        device=device, precision=precision)
     manifest = update(req)
     b = manifest.base
     assert b is not None
@@ -389,6 +396,21 @@ def index_verify(
     from indexer.verify import verify
 
     for line in verify(path, all_versions=all_versions, teacher=teacher):
+        typer.echo(line)
+
+
+@index_app.command("check")
+def index_check(
+    root: Annotated[Path, typer.Option(help="A bundle root (checks CURRENT) or a bundle directory.")],
+    student: Annotated[Path, typer.Option(help="The student directory to check against the teacher.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Per segment, the student's agreement with the teacher on the segment's sample: top-10 overlap, and the
+    share of queries whose source document the student (and the teacher) ranks in its top 10."""
+    from indexer.check import check, describe
+
+    report = check(root, student)
+    for line in [report.model_dump_json(indent=2)] if json_out else describe(report):
         typer.echo(line)
 
 

@@ -200,7 +200,8 @@ def run_distill(req: DistillRequest) -> StudentManifest:
              len(data.val.passages), len(data.val.queries), data.val.real)
 
     targets = TeacherTargets(card, req.device)
-    doc_vectors = targets.documents(docs)
+    built_from = bundle.embeddings.store_key if corpus_sha256 == bundle.corpus.sha256 else None
+    doc_vectors = targets.documents(docs, built_from)
     query_vectors = [targets.queries(d.train.queries + d.val.queries) for d in datas]
     del targets  # frees the teacher, if it was loaded
 

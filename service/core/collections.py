@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from models.agreement.score import SegmentAgreement
 from models.encoders.student import StudentEncoder
+from service.core.agreement import AgreementMonitor
 from service.core.follow import ChangeFollower
 from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
@@ -70,6 +72,9 @@ class CollectionMetrics:
         if self._default:
             self._metrics.set_index(version, count, load_seconds)
 
+    def set_agreement(self, scores: list[SegmentAgreement], gone: list[str]) -> None:
+        self._metrics.set_agreement(self._name, scores, gone)
+
 
 @dataclass(frozen=True)
 class Collection:
@@ -77,17 +82,20 @@ class Collection:
     settings: ServiceSettings  # the service's, with this collection's index and student
     loader: SearcherLoader
     reloader: Reloader
+    agreement: AgreementMonitor
     follower: ChangeFollower | None  # with --processes N: the changes other processes make to this collection
 
     def start(self) -> None:
         self.loader.start()  # /healthz answers at once; the collection turns ready when it has loaded
         self.reloader.start()  # its CURRENT-pointer watcher, when it serves a bundle root
+        self.agreement.start()  # scores the student's agreement in the background (service.core.agreement)
         if self.follower is not None:
             self.follower.start()
 
     def stop(self) -> None:
-        """Stop following and reloading (the loader is closed or drained by the caller); with --processes N the
-        collection's group no longer counts this process."""
+        """Stop scoring, following and reloading (the loader is closed or drained by the caller); with
+        --processes N the collection's group no longer counts this process."""
+        self.agreement.close()
         if self.follower is not None:
             self.follower.stop()
         self.reloader.close()
@@ -118,9 +126,12 @@ class CollectionSet:
         initial = group.catch_up() if group is not None else None
         loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
                                 student_source=partial(self.students.get, spec.student))
-        reloader = Reloader(own, loader, metrics=CollectionMetrics(self._metrics, spec.name, is_default), group=group)
+        reported = CollectionMetrics(self._metrics, spec.name, is_default)
+        reloader = Reloader(own, loader, metrics=reported, group=group)
+        agreement = AgreementMonitor(spec.name, own, loader, reported)
+        reloader.agreement = agreement.status
         follower = ChangeFollower(group, reloader, loader) if group is not None else None
-        return Collection(spec.name, own, loader, reloader, follower)
+        return Collection(spec.name, own, loader, reloader, agreement, follower)
 
     def specs(self) -> list[CollectionSpec]:
         """What is served now, as declared (name, index, student)."""
@@ -148,6 +159,9 @@ class CollectionSet:
             self._collections = rest
         collection.stop()
         collection.loader.drain()
+        scored = collection.agreement.status()
+        if scored is not None:  # its agreement gauges go with it
+            self._metrics.set_agreement(name, [], [s.segment for s in [*scored.segments, scored.overall]])
         for gauge in (self._metrics.collection_ready, self._metrics.collection_documents):
             with contextlib.suppress(KeyError):  # KeyError: never scraped
                 gauge.remove(name)

@@ -31,7 +31,15 @@ from models.errors import ContractMismatch
 from models.manifest_io import utc_now
 from service.core.loader import LoadState, NotReady, SearcherLoader
 from service.core.memory import mapped_bytes
-from service.core.outcomes import AdminStatus, MemoryInfo, ReloadOutcome, StudentInfo, Trigger, VersionInfo
+from service.core.outcomes import (
+    AdminStatus,
+    AgreementInfo,
+    MemoryInfo,
+    ReloadOutcome,
+    StudentInfo,
+    Trigger,
+    VersionInfo,
+)
 from service.core.processes import Change, ProcessGroup
 from service.core.searcher import Searcher
 from service.core.watch import PointerWatcher
@@ -90,6 +98,7 @@ class Reloader:
         self._last: ReloadOutcome | None = None
         self._pending = 0
         self._watcher: PointerWatcher | None = None
+        self.agreement: Callable[[], AgreementInfo | None] | None = None  # the collection's monitor's status
         if self.root is not None and settings.watch_interval_s > 0:
             # Created (and the pointer first read) before the initial load starts, so no change is missed.
             self._watcher = PointerWatcher(self.root, settings.watch_interval_s, self._on_pointer_change)
@@ -149,7 +158,7 @@ class Reloader:
             watch_interval_s=self._settings.watch_interval_s if self._watcher is not None else None,
             reloads_pending=pending, last_reload=last, student=student,
             processes=self.group.processes() if self.group is not None else None,
-            memory=self._memory(current),
+            memory=self._memory(current), agreement=self.agreement() if self.agreement is not None else None,
         )
 
     def _memory(self, current: VersionInfo | None) -> MemoryInfo | None:
