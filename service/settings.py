@@ -112,6 +112,9 @@ class ServiceSettings(BaseSettings):
     collections_config: Path | None = Field(None, description="The --config file `collections` came from (with "
                                             "those of --collection): re-read on SIGHUP and when it changes, adding "
                                             "and removing its collections (service.core.collections_reload).")
+    config_collections: tuple[str, ...] = Field(
+        (), description="Set by `tandem serve`, not an option: the collections the --config file declared at "
+        "startup (the others, from --collection and --index/--student, are not the file's to remove).")
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest request body; beyond it, 413.")
     cors_origins: str | None = Field(None, description="Comma-separated origins allowed by CORS; unset, CORS is off.")
     admin_token: SecretStr | None = Field(
@@ -171,9 +174,6 @@ class ServiceSettings(BaseSettings):
             raise ValueError(f"TANDEM_MAX_BATCH_QUERIES ({self.max_batch_queries}) exceeds TANDEM_MAX_PENDING "
                              f"({self.max_pending}): such a batch could never be admitted")
         check_unique(self.collections)
-        if len(self.collections) > 1 and self.processes > 1:
-            raise ValueError("several collections are served by one process: TANDEM_PROCESSES must be 1 with more "
-                             "than one collection")
         return self
 
     def collection_specs(self) -> list[CollectionSpec]:
