@@ -26,6 +26,9 @@ from models.timing import StageObserver
 
 log = logging.getLogger(__name__)
 
+# onnxruntime's own fusion of Add + LayerNormalization into SkipLayerNormalization, which the split graph exists to
+# avoid (models.encoders.graph); it matches the optimizer's unfused form, not the split one, but stays off either way
+KEEP_SPLIT = ["SkipLayerNormFusion"]
 # pre-tokenizers that split on whitespace and drop it: a run of spaces tokenizes like one
 WHITESPACE_SPLITTERS = (BertPreTokenizer, Whitespace, WhitespaceSplit)
 
@@ -66,7 +69,8 @@ class StudentEncoder:
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(
-            load_graph(self.directory / model_file), sess_options=opts, providers=["CPUExecutionProvider"]
+            load_graph(self.directory / model_file), sess_options=opts, providers=["CPUExecutionProvider"],
+            disabled_optimizers=KEEP_SPLIT,
         )
         self._inputs = {i.name for i in self.session.get_inputs()}
         self._masked = "attention_mask" in self._inputs
