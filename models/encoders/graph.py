@@ -15,6 +15,7 @@ import onnx
 from onnx import helper
 
 FUSED = "SkipLayerNormalization"
+NORMS = {FUSED, "LayerNormalization", "EmbedLayerNormalization", "QEmbedLayerNormalization"}
 
 
 def split_skip_layer_norms(model: onnx.ModelProto) -> int:
@@ -24,6 +25,7 @@ def split_skip_layer_norms(model: onnx.ModelProto) -> int:
     of the sum."""
     if not any(o.domain in ("", "ai.onnx") and o.version >= 17 for o in model.opset_import):
         return 0  # LayerNormalization is an opset 17 operator: an older graph stays as it is
+    producers = {out: node.op_type for node in model.graph.node for out in node.output}
     nodes: list[onnx.NodeProto] = []
     replaced = 0
     for node in model.graph.node:
@@ -35,11 +37,15 @@ def split_skip_layer_norms(model: onnx.ModelProto) -> int:
         beta = rest[0] if rest else ""
         bias = rest[1] if len(rest) > 1 else ""
         epsilon = next((a.f for a in node.attribute if a.name == "epsilon"), 1e-12)
+        if bias:
+            # the bias joins the layer's own output first (the operand a norm did not produce, the residual being
+            # the previous norm's), where onnxruntime folds it into the quantized MatMul before it
+            layer, residual = (skip, x) if producers.get(x) in NORMS else (x, skip)
+            biased = f"{node.name}/biased"
+            nodes.append(helper.make_node("Add", [layer, bias], [biased], name=f"{node.name}/add_bias"))
+            x, skip = biased, residual
         total = f"{node.name}/sum"
         nodes.append(helper.make_node("Add", [x, skip], [total], name=f"{node.name}/add"))
-        if bias:
-            nodes.append(helper.make_node("Add", [total, bias], [f"{total}+bias"], name=f"{node.name}/add_bias"))
-            total = f"{total}+bias"
         if outputs[3]:
             nodes.append(helper.make_node("Identity", [total], [outputs[3]], name=f"{node.name}/sum_out"))
         nodes.append(helper.make_node("LayerNormalization", [total, gamma, *([beta] if beta else [])], [outputs[0]],
