@@ -17,7 +17,8 @@ from indexer.imported import ImportSpec, scatter_import, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
-from indexer.writer import write_doc_indexes, write_manifest, write_vectors
+from indexer.sample import add_samples, sample_size
+from indexer.writer import write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.bundle.fields import declared_fields
 from models.bundle.index_spec import IndexSpec, Quantization, resolve_spec
@@ -54,7 +55,7 @@ class BuildRequest:
     version: str | None = None
     keep: int | None = None
     shard_size: int = SHARD_SIZE
-    index: str = "flat"
+    index: str = "auto"  # by corpus size (models.bundle.index_spec.auto_type)
     hnsw_m: int | None = None
     ef_construction: int | None = None
     ef_search: int | None = None
@@ -190,6 +191,7 @@ def build(req: BuildRequest) -> BundleManifest:
     rotation = _rotation(req.rotation)
     fields = declared_fields(req.fields)
     _check_shard_size(req.shard_size)
+    sample_size()  # a bad TANDEM_AGREEMENT_SAMPLE is refused before any work
     req.run.check()
     req.target.check()
     card = load_card(resolve("teacher", req.teacher))
@@ -226,5 +228,7 @@ def build(req: BuildRequest) -> BundleManifest:
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
                                   embeddings=source, version=version, rotation=rotation, index=index,
                                   binary_center=centered, binary_spin=centered, **described)
+        manifest = add_samples(staging, manifest, [manifest.parts[0].name], card, req.device)
+        write_version_manifest(staging, manifest)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

@@ -25,7 +25,8 @@ from indexer.next_version import base_info, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
 from indexer.rootlock import writer_step
-from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
+from indexer.sample import merge_samples
+from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
@@ -80,6 +81,8 @@ def _compact(req: VersionRequest) -> BundleManifest:
             quantization=base.quantization, count=count, build_seconds=round(time.perf_counter() - started, 3),
             corpus=corpus_info, embeddings=source, version=version, base=info, rotation=base.rotation, index=index,
             binary_center=base.binary_center, binary_spin=base.binary_spin, follow=base.follow, **described)
+        manifest = merge_samples(source_dir, base, staging, manifest)
+        write_version_manifest(staging, manifest)
     log.info("compacted %s (%d segments, %d deleted rows) into %s: %d documents in %.1fs", source_dir,
              len(base.parts), info.deleted, req.target.describe(version), count, time.perf_counter() - started)
     return manifest
@@ -109,16 +112,17 @@ def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingS
         docs = DocStore(directory / in_segment(segment, DOCSTORE_FILE))
         try:
             passages = Passages(docs, segment.count)
+            precision = run.precision or "fp32"
             key = store_key(card.fingerprint, card.max_seq_length, corpus_key(
                 doc for start in range(0, segment.count, INGEST_CHUNK)
-                for doc in docs.range(start, min(start + INGEST_CHUNK, segment.count))))
-            runner = local_teacher(passages, card, run, "fp32")
-            encode_into(store, key, segment.count, runner, card, run, "fp32")
+                for doc in docs.range(start, min(start + INGEST_CHUNK, segment.count))), precision)
+            runner = local_teacher(passages, card, run, precision)
+            encode_into(store, key, segment.count, runner, card, run, precision)
         finally:
             docs.close()
         encoded += segment.count
         parts.append(segment.model_copy(update={"embeddings": EmbeddingSource(
-            kind="encoded", store_key=key, precision="fp32", device=run.device or "cpu", engine="local")}))
+            kind="encoded", store_key=key, precision=precision, device=run.device or "cpu", engine="local")}))
     return with_segments(base, parts), encoded
 
 

@@ -17,6 +17,10 @@ of all rows) pass their bounds; so a version it publishes has at most max(`max_s
 `compact=False` it never compacts: each version adds at most `max_files` segments and they accumulate until an
 operator runs `tandem index compact`. The trade-off is in docs/decisions.md#when-to-compact.
 
+With `after_publish` (`--refresh-student`, tandem/student_refresh.py), each step that published a version ends by
+handing CURRENT to it, outside the root's lock; the follower applies no file meanwhile (files that arrive wait
+and are applied as a backlog after it).
+
 A bad change file stops the follower with an error naming its file and line (exit 2), before anything of it
 is published; move or fix the file and start the follower again.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +39,7 @@ from indexer.next_version import finish, teacher_vectors, with_changes, with_seg
 from indexer.publish import publish
 from indexer.request import VersionRequest
 from indexer.rootlock import LockTimeout, root_lock
+from indexer.sample import add_samples
 from indexer.segments import Batch, link_version
 from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
@@ -66,6 +72,7 @@ class FollowRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
+    after_publish: Callable[[Path], object] | None = None  # called with CURRENT after each step that published
 
     @property
     def version_request(self) -> VersionRequest:
@@ -104,12 +111,15 @@ def follow(req: FollowRequest) -> FollowReport:
     while True:
         began = time.monotonic()
         more = False
+        published = report.versions
         try:
             more = step(req, directory, report)
         except LockTimeout as exc:
             if req.once:
                 raise
             log.warning("%s; trying again in %g s", exc, req.interval_s)  # another writer's long step
+        if req.after_publish is not None and report.versions > published:
+            req.after_publish(read_current(req.root))  # outside the root lock: an operator's update need not wait
         if more:
             continue
         if req.once:
@@ -207,7 +217,9 @@ def due(manifest: BundleManifest, req: FollowRequest) -> bool:
 
 def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:
     started = time.perf_counter()
-    vectors = teacher_vectors(*req.version_request.teacher_for(base))
+    card, store, run = req.version_request.teacher_for(base)
+    vectors = teacher_vectors(card, store, run)
+    added: list[str] = []
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}
     with publish(req.version_request.target, what="follow step") as (staging, version):
@@ -221,6 +233,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
                 applied = batch.apply(manifest, changes, name=f"{version}-{i:03d}", space=space, vectors=vectors)
                 manifest = applied.manifest
                 if applied.segment is not None:  # the file's segment records it
+                    added.append(applied.segment.name)
                     manifest = with_segments(manifest, [*manifest.parts[:-1],
                                                         with_changes(applied.segment, [path.name])])
                 for key, n in applied.changed.items():
@@ -228,6 +241,7 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
         done = (base.follow.files if base.follow is not None else 0) + len(files)
         manifest = finish(manifest, base, current, version, started, totals, action="follow",
                           follow=FollowState(last=files[-1].name, files=done))
+        manifest = add_samples(staging, manifest, added, card, run.device)
         write_version_manifest(staging, manifest)
     log.info("applied %d change files (%s … %s) to %s: +%d added, %d replaced, -%d deleted; published %s",
              len(files), files[0].name, files[-1].name, base.version or current.name, totals["added"],

@@ -88,19 +88,20 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> 
         kept = _stored(store, rows, card.dim) if rows else None
         encode = fresh if kept is not None else fresh + reused  # not in the store: encoded again
         x = np.zeros((0, card.dim), dtype=np.float32)
+        precision = run.precision or "fp32"
         if encode:
-            key = store_key(card.fingerprint, card.max_seq_length, corpus_key(encode))
+            key = store_key(card.fingerprint, card.max_seq_length, corpus_key(encode), precision)
             texts = [d.passage() for d in encode]
             if not store.complete(key):  # a change applied before (a follower's retry) is not encoded again
-                encode_into(store, key, len(texts), local_teacher(texts, card, run, "fp32"), card, run, "fp32")
+                encode_into(store, key, len(texts), local_teacher(texts, card, run, precision), card, run, precision)
             x = np.concatenate(list(store.iter_chunks(key)))
         if kept is not None:
             x = np.concatenate([x, kept])
-        key = store_key(card.fingerprint, card.max_seq_length, corpus_key(fresh + reused))
+        key = store_key(card.fingerprint, card.max_seq_length, corpus_key(fresh + reused), precision)
         if not store.complete(key):
             store.put_stream(key, [x], {"source": "updated", "teacher": card.fingerprint,
-                                        "max_seq_length": card.max_seq_length, "precision": "fp32"})
-        return x, EmbeddingSource(kind="encoded", store_key=key, precision="fp32", device=run.device or "cpu",
+                                        "max_seq_length": card.max_seq_length, "precision": precision})
+        return x, EmbeddingSource(kind="encoded", store_key=key, precision=precision, device=run.device or "cpu",
                                   engine="local"), len(encode)
 
     return vectors

@@ -3,17 +3,22 @@ goes, and how the teacher runs for the documents they encode."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.encode import TeacherRun
 from indexer.publish import Target
+from indexer.sample import sample_size
 from models.bundle.manifest import BundleManifest
 from models.bundle.versions import is_bundle_root, resolve_bundle
 from models.contract import check_same_teacher
 from models.embeddings.store import SHARD_SIZE, EmbeddingStore
+from models.encoders.precision import AUTO, TeacherPrecision
 from models.encoders.registry import ModelCard, load_card, resolve
 from models.errors import InputError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,7 @@ class VersionRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
+    precision: str | None = None  # the teacher's, for texts this version encodes; None or auto: the base's
 
     @property
     def target(self) -> Target:
@@ -39,6 +45,7 @@ class VersionRequest:
     def check(self) -> None:
         if self.shard_size < 1:
             raise InputError(f"--shard-size must be at least 1, got {self.shard_size}")
+        sample_size()  # a bad TANDEM_AGREEMENT_SAMPLE is refused before any work
         self.target.check()
 
     def teacher_for(self, base: BundleManifest) -> tuple[ModelCard, EmbeddingStore, TeacherRun]:
@@ -46,8 +53,31 @@ class VersionRequest:
         the teacher runs, for the documents the new version encodes."""
         card = load_card(resolve("teacher", self.teacher))
         check_same_teacher(card.teacher_ref(), base.teacher, what="teacher model")
-        return card, EmbeddingStore(self.store, shard_size=self.shard_size), TeacherRun(device=self.device,
-                                                                                       batch_size=self.batch_size)
+        run = TeacherRun(device=self.device, batch_size=self.batch_size,
+                         precision=version_precision(self.precision, base))
+        run.check()
+        return card, EmbeddingStore(self.store, shard_size=self.shard_size), run
+
+
+def recorded_precision(manifest: BundleManifest) -> str | None:
+    """The precision the teacher encoded a version's vectors in, as its manifest records it: one for all of its
+    encoded segments; None when none was encoded (imported vectors) or they differ."""
+    kinds = {s.embeddings.precision or "fp32" for s in manifest.parts
+             if s.embeddings is not None and s.embeddings.kind == "encoded"}
+    return kinds.pop() if len(kinds) == 1 else None
+
+
+def version_precision(requested: str | None, base: BundleManifest) -> str:
+    """The teacher's precision for the texts a new version of `base` encodes: the base's own unless another is
+    given (None and `auto` keep the version consistent; fp32, the reference, where the base records none). A
+    precision other than the base's is allowed, with a warning: each segment records the one it was encoded in."""
+    recorded = recorded_precision(base)
+    if requested is None or requested == AUTO:
+        return recorded or TeacherPrecision.FP32.value
+    if recorded is not None and requested != recorded:
+        log.warning("the base's vectors were encoded in %s; --precision %s encodes this version's new texts "
+                    "otherwise (cosine to fp32 0.9998 and more for bf16: docs/decisions.md)", recorded, requested)
+    return requested
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from indexer.publish import publish
 from indexer.request import UpdateRequest, base_dir
 from indexer.rewrite import rewrite
 from indexer.rootlock import writer_step
+from indexer.sample import add_samples
 from indexer.segments import apply_changes, link_version
 from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
@@ -58,6 +59,8 @@ def _update(req: UpdateRequest) -> BundleManifest:
                                 space=Space.of(source_dir, base),
                                 vectors=teacher_vectors(card, store, run))
         manifest = finish(applied.manifest, base, source_dir, version, started, applied.changed)
+        if applied.segment is not None:
+            manifest = add_samples(staging, manifest, [applied.segment.name], card, run.device)
         write_version_manifest(staging, manifest)
     c = applied.counts
     log.info("update of %s: %d added, %d replaced, %d deleted, %d unchanged; encoded %d; published %s in %.1fs",

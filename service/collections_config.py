@@ -76,7 +76,8 @@ def collection_settings(index: Path | None, student: Path | None, flags: list[st
     paths by, when no default is served)."""
     if (index is None) != (student is None):
         raise InputError("--index and --student go together (or declare collections with --collection/--config)")
-    specs = [parse_flag(flag) for flag in flags] + (read_config(config) if config is not None else [])
+    from_file = read_config(config) if config is not None else []
+    specs = [parse_flag(flag) for flag in flags] + from_file
     if not specs:
         if index is None or student is None:
             raise InputError("nothing to serve: give --index and --student, or --collection NAME=INDEX,STUDENT, "
@@ -92,4 +93,5 @@ def collection_settings(index: Path | None, student: Path | None, flags: list[st
     out: dict[str, object] = {"index": first.index, "student": first.student, "collections": tuple(specs)}
     if config is not None:
         out["collections_config"] = config  # re-read on SIGHUP and change (service.core.collections_reload)
+        out["config_collections"] = tuple(spec.name for spec in from_file)
     return out

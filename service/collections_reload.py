@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from models.errors import InputError
@@ -34,15 +34,12 @@ class CollectionsConfigReloader:
     """Watches the --config file and applies its changes to `collections`; `on_change` runs after each change
     applied (the keyring re-checks its keys' filters against the collections now served)."""
 
-    def __init__(self, path: Path, collections: CollectionSet, interval_s: float,
+    def __init__(self, path: Path, collections: CollectionSet, interval_s: float, from_file: Sequence[str],
                  on_change: Callable[[], None] = lambda: None) -> None:
+        """`from_file`: the collections the file declared when `tandem serve` read it (settings.config_collections);
+        what is not the file's (flags, --index/--student) stays whatever the file says."""
         self.path, self._collections, self._on_change = path, collections, on_change
         self._watch = FileWatch(path, interval_s, self.reload, "tandem-config")  # SIGHUP and the file's changes
-        try:
-            from_file = {spec.name for spec in read_config(path)}
-        except InputError:  # broken since `tandem serve` read it: all served stays, its next change applies
-            from_file = set()
-        # what is not the file's (flags, --index/--student) stays whatever the file says
         self._fixed = [spec for spec in collections.specs() if spec.name not in from_file]
         self.reloads = 0
         self._lock = threading.Lock()  # one reload at a time (the watch and SIGHUP)

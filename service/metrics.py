@@ -23,8 +23,10 @@ A callback gauge cannot cross processes, so there each process writes its queue 
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -34,6 +36,14 @@ from prometheus_client.multiprocess import MultiProcessCollector
 STAGES = ("queue", "tokenize", "encode", "search", "lexical", "filter", "rescore", "total")
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client reads it when first imported
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Scored(Protocol):
+    """A segment's agreement (models.agreement.SegmentAgreement)."""
+
+    segment: str
+    overlap: float | None
+    below: bool | None
 
 
 class Metrics:
@@ -84,6 +94,13 @@ class Metrics:
                                       multiprocess_mode="livemin")
         self.collection_documents = Gauge("tandem_collection_documents", "Documents in the collection's version "
                                           "in service.", ["collection"], registry=r, multiprocess_mode="livemax")
+        self.segment_agreement = Gauge(
+            "tandem_segment_agreement", "The student's top-10 overlap with the teacher on a segment's agreement "
+            "sample (segment \"version\": the version's; service.core.agreement).", ["collection", "segment"],
+            registry=r, multiprocess_mode="livemax")
+        self.segment_agreement_below = Gauge(
+            "tandem_segment_agreement_below", "1 when the segment's overlap is below the threshold relative to the "
+            "student's home segments, else 0.", ["collection", "segment"], registry=r, multiprocess_mode="livemax")
         # when the initial load began, and whether the index gauges are set (service.http.routes.metrics reads the
         # loader into them; set_index marks them set)
         self.load_started: float | None = None
@@ -130,6 +147,18 @@ class Metrics:
         self.index_info.labels(version).set(1)
         self.index_documents.set(count)
         self.index_load_seconds.set(load_seconds)
+
+    def set_agreement(self, collection: str, scores: Sequence[Scored], gone: Sequence[str]) -> None:
+        """A collection's agreement per segment (service.core.agreement); `gone`: segments no longer in service."""
+        for segment in gone:
+            for gauge in (self.segment_agreement, self.segment_agreement_below):
+                with contextlib.suppress(KeyError):
+                    gauge.remove(collection, segment)
+        for score in scores:
+            if score.overlap is not None:
+                self.segment_agreement.labels(collection, score.segment).set(score.overlap)
+            if score.below is not None:
+                self.segment_agreement_below.labels(collection, score.segment).set(int(score.below))
 
     def render(self) -> bytes:
         if self.multiprocess_dir is None:

@@ -115,6 +115,9 @@ class ServiceSettings(BaseSettings):
     collections_config: Path | None = Field(None, description="The --config file `collections` came from (with "
                                             "those of --collection): re-read on SIGHUP and when it changes, adding "
                                             "and removing its collections (service.core.collections_reload).")
+    config_collections: tuple[str, ...] = Field(
+        (), description="Set by `tandem serve`, not an option: the collections the --config file declared at "
+        "startup (the others, from --collection and --index/--student, are not the file's to remove).")
     max_body_bytes: int = Field(1 << 20, ge=1, description="Largest request body; beyond it, 413.")
     cors_origins: str | None = Field(None, description="Comma-separated origins allowed by CORS; unset, CORS is off.")
     admin_token: SecretStr | None = Field(
@@ -122,6 +125,10 @@ class ServiceSettings(BaseSettings):
     )
     watch_interval_s: float = Field(
         2.0, ge=0, description="How often a bundle root's CURRENT pointer is polled for a new version (0: never).",
+    )
+    agreement_budget_s: float = Field(
+        120.0, ge=0, description="After each load and reload, how long a background thread may spend scoring the "
+        "student's agreement with the teacher on the segments not scored yet (service.core.agreement); 0: never.",
     )
     keep_versions: int = Field(2, ge=0, le=MAX_KEEP_VERSIONS, description="Previous versions kept loaded for "
                                "POST /admin/rollback; each holds its index in memory.")
@@ -170,9 +177,6 @@ class ServiceSettings(BaseSettings):
             raise ValueError(f"TANDEM_MAX_BATCH_QUERIES ({self.max_batch_queries}) exceeds TANDEM_MAX_PENDING "
                              f"({self.max_pending}): such a batch could never be admitted")
         check_unique(self.collections)
-        if len(self.collections) > 1 and self.processes > 1:
-            raise ValueError("several collections are served by one process: TANDEM_PROCESSES must be 1 with more "
-                             "than one collection")
         return self
 
     def collection_specs(self) -> list[CollectionSpec]:

@@ -13,13 +13,13 @@ from typing import Annotated
 import typer
 
 from indexer.options import Engine, ExportFormat
-from models.bundle.index_spec import IndexType, Quantization
+from models.bundle.index_spec import AUTO_FLAT_MAX, IndexChoice, Quantization
 from models.bundle.manifest import BundleManifest
 from models.bundle.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
 from models.encoders.precision import PrecisionChoice, StudentPrecision
 from models.encoders.registry import ModelCard
-from models.errors import TandemError
+from models.errors import InputError, TandemError
 from tandem.provision import ROLES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -215,8 +215,9 @@ def index_build(
         Rotation, typer.Option(help="pca: rotate onto the corpus's principal axes before truncating.")
     ] = Rotation.NONE,
     index: Annotated[
-        IndexType, typer.Option(help="flat (exact), hnsw (float, int8 or binary) or ivf (binary only).")
-    ] = IndexType.FLAT,
+        IndexChoice, typer.Option(help="flat (exact), hnsw (float, int8 or binary), ivf (binary only), or auto: flat "
+                                  f"up to {AUTO_FLAT_MAX:,} documents, then ivf (binary) or hnsw (float, int8).")
+    ] = IndexChoice.AUTO,
     hnsw_m: Annotated[int | None, typer.Option(help="hnsw: neighbours per node (default 32).")] = None,
     ef_construction: Annotated[int | None, typer.Option(help="hnsw: build-time candidate list (default 80).")] = None,
     ef_search: Annotated[int | None, typer.Option(help="hnsw: query-time candidate list (default 64).")] = None,
@@ -295,6 +296,12 @@ def index_update(
     batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
+    precision: Annotated[
+        PrecisionChoice | None,
+        typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision for the new or changed texts: by default "
+                     "(or auto) the one the base's manifest records, so a version's vectors agree; another is "
+                     "allowed with a warning, and recorded on the new segment."),
+    ] = None,
     force: ForceOpt = False,
 ) -> None:
     """Add, replace or delete documents by id into a new bundle version; only new or changed texts are encoded."""
@@ -302,7 +309,7 @@ def index_update(
 
     req = UpdateRequest(changes=changes, delete_ids=delete_ids, base=base, root=root, out=out, version=version,
                         keep=keep, force=force, teacher=teacher, batch_size=batch_size, shard_size=shard_size,
-                        device=device)
+                        device=device, precision=precision)
     manifest = update(req)
     b = manifest.base
     assert b is not None
@@ -365,14 +372,29 @@ def index_follow(
     batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
+    refresh_student: Annotated[
+        Path | None, typer.Option(help="A student root (CURRENT names the served student): after a version, when "
+                                       "the segments it has not seen hold --refresh-min-docs documents, refresh it "
+                                       "(`distill --from`) and publish the new one there.")] = None,
+    refresh_min_docs: Annotated[int, typer.Option(help="With --refresh-student: unseen live documents that trigger "
+                                                       "a refresh.")] = 500,
+    backbone: BackboneOpt = None,
 ) -> None:
     """Apply change files as they arrive, one segment each, publishing at most once per --interval."""
     from indexer.follow import FollowRequest, follow
 
+    hook = None
+    if refresh_student is not None:
+        from tandem.student_refresh import StudentRefresher, unseen_documents
+
+        hook = StudentRefresher(refresh_student, unseen_documents(refresh_min_docs), teacher=teacher,
+                                backbone=backbone, device=device)
+        hook.check()
     report = follow(FollowRequest(root=root, changes_dir=changes_dir, interval_s=interval,
                                   max_segments=compact_segments, max_deleted=compact_deleted,
                                   compact=not no_compact, once=once, max_files=batch_files, keep=keep,
-                                  teacher=teacher, batch_size=batch_size, device=device, shard_size=shard_size))
+                                  teacher=teacher, batch_size=batch_size, device=device, shard_size=shard_size,
+                                  after_publish=hook))
     typer.echo(f"applied {report.applied} change files to {root} in {report.versions} versions")
     if report.late:
         typer.echo(f"warning: {len(report.late)} change files arrived sorting before the last applied one and were "
@@ -389,6 +411,21 @@ def index_verify(
     from indexer.verify import verify
 
     for line in verify(path, all_versions=all_versions, teacher=teacher):
+        typer.echo(line)
+
+
+@index_app.command("check")
+def index_check(
+    root: Annotated[Path, typer.Option(help="A bundle root (checks CURRENT) or a bundle directory.")],
+    student: Annotated[Path, typer.Option(help="The student directory to check against the teacher.")],
+    json_out: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Per segment, the student's agreement with the teacher on the segment's sample: top-10 overlap, and the
+    share of queries whose source document the student (and the teacher) ranks in its top 10."""
+    from indexer.check import check, describe
+
+    report = check(root, student)
+    for line in [report.model_dump_json(indent=2)] if json_out else describe(report):
         typer.echo(line)
 
 
@@ -424,16 +461,29 @@ def index_current(
 
 @app.command("distill")
 def distill(
-    corpus: Annotated[Path, typer.Option(help="Corpus JSONL the student learns from (unlabeled).")],
     index: Annotated[Path, typer.Option(help="Bundle built from that corpus (its teacher is the target), or a bundle "
                                         "root: its CURRENT version.")],
     out: Annotated[Path, typer.Option(help="Student directory to write.")],
-    preset: Annotated[str, typer.Option(help="quick, default or full, or a JSON file of preset fields.")] = "default",
+    corpus: Annotated[Path | None, typer.Option(help="Corpus JSONL the student learns from (unlabeled); not with "
+                                                "--from, which replays the student's own.")] = None,
+    preset: Annotated[str | None, typer.Option(help="quick, default or full, or a JSON file of preset fields "
+                                               "(default: default; with --from, the student's own, one epoch).")
+                      ] = None,
     train_queries: Annotated[
         Path | None,
         typer.Option(help="Optional BEIR queries JSONL of a *train* split to add as training text. Never pass "
                           "test queries: ids listed in a qrels/test.tsv beside the file are dropped."),
     ] = None,
+    from_student: Annotated[
+        Path | None,
+        typer.Option("--from", help="Continue training this served student on the index's segments it has not "
+                                    "seen, with a replay of its own corpus (docs/operations.md)."),
+    ] = None,
+    segments: Annotated[
+        list[str] | None, typer.Option("--segment", help="With --from: train on this segment (repeat; default: the "
+                                                         "segments its trained-on version lacks).")
+    ] = None,
+    replay: Annotated[float, typer.Option(help="With --from: old training texts replayed per new one.")] = 1.0,
     teacher: TeacherOpt = None,
     backbone: BackboneOpt = None,
     device: DeviceOpt = None,
@@ -441,12 +491,26 @@ def distill(
     force: Annotated[bool, typer.Option(help="Replace an existing student at --out.")] = False,
 ) -> None:
     """Distill a student into the teacher's space and export it to ONNX (fp32 + int8)."""
-    from models.distill.pipeline import DistillRequest, run_distill
+    if from_student is not None:
+        from models.distill.refresh import RefreshRequest, run_refresh
 
-    manifest = run_distill(
-        DistillRequest(corpus=corpus, index=index, out=out, preset=preset, train_queries=train_queries,
-                       teacher=teacher, backbone=backbone, device=device, seed=seed, force=force)
-    )
+        if corpus is not None or train_queries is not None:
+            raise InputError("--from replays the student's own corpus: drop --corpus and --train-queries")
+        manifest = run_refresh(RefreshRequest(student=from_student, index=index, out=out, segments=segments or None,
+                                              preset=preset, replay=replay, teacher=teacher, backbone=backbone,
+                                              device=device, seed=seed, force=force))
+    else:
+        from models.distill.pipeline import DistillRequest, run_distill
+
+        if corpus is None:
+            raise InputError("--corpus is required (or --from, to refresh a served student)")
+        if segments:
+            raise InputError("--segment needs --from")
+        manifest = run_distill(
+            DistillRequest(corpus=corpus, index=index, out=out, preset=preset or "default",
+                           train_queries=train_queries, teacher=teacher, backbone=backbone, device=device, seed=seed,
+                           force=force)
+        )
     if manifest.parity is not None:
         typer.echo(f"student written to {out}: parity fp32 {manifest.parity.fp32_mean_cosine:.5f}, "
                    f"int8 {manifest.parity.int8_mean_cosine:.5f}")

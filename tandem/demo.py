@@ -19,6 +19,7 @@ from indexer.build import BuildRequest, build
 from indexer.demo_corpus import write_demo_corpus
 from models.bundle.version import read_bundle_manifest
 from models.distill.pipeline import DistillRequest, run_distill
+from models.encoders.precision import AUTO
 from models.encoders.registry import load_card, resolve, sha256_file
 from models.encoders.student import read_student_manifest
 from models.errors import ContractMismatch
@@ -58,7 +59,9 @@ def prepare(max_docs: int) -> tuple[Path, Path]:
     if _bundle_is_current(bundle, corpus, teacher_fp):
         log.info("demo bundle is current: %s", bundle)
     else:
-        build(BuildRequest(corpus=corpus, out=bundle, force=True))
+        # the teacher in the precision this machine runs fastest (bf16 where the CPU has it); the student is
+        # distilled from the very vectors the build stored, so the corpus is encoded once
+        build(BuildRequest(corpus=corpus, out=bundle, force=True, precision=AUTO))
     if _student_is_current(student, teacher_fp):
         log.info("demo student is current: %s", student)
     else:

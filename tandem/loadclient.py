@@ -48,6 +48,7 @@ class Request:
     path: str
     body: bytes = b""
     content_type: str = "application/json"
+    headers: tuple[tuple[str, str], ...] = ()  # more header lines, e.g. ("Authorization", "Bearer KEY")
 
 
 class ServerDisconnected(ConnectionError):
@@ -155,6 +156,7 @@ class ConnectionPool:
         if request.body or request.method in ("POST", "PUT", "PATCH"):
             lines.append(f"Content-Type: {request.content_type}\r\nContent-Length: {len(request.body)}\r\n"
                          .encode("latin-1"))
+        lines.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in request.headers)
         lines.append(b"\r\n")
         return b"".join(lines)
 

@@ -353,9 +353,11 @@ class StudentEntry:
         t = m.trained_on
         if t is None:
             return f"{head}; what it was trained on is not recorded (distilled before tandem kept it)"
+        refreshed = "".join(f"; refreshed on segments {', '.join(r.segments)} ({r.documents} documents) of "
+                            f"{r.bundle_version}" for r in t.refreshes)
         return (f"{head}; trained on {t.corpus} (sha256 {t.corpus_sha256[:16]}…, {t.documents} documents; "
                 f"{t.train_texts} training texts, {t.train_queries} of them queries, {t.real_queries} real) against "
-                f"bundle version {t.bundle_version} ({t.bundle})")
+                f"bundle version {t.bundle_version} ({t.bundle}){refreshed}")
 
 
 def student_entry(path: Path) -> StudentEntry:

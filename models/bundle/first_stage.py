@@ -15,7 +15,11 @@ from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.quantize import Int8Calibration
 from models.bundle.space import sign_codes
 
-IVF_TRAIN_PER_CELL = 256  # k-means sees at most this many codes per cell; more adds time, not quality
+# IVF's k-means trains on a stride of IVF_TRAIN_PER_CELL codes a cell for IVF_TRAIN_ITERATIONS iterations: FAISS's
+# floor of points a centroid and its default max were 39 and 256 (with 25 iterations), and at 4·√N cells the old
+# sample made training grow as N^1.5 (docs/lab/2026-11-26-first-stage-scale.md)
+IVF_TRAIN_PER_CELL = 64
+IVF_TRAIN_ITERATIONS = 10
 
 
 def set_calibration(sq_index: faiss.IndexScalarQuantizer, cal: Int8Calibration) -> None:
@@ -55,11 +59,14 @@ def empty_first_stage(
     else:
         assert quantization is Quantization.BINARY and spec.ivf_nlist is not None
         index = faiss.IndexBinaryIVF(faiss.IndexBinaryFlat(dim), dim, spec.ivf_nlist)  # keeps its quantizer alive
+        index.cp.niter = IVF_TRAIN_ITERATIONS
+        index.cp.max_points_per_centroid = IVF_TRAIN_PER_CELL  # the sample train_step gives, not subsampled again
     return index
 
 
 def train_step(count: int, spec: IndexSpec) -> int:
-    """Every train_step-th row trains IVF's k-means (the same rows whether the build streams or not)."""
+    """Every train_step-th row trains IVF's k-means (the same rows whether the build streams or not): about
+    IVF_TRAIN_PER_CELL a cell."""
     return max(1, count // (IVF_TRAIN_PER_CELL * (spec.ivf_nlist or 1)))
 
 

@@ -10,6 +10,12 @@ Valid combinations (anything else is refused before any work is done):
 
 Binary types keep the int8 rescoring stage, so only their first stage lives in RAM. Search-time
 parameters are recorded here and applied at load, since FAISS does not persist them for every type.
+
+`auto` picks the type by corpus size (`auto_type`): flat up to AUTO_FLAT_MAX documents, past it IVF over binary
+codes (binary) or HNSW (float, int8), whose cost per query does not grow with a full scan. A binary index also
+records its rescoring depth (`oversample`, `rescore_depth`): how many Hamming candidates per hit the int8 stage
+rescores grows with the corpus, since at a fixed depth ever more of the true top 10 fall outside it
+(docs/lab/2026-11-26-first-stage-scale.md).
 """
 
 from __future__ import annotations
@@ -25,6 +31,13 @@ HNSW_M = 32
 EF_CONSTRUCTION = 80
 EF_SEARCH = 64
 IVF_POINTS_PER_CELL = 39  # FAISS k-means wants at least this many training points per centroid
+AUTO = "auto"
+AUTO_FLAT_MAX = 2_000_000  # `--index auto`: flat up to here (a full scan of binary codes stays within p99 budgets)
+# binary rescoring depth by corpus size: (up to this many documents, Hamming candidates rescored per hit), so that
+# recall@10 against exact float search stays over 0.85: measured 0.912 at 200k with ×8 and 0.907 at 1M with ×16 (×4:
+# 0.819 and 0.696); past 1.5M extrapolated (twice the depth per five times the corpus), not measured
+RESCORE_DEPTHS = ((50_000, 4), (300_000, 8), (1_500_000, 16), (5_000_000, 32))
+DEEPEST_RESCORE = 64
 
 
 class Quantization(StrEnum):
@@ -37,6 +50,15 @@ class IndexType(StrEnum):
     FLAT = "flat"
     HNSW = "hnsw"
     IVF = "ivf"
+
+
+class IndexChoice(StrEnum):
+    """What `--index` takes: a type, or `auto` (by corpus size: auto_type)."""
+
+    FLAT = "flat"
+    HNSW = "hnsw"
+    IVF = "ivf"
+    AUTO = "auto"
 
 
 VALID = {  # index type → quantizations it supports
@@ -57,11 +79,29 @@ class IndexSpec(BaseModel):
     ef_search: int | None = Field(default=None, ge=1, description="hnsw: candidate list size per query")
     ivf_nlist: int | None = Field(default=None, ge=1, description="ivf: number of k-means cells")
     ivf_nprobe: int | None = Field(default=None, ge=1, description="ivf: cells scanned per query")
+    oversample: int | None = Field(default=None, ge=1, description="binary: Hamming candidates rescored per hit, at "
+                                   "least (set by corpus size; unset: the service's --binary-oversample)")
 
 
 def default_nlist(count: int) -> int:
     """About 4·√N cells, but no more than k-means can train well on N points."""
     return max(1, min(int(4 * math.sqrt(count)), count // IVF_POINTS_PER_CELL))
+
+
+def rescore_depth(quantization: Quantization, count: int) -> int | None:
+    """The rescoring depth a binary index of `count` rows records; None (the service's default, ×4) while that is
+    enough, and for float and int8, which have no rescoring stage."""
+    if quantization is not Quantization.BINARY:
+        return None
+    depth = next((d for upto, d in RESCORE_DEPTHS if count <= upto), DEEPEST_RESCORE)
+    return None if depth <= RESCORE_DEPTHS[0][1] else depth
+
+
+def auto_type(quantization: Quantization, count: int) -> IndexType:
+    """`--index auto`: flat up to AUTO_FLAT_MAX documents, then IVF (binary) or HNSW (float, int8)."""
+    if count <= AUTO_FLAT_MAX:
+        return IndexType.FLAT
+    return IndexType.IVF if quantization is Quantization.BINARY else IndexType.HNSW
 
 
 def resolve_spec(
@@ -76,10 +116,27 @@ def resolve_spec(
     ivf_nprobe: int | None = None,
 ) -> IndexSpec:
     """A complete spec for `count` documents, or an InputError naming the offending option."""
+    spec = _resolve(index_type, quantization, count, hnsw_m=hnsw_m, ef_construction=ef_construction,
+                    ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe)
+    depth = rescore_depth(quantization, count)
+    return spec if depth is None else spec.model_copy(update={"oversample": depth})
+
+
+def _resolve(
+    index_type: str,
+    quantization: Quantization,
+    count: int,
+    *,
+    hnsw_m: int | None,
+    ef_construction: int | None,
+    ef_search: int | None,
+    ivf_nlist: int | None,
+    ivf_nprobe: int | None,
+) -> IndexSpec:
     try:
-        kind = IndexType(index_type)
+        kind = auto_type(quantization, count) if index_type == AUTO else IndexType(index_type)
     except ValueError:
-        choices = ", ".join(t.value for t in IndexType)
+        choices = ", ".join([*(t.value for t in IndexType), AUTO])
         raise InputError(f"unknown --index {index_type!r}; choose one of {choices}") from None
     if quantization.value not in VALID[kind]:
         allowed = ", ".join(sorted(VALID[kind]))
@@ -94,7 +151,8 @@ def resolve_spec(
            IndexType.IVF: {"--ivf-nlist", "--ivf-nprobe"}}[kind]
     stray = [option for option, value in given.items() if value is not None and option not in own]
     if stray:
-        raise InputError(f"{', '.join(stray)} does not apply to --index {kind.value}")
+        chosen = f" (what --index auto chose for {count} documents)" if index_type == AUTO else ""
+        raise InputError(f"{', '.join(stray)} does not apply to --index {kind.value}{chosen}")
     if kind is IndexType.HNSW:
         if hnsw_m is not None and hnsw_m < 2:
             raise InputError(f"--hnsw-m must be at least 2, got {hnsw_m}")

@@ -30,9 +30,10 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from models.bundle.dictionary import Dictionary, run_offsets, sorted_dictionary
+from models.bundle.dictionary import Dictionary, sorted_dictionary
 from models.bundle.docstore import DocStore
 from models.bundle.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
+from models.bundle.spill import CodeSpill, new_array, release, save_array
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
@@ -75,41 +76,50 @@ class Analyzer:
 def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo | None = None) -> tuple[
         LexicalInfo, list[str]]:
     """Index rows [0, count) of `docs` into staging/lexical/ as postings; returns the parameters (with this
-    segment's document count and total length) and the file names."""
+    segment's document count and total length) and the file names. Postings spill to a scratch file as the
+    passages are read and are laid out by stem from it (models.bundle.spill): memory holds the vocabulary and
+    one chunk, whatever the corpus size."""
     info = (info or LexicalInfo()).model_copy(update={"engine": "postings"})
     analyzer = Analyzer(info)
+    out = staging / LEXICAL_DIR
+    out.mkdir(exist_ok=True)
     vocab: dict[str, int] = {_EMPTY: 0}
-    pairs: list[tuple[np.ndarray, np.ndarray]] = []  # per chunk: unique (row << 32 | stem id) keys, their counts
-    lengths = np.zeros(count, dtype=np.int32)
-    for start in range(0, count, READ_CHUNK):
-        keys: list[int] = []
-        for row, doc in enumerate(docs.range(start, min(start + READ_CHUNK, count)), start):
-            ids = [vocab.setdefault(s, len(vocab)) for s in analyzer.stems(doc.passage())] or [0]
-            lengths[row] = len(ids)
-            keys.extend((row << 32) | i for i in ids)
-        pairs.append(np.unique(np.asarray(keys, dtype=np.int64), return_counts=True))
-    names, total = _write_postings(staging / LEXICAL_DIR, vocab, pairs, lengths)
+    lengths = new_array(out / LENGTHS_FILE, np.int32, count)
+    spill = CodeSpill(out / ".postings.spill", np.int32, {"tf": np.float32})
+    total = 0
+    try:
+        for start in range(0, count, READ_CHUNK):
+            keys: list[int] = []
+            for row, doc in enumerate(docs.range(start, min(start + READ_CHUNK, count)), start):
+                ids = [vocab.setdefault(s, len(vocab)) for s in analyzer.stems(doc.passage())] or [0]
+                lengths[row] = len(ids)
+                total += len(ids)
+                keys.extend((row << 32) | i for i in ids)
+            unique, tf = np.unique(np.asarray(keys, dtype=np.int64), return_counts=True)
+            spill.append(unique & 0xFFFFFFFF, unique >> 32, tf=tf)
+            release(lengths)
+        save_array(out / LENGTHS_FILE, lengths)
+        names = _write_postings(out, vocab, spill)
+    finally:
+        spill.remove()
+        del lengths
     info = info.model_copy(update={"vocab": len(vocab), "documents": count, "total_length": total})
     log.info("lexical index: %d documents, %d stems", count, len(vocab))
     return info, names
 
 
-def _write_postings(out: Path, vocab: dict[str, int], pairs: list[tuple[np.ndarray, np.ndarray]],
-                    lengths: np.ndarray) -> tuple[list[str], int]:
-    out.mkdir(exist_ok=True)
-    keys = np.concatenate([k for k, _ in pairs]) if pairs else np.zeros(0, dtype=np.int64)
-    tf = np.concatenate([c for _, c in pairs]).astype(np.float32) if pairs else np.zeros(0, dtype=np.float32)
-    rows, ids = (keys >> 32).astype(np.int32), (keys & 0xFFFFFFFF).astype(np.int64)
+def _write_postings(out: Path, vocab: dict[str, int], spill: CodeSpill) -> list[str]:
+    """The stems in order and each one's postings, rows ascending (the spill was appended in row order)."""
     rank, blob, term_offsets = sorted_dictionary(vocab)  # rank: provisional id → position in sorted order
-    term = rank[ids]
-    order = np.argsort(term, kind="stable")  # rows stay ascending within a stem: keys were sorted by row
     (out / TERMS_FILE).write_bytes(blob)
     np.save(out / TERM_OFFSETS_FILE, term_offsets)
-    np.save(out / POSTING_OFFSETS_FILE, run_offsets(np.bincount(term, minlength=len(vocab))))
-    np.save(out / POSTING_ROWS_FILE, rows[order])
-    np.save(out / POSTING_TF_FILE, tf[order])
-    np.save(out / LENGTHS_FILE, lengths)
-    return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES), int(lengths.sum(dtype=np.int64))
+    rows, tf = new_array(out / POSTING_ROWS_FILE, np.int32, spill.total), new_array(out / POSTING_TF_FILE,
+                                                                                   np.float32, spill.total)
+    offsets = spill.scatter(rank, {"row": rows, "tf": tf})
+    save_array(out / POSTING_ROWS_FILE, rows)
+    save_array(out / POSTING_TF_FILE, tf)
+    np.save(out / POSTING_OFFSETS_FILE, offsets)
+    return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES)
 
 
 class PostingsIndex:

@@ -2,7 +2,8 @@
 
 Two passes over the docstore's metadata (never its texts): the first counts the JSON kinds of every key, to
 infer the type of each key not declared (models.bundle.fields); the second gathers each indexed field's (value, row)
-pairs, sorts them by value and writes numpy arrays that models.bundle.payload memory-maps:
+pairs, sorted by value on disk in bounded memory (models.bundle.payload_columns), into numpy arrays that
+models.bundle.payload memory-maps:
 
 - keyword and keyword-list: the distinct values in order (`dict`: their UTF-8 bytes, `dict_offsets`), and each
   value's rows ascending, one posting list after another (`rows`, delimited by `offsets`);
@@ -18,16 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
-from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
-from models.bundle.dictionary import run_offsets, sorted_dictionary
 from models.bundle.docstore import DocStore
-from models.bundle.fields import FieldType, PayloadField, PayloadInfo, Tally, describe_kinds, infer, typed
+from models.bundle.fields import FieldType, PayloadField, PayloadInfo, Tally, describe_kinds, infer
 from models.bundle.manifest import PAYLOAD_SUBDIRECTORY
+from models.bundle.payload_columns import KEYWORD_TYPES, FieldColumns
 from models.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -37,8 +35,6 @@ READ_CHUNK = 10_000
 MAX_INFERRED = 256  # undeclared keys indexed at most (the most common first); the rest read the docstore
 KEYWORD_PARTS = ("dict", "dict_offsets", "offsets", "rows", "absent")
 VALUE_PARTS = ("values", "rows", "absent")
-KEYWORD_TYPES = frozenset({FieldType.KEYWORD, FieldType.KEYWORD_LIST})
-_VALUE_CODES = {FieldType.INTEGER: "q", FieldType.DATETIME: "q", FieldType.FLOAT: "d", FieldType.BOOLEAN: "b"}
 
 
 def part_name(position: int, part: str) -> str:
@@ -55,72 +51,10 @@ def payload_files(info: PayloadInfo) -> list[str]:
     return [part_name(i, part) for i, f in enumerate(info.fields) for part in field_parts(f.type)]
 
 
-def row_dtype(count: int) -> type[np.signedinteger]:
-    return np.int32 if count < 2**31 else np.int64
-
-
 def _metadata(docs: DocStore, count: int):
     for start in range(0, count, READ_CHUNK):
         for row, raw in enumerate(docs.metadata_range(start, min(start + READ_CHUNK, count)), start):
             yield row, ({} if raw is None else json.loads(raw))
-
-
-class _Gathered:
-    """One field's (value, row) pairs as they are read, in compact arrays (no Python object per row)."""
-
-    def __init__(self, field: PayloadField) -> None:
-        self.field = field
-        self.keyword = field.type in KEYWORD_TYPES
-        self.codes: dict[str, int] = {}  # keyword types: value → code in order of first appearance
-        self.keys = array("q" if self.keyword else _VALUE_CODES[field.type])
-        self.rows = array("q")
-        self.absent = array("q")
-
-    def add(self, row: int, value: object) -> None:
-        if value is None:
-            self.absent.append(row)
-            return
-        try:
-            stored = typed(self.field.type, value)
-        except ValueError as exc:  # write_payload names the document
-            raise ValueError(f"field {self.field.name!r} is {self.field.origin} {self.field.type.value}: {exc}, got "
-                             f"{value!r:.60}") from None
-        if not self.keyword:
-            self.keys.append(stored)  # type: ignore[arg-type]
-            self.rows.append(row)
-            return
-        values: list[str] = stored if isinstance(stored, list) else [str(stored)]
-        for text in values:  # none for an empty list: a value, but no element to match
-            self.keys.append(self.codes.setdefault(text, len(self.codes)))
-            self.rows.append(row)
-
-    def write(self, directory: Path, position: int, count: int) -> PayloadField:
-        """Sort by value and save the arrays; returns the field with its counts."""
-        keys = np.frombuffer(self.keys, dtype=np.dtype(self.keys.typecode)) if self.keys else np.zeros(
-            0, dtype=np.dtype(self.keys.typecode))
-        rows = np.frombuffer(self.rows, dtype=np.int64) if self.rows else np.zeros(0, dtype=np.int64)
-        arrays: dict[str, np.ndarray] = {"absent": np.asarray(self.absent, dtype=row_dtype(count))}
-        if self.keyword:
-            remap, blob, blob_offsets = sorted_dictionary(self.codes)
-            keys = remap[keys] if len(keys) else keys
-            order = np.lexsort((rows, keys))
-            keys, rows = keys[order], rows[order]
-            if self.field.type is FieldType.KEYWORD_LIST and len(keys):  # ["a", "a"]: one posting
-                first = np.r_[True, (keys[1:] != keys[:-1]) | (rows[1:] != rows[:-1])]
-                keys, rows = keys[first], rows[first]
-            arrays["dict"], arrays["dict_offsets"] = np.frombuffer(blob, dtype=np.uint8), blob_offsets
-            arrays["offsets"] = run_offsets(np.bincount(keys, minlength=len(remap)))
-            distinct = len(remap)
-        else:
-            order = np.argsort(keys, kind="stable")  # rows ascending within a value
-            keys, rows = keys[order], rows[order]
-            arrays["values"] = keys.astype(np.int8) if self.field.type is FieldType.BOOLEAN else keys
-            distinct = int(np.count_nonzero(np.diff(keys))) + 1 if len(keys) else 0
-        arrays["rows"] = rows.astype(row_dtype(count))
-        for part in field_parts(self.field.type):
-            np.save(directory / Path(part_name(position, part)).name, arrays[part])
-        # a row holding [] has a value (it exists) but no posting
-        return self.field.model_copy(update={"documents": count - len(self.absent), "values": distinct})
 
 
 def _schema(tally: Tally, fixed: Sequence[PayloadField], unindexed_before: Sequence[str] = ()) -> tuple[
@@ -161,16 +95,24 @@ def write_payload(staging: Path, docs: DocStore, count: int, fixed: Sequence[Pay
     for _, meta in _metadata(docs, count):
         tally.add(meta)
     fields, unindexed = _schema(tally, fixed, unindexed)
-    gathered = [_Gathered(f) for f in fields]
-    for row, meta in _metadata(docs, count):
-        for g in gathered:
-            try:
-                g.add(row, meta.get(g.field.name))
-            except ValueError as exc:  # the build and the update check their lines first: this is a last guard
-                raise InputError(f"document {docs.get([row])[0].id!r} (row {row}): {exc}") from None
     out = staging / PAYLOAD_DIR
     out.mkdir(exist_ok=True)
-    written = [g.write(out, i, count) for i, g in enumerate(gathered)]
+    gathered = [FieldColumns(f, out, i, count) for i, f in enumerate(fields)]
+    try:
+        for row, meta in _metadata(docs, count):
+            for g in gathered:
+                try:
+                    g.add(row, meta.get(g.field.name))
+                except ValueError as exc:  # the build and the update check their lines first: this is a last guard
+                    raise InputError(f"document {docs.get([row])[0].id!r} (row {row}): {exc}") from None
+            if row % READ_CHUNK == READ_CHUNK - 1:
+                for g in gathered:
+                    g.flush()
+        written = [g.write(out, {part: Path(part_name(i, part)).name for part in field_parts(g.field.type)})
+                   for i, g in enumerate(gathered)]
+    finally:
+        for g in gathered:
+            g.remove()
     for f in written:
         log.info("payload field %r (%s, %s): %d documents, %d distinct values", f.name, f.type.value,
                  "declared" if f.declared else "inferred", f.documents, f.values)

@@ -34,7 +34,7 @@ from models.bundle.first_stage import (
     stored_codes,
     train_step,
 )
-from models.bundle.index_spec import IndexSpec, Quantization
+from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.lexical import top_k
 from models.bundle.quantize import int8_decode, int8_encode
 from models.bundle.rows import Allowed
@@ -164,6 +164,7 @@ class VectorIndex:
         `allowed` restricts the search to those rows before ranking, over-fetching as `widening` says."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         k = max(1, min(k, self.count))
+        oversample = max(oversample, self.spec.oversample or 1)  # the depth the index's size needs, at least
         binary = self.quantization is Quantization.BINARY
         depth = min(self.count, k * max(1, oversample)) if binary else k
         params, selector, fetch = self._restricted(allowed, widening, depth)
@@ -197,6 +198,7 @@ class VectorIndex:
         int8 rescoring of the best `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not
         addressable by row: its int8 vectors score every row)."""
         q = np.ascontiguousarray(truncate(rotated, self.dim), dtype=np.float32)
+        oversample = max(oversample, self.spec.oversample or 1)
         codes = stored_codes(self.index) if self.quantization is Quantization.BINARY else None
         if codes is not None and len(rows) > depth * max(1, oversample):
             rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), depth * max(1, oversample),
@@ -269,7 +271,9 @@ class IndexWriter:
 
     Only the first stage stays in RAM (it is what the service loads); rescoring codes go straight
     to `rescore.u8.npy`, whose header is written up front for the known row count, byte for byte
-    what `np.save` writes. The files equal `VectorIndex.build(...).save()` on the same vectors.
+    what `np.save` writes. A flat binary first stage is a header and its codes in row order, so it is
+    streamed to `index.faiss` the same way (binary_flat_header), and the build holds none of it. The
+    files equal `VectorIndex.build(...).save()` on the same vectors.
     """
 
     def __init__(self, directory: Path, count: int, dim: int, quantization: Quantization, spec: IndexSpec,
@@ -279,6 +283,10 @@ class IndexWriter:
         self.index = empty_first_stage(dim, quantization, spec, space.calibration)
         self.added = 0
         self._rescore: BinaryIO | None = None
+        self._codes: BinaryIO | None = None
+        if quantization is Quantization.BINARY and spec.type is IndexType.FLAT:
+            self._codes = (self.directory / INDEX_FILE).open("wb")
+            self._codes.write(binary_flat_header(dim, count))
         if quantization is Quantization.BINARY:
             self._rescore = (self.directory / RESCORE_FILE).open("wb")
             header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
@@ -304,7 +312,11 @@ class IndexWriter:
 
     def add(self, x: np.ndarray) -> None:
         """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
-        self.index.add(first_stage_codes(x, self.quantization, self.space.center, self.space.spin))
+        codes = first_stage_codes(x, self.quantization, self.space.center, self.space.spin)
+        if self._codes is not None:
+            self._codes.write(codes.tobytes())
+        else:
+            self.index.add(codes)
         if self._rescore is not None:
             assert self.space.calibration is not None
             self._rescore.write(int8_encode(x, self.space.calibration).tobytes())
@@ -317,11 +329,24 @@ class IndexWriter:
             raise ValueError(f"index writer got {self.added} vectors, expected {self.count}")
         if self._rescore is not None:
             self._rescore.close()
+        if self._codes is not None:
+            self._codes.close()
+            return [INDEX_FILE, RESCORE_FILE]
         apply_search_params(self.index, self.spec)
         names = VectorIndex(self.quantization, self.dim, self.index, self.space, None, self.spec).save(
             self.directory, space=False)
         return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:
-        if self._rescore is not None and not self._rescore.closed:
-            self._rescore.close()
+        for fh in (self._rescore, self._codes):
+            if fh is not None and not fh.closed:
+                fh.close()
+
+
+def binary_flat_header(dim: int, count: int) -> bytes:
+    """What FAISS writes before the codes of an IndexBinaryFlat of `count` rows: its own serialization of an empty
+    one (fourcc, d, code_size, ntotal, is_trained, metric, the codes' length), with ntotal and that length set."""
+    empty = faiss.serialize_index_binary(faiss.IndexBinaryFlat(dim)).tobytes()
+    size = count * (dim // 8)
+    # ntotal (int64) follows the fourcc and two int32s; the codes' byte length (uint64) ends the empty file
+    return empty[:12] + np.int64(count).tobytes() + empty[20:-8] + np.uint64(size).tobytes()

@@ -61,8 +61,17 @@ class TeacherTargets:
     def _encode_queries(self, texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
         return self.teacher.encode_queries(texts, batch_size=BATCH_SIZE, on_progress=on_progress)
 
-    def documents(self, docs: Sequence[Document]) -> np.ndarray:
-        """float32 [len(docs), dim] in corpus order: the embedding store's entry, encoded into it if missing."""
+    def documents(self, docs: Sequence[Document], built_from: str | None = None) -> np.ndarray:
+        """float32 [len(docs), dim] in corpus order: the embedding store's entry, encoded into it if missing.
+
+        `built_from`: the store key a bundle of these very documents records, read first, so the student learns the
+        vectors it is searched against in whatever precision the build's teacher ran (`--precision auto`: bf16
+        on a CPU that has it) and the corpus is never encoded a second time in fp32."""
+        if built_from is not None:
+            vectors = self.store.load(built_from)
+            if vectors is not None and len(vectors) == len(docs):
+                log.info("document targets: %d vectors the bundle was built from (key %s)", len(vectors), built_from)
+                return vectors
         key = store_key(self.card.fingerprint, self.card.max_seq_length, corpus_key(list(docs)))
         vectors = self.store.load(key)
         if vectors is not None:

@@ -200,7 +200,8 @@ def run_distill(req: DistillRequest) -> StudentManifest:
              len(data.val.passages), len(data.val.queries), data.val.real)
 
     targets = TeacherTargets(card, req.device)
-    doc_vectors = targets.documents(docs)
+    built_from = bundle.embeddings.store_key if corpus_sha256 == bundle.corpus.sha256 else None
+    doc_vectors = targets.documents(docs, built_from)
     query_vectors = [targets.queries(d.train.queries + d.val.queries) for d in datas]
     del targets  # frees the teacher, if it was loaded
 
@@ -256,6 +257,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             corpus=str(Path(req.corpus).resolve()), corpus_sha256=corpus_sha256, documents=len(docs),
             train_texts=len(data.train), train_queries=len(data.train.queries), real_queries=data.train.real,
             bundle=str(version_dir.resolve()), bundle_version=bundle.version or version_dir.name,
+            segments=[segment.name for segment in bundle.parts],
         ),
     )
     parity_passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]

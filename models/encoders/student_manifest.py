@@ -19,6 +19,18 @@ class ParityReport(BaseModel):
     int8_fp32_nodes: list[str] = Field(default_factory=list, description="MatMuls left fp32 to hold int8 parity")
 
 
+class Refreshed(BaseModel):
+    """One `tandem distill --from` run: the version whose new segments the student was trained on, beside a replay."""
+
+    student: str = Field(description="the student it continued from, resolved")
+    bundle: str = Field(description="the bundle version directory, resolved")
+    bundle_version: str
+    segments: list[str] = Field(description="the segments whose live documents were the new text")
+    documents: int = Field(description="live documents in those segments")
+    train_texts: int = Field(description="training texts drawn from them: passages and pseudo-queries")
+    replayed_texts: int = Field(description="training texts replayed from the corpus the student was distilled on")
+
+
 class TrainedOn(BaseModel):
     """What a student was distilled from, so an operator can tell whether the corpus it serves is the one it knows."""
 
@@ -30,6 +42,10 @@ class TrainedOn(BaseModel):
     real_queries: int = Field(description="of those, real queries read from --train-queries")
     bundle: str = Field(description="the bundle version directory its targets came from, resolved")
     bundle_version: str = Field(description="that version's name: its manifest's `version`, else its directory's")
+    segments: list[str] = Field(default_factory=list, description="that version's segments (empty in students "
+                                "recorded before): what `distill --from` counts as seen once the version is pruned")
+    refreshes: list[Refreshed] = Field(default_factory=list, description="`tandem distill --from` runs since, oldest "
+                                       "first; `bundle` and `bundle_version` then name the last one's version")
 
 
 class StudentManifest(BaseModel):

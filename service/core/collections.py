@@ -3,7 +3,9 @@
 Each collection is what the service was before collections: a SearcherLoader (service.core.loader) and a Reloader
 (service.core.reload) over the service's settings with the collection's index and student, so each loads, hot
 reloads, rolls back and fails on its own. Collections whose students are the same directory (its real path) share
-one StudentEncoder (`StudentPool`), loaded once.
+one StudentEncoder (`StudentPool`), loaded once. With `--processes N` every process serves every collection, and each
+collection has its own process group (service.core.processes) and ChangeFollower (service.core.follow): a reload or
+rollback of one, made by whichever process took the admin call, reaches the others.
 """
 
 from __future__ import annotations
@@ -17,7 +19,11 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from models.agreement.score import SegmentAgreement
 from models.encoders.student import StudentEncoder
+from models.encoders.student_root import resolve_student
+from service.core.agreement import AgreementMonitor
+from service.core.follow import ChangeFollower
 from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
 from service.core.query_cache import QueryCache
@@ -38,6 +44,7 @@ class StudentPool:
         self._students: dict[str, StudentEncoder] = {}
 
     def get(self, directory: Path) -> StudentEncoder:
+        directory = resolve_student(directory)  # a student root: the student its CURRENT names now
         real = os.path.realpath(directory)
         with self._lock:
             student = self._students.get(real)
@@ -68,6 +75,9 @@ class CollectionMetrics:
         if self._default:
             self._metrics.set_index(version, count, load_seconds)
 
+    def set_agreement(self, scores: list[SegmentAgreement], gone: list[str]) -> None:
+        self._metrics.set_agreement(self._name, scores, gone)
+
 
 @dataclass(frozen=True)
 class Collection:
@@ -75,6 +85,25 @@ class Collection:
     settings: ServiceSettings  # the service's, with this collection's index and student
     loader: SearcherLoader
     reloader: Reloader
+    agreement: AgreementMonitor
+    follower: ChangeFollower | None  # with --processes N: the changes other processes make to this collection
+
+    def start(self) -> None:
+        self.loader.start()  # /healthz answers at once; the collection turns ready when it has loaded
+        self.reloader.start()  # its CURRENT-pointer watcher, when it serves a bundle root
+        self.agreement.start()  # scores the student's agreement in the background (service.core.agreement)
+        if self.follower is not None:
+            self.follower.start()
+
+    def stop(self) -> None:
+        """Stop scoring, following and reloading (the loader is closed or drained by the caller); with
+        --processes N the collection's group no longer counts this process."""
+        self.agreement.close()
+        if self.follower is not None:
+            self.follower.stop()
+        self.reloader.close()
+        if self.reloader.group is not None:
+            self.reloader.group.leave()
 
 
 class CollectionSet:
@@ -97,13 +126,18 @@ class CollectionSet:
     def _build(self, spec: CollectionSpec) -> Collection:
         own = self._settings.model_copy(update={"index": spec.index, "student": spec.student})
         is_default = spec.name == self.default
-        group = self._group if is_default else None
-        # a worker of --processes N (one collection only) catches up with its group's last admin change
+        group = None if self._group is None else self._group if is_default else \
+            self._group.collection(spec.name, f"{spec.index}\0{spec.student}")
+        # a process of --processes N starting late catches up with the collection's last admin change
         initial = group.catch_up() if group is not None else None
         loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
                                 student_source=partial(self.students.get, spec.student), query_cache=self.query_cache)
-        reloader = Reloader(own, loader, metrics=CollectionMetrics(self._metrics, spec.name, is_default), group=group)
-        return Collection(spec.name, own, loader, reloader)
+        reported = CollectionMetrics(self._metrics, spec.name, is_default)
+        reloader = Reloader(own, loader, metrics=reported, group=group)
+        agreement = AgreementMonitor(spec.name, own, loader, reported)
+        reloader.agreement = agreement.status
+        follower = ChangeFollower(group, reloader, loader) if group is not None else None
+        return Collection(spec.name, own, loader, reloader, agreement, follower)
 
     def specs(self) -> list[CollectionSpec]:
         """What is served now, as declared (name, index, student)."""
@@ -116,8 +150,7 @@ class CollectionSet:
                 raise ValueError(f"collection {spec.name!r} is already served")
             collection = self._build(spec)
             if self._started:
-                collection.loader.start()
-                collection.reloader.start()
+                collection.start()
             self._collections = {**self._collections, spec.name: collection}
         return collection
 
@@ -130,8 +163,11 @@ class CollectionSet:
             rest = dict(self._collections)
             collection = rest.pop(name)
             self._collections = rest
-        collection.reloader.close()
+        collection.stop()
         collection.loader.drain()
+        scored = collection.agreement.status()
+        if scored is not None:  # its agreement gauges go with it
+            self._metrics.set_agreement(name, [], [s.segment for s in [*scored.segments, scored.overall]])
         for gauge in (self._metrics.collection_ready, self._metrics.collection_documents):
             with contextlib.suppress(KeyError):  # KeyError: never scraped
                 gauge.remove(name)
@@ -152,14 +188,18 @@ class CollectionSet:
         with self._lock:
             self._started = True
         for collection in self:
-            collection.loader.start()  # /healthz answers at once; each collection turns ready when it has loaded
-            collection.reloader.start()  # its CURRENT-pointer watcher, when it serves a bundle root
+            collection.start()
 
     def wait(self) -> None:
         for collection in self:
             collection.loader.wait()
 
+    def others_serve(self) -> bool:
+        """With --processes N: another process already serves one of these collections (this one replaces a
+        process, or joins late)."""
+        return any(c.reloader.group.others_serve() for c in self if c.reloader.group is not None)
+
     def close(self) -> None:
         for collection in self:
-            collection.reloader.close()
+            collection.stop()
             collection.loader.close()

@@ -35,7 +35,8 @@ class ChangeFollower:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):

@@ -29,6 +29,7 @@ from models.bundle.versions import resolve_bundle
 from models.contract import check_same_teacher
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.student_manifest import StudentManifest
+from models.encoders.student_root import resolve_student
 from models.errors import ContractMismatch
 from models.timing import StageObserver
 from service.core.batcher import BatchLimits
@@ -46,14 +47,15 @@ def check_compatible(settings: ServiceSettings) -> tuple[BundleManifest, Student
     """Refuse a student/bundle pair from different teacher spaces, or with files missing; nothing heavy loads."""
     index = resolve_bundle(settings.index)  # a bundle root serves the version its CURRENT pointer names
     bundle = read_bundle_manifest(index)
-    student = read_student_manifest(settings.student)
+    student_dir = resolve_student(settings.student)  # a student root serves the student its CURRENT names
+    student = read_student_manifest(student_dir)
     try:
         check_same_teacher(student.teacher, bundle.teacher)
     except ContractMismatch as exc:
-        raise ContractMismatch(f"student {settings.student} does not match index {index}: {exc}") from exc
+        raise ContractMismatch(f"student {student_dir} does not match index {index}: {exc}") from exc
     model = student.onnx_int8 if settings.student_precision == "int8" else student.onnx_fp32
     _require_files(index, "index bundle", list(bundle.files))
-    _require_files(settings.student, "student", [model, student.tokenizer])
+    _require_files(student_dir, "student", [model, student.tokenizer])
     return bundle, student
 
 
@@ -230,7 +232,8 @@ def open_searcher(settings: ServiceSettings, directory: Path | None = None,
     bundle = open_bundle(resolve_bundle(settings.index) if directory is None else directory, reuse)
     try:
         if student is None:
-            student = StudentEncoder(settings.student, settings.student_precision, settings.encode_threads)
+            student = StudentEncoder(resolve_student(settings.student), settings.student_precision,
+                                     settings.encode_threads)
         searcher = Searcher(bundle, student, limits=batch_limits(settings), oversample=settings.binary_oversample,
                             search_threads=settings.search_threads)
     except BaseException:

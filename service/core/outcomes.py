@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from models.agreement.score import Verdict
 from models.encoders.student_manifest import TrainedOn
 
 # follow: applied because another process of `--processes N` was told to (see service.core.processes).
@@ -82,6 +83,14 @@ class StudentInfo(BaseModel):
                                          "before it was recorded.")
 
 
+class AgreementInfo(Verdict):
+    """/admin/status's `agreement`: the student's agreement with the teacher on the version in service."""
+
+    state: Literal["pending", "scoring", "scored", "partial"] = Field(
+        description="pending: not scored yet; partial: the last round ran out of time, the rest is scored next")
+    version: str | None = Field(default=None, description="The version the figures are of.")
+
+
 class AdminStatus(BaseModel):
     state: Literal["loading", "ready", "failed"]
     current: VersionInfo | None
@@ -97,6 +106,9 @@ class AdminStatus(BaseModel):
         "status, the rest of it, is the answering process's own); null with one process.",
     )
     memory: MemoryInfo | None = Field(default=None, description="Its memory; null before it has loaded.")
+    agreement: AgreementInfo | None = Field(default=None, description="The student's agreement with the teacher "
+                                            "on each segment in service (service.core.agreement); null when "
+                                            "TANDEM_AGREEMENT_BUDGET_S is 0.")
     collections: dict[str, AdminStatus] | None = Field(
         default=None, description="With several collections: each one's own status, by name (the rest of this "
         "status is the default collection's); null with one collection.",

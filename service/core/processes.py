@@ -12,13 +12,20 @@ watcher follows the root); they are there so that a worker started later (uvicor
 that died) does not re-apply an older admin change over a newer pointer. Such a worker loads the
 last admin change's bundle first (`catch_up`), so it joins on the version the others serve.
 
-Layout: RUNTIME/change.json, RUNTIME/change.lock, RUNTIME/procs/PID.json, RUNTIME/metrics/ (prometheus-client's
-multiprocess files, PROMETHEUS_MULTIPROC_DIR). The parent creates it fresh before forking and removes it on exit.
+Each collection (service.core.collections) has a group of its own, so that a reload or rollback of one reaches every
+process without touching the others: the default collection's is the runtime directory itself (as before
+collections), every other one's a directory under RUNTIME/collections/, named by the collection and what it serves
+(`ProcessGroup.collection`), so that a collection a config reload changes starts with a fresh change log.
+
+Layout: RUNTIME/change.json, RUNTIME/change.lock, RUNTIME/procs/PID.json, the same under
+RUNTIME/collections/NAME-KEY/, and RUNTIME/metrics/ (prometheus-client's multiprocess files,
+PROMETHEUS_MULTIPROC_DIR). The parent creates it fresh before forking and removes it on exit.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -37,6 +44,7 @@ log = logging.getLogger(__name__)
 CHANGE = "change.json"
 PROCS = "procs"
 METRICS = "metrics"
+COLLECTIONS = "collections"
 
 
 class Change(BaseModel):
@@ -59,7 +67,13 @@ class ProcessGroup:
         self._lock = threading.Lock()
         self._applied = 0
         self._serving: tuple[str | None, str | None] = (None, None)  # version, path
-        (runtime / PROCS).mkdir(exist_ok=True)
+        (runtime / PROCS).mkdir(parents=True, exist_ok=True)
+
+    def collection(self, name: str, serves: str) -> ProcessGroup:
+        """The group of collection `name` serving `serves` (its index and student, as declared): every process
+        that serves the same gets the same directory."""
+        key = hashlib.sha256(serves.encode()).hexdigest()[:16]
+        return ProcessGroup(self.runtime / COLLECTIONS / f"{name}-{key}")
 
     @property
     def applied(self) -> int:
@@ -122,9 +136,11 @@ class ProcessGroup:
         return any(state.version is not None and state.pid != self.pid for state in self.processes())
 
     def leave(self) -> None:
-        """This process is stopping: it no longer counts as one the group waits for."""
-        remove_process(self.runtime, self.pid)
+        """This process is stopping, or no longer serves the collection: the group no longer waits for it."""
+        (self.runtime / PROCS / f"{self.pid}.json").unlink(missing_ok=True)
 
 
 def remove_process(runtime: Path, pid: int) -> None:
-    (runtime / PROCS / f"{pid}.json").unlink(missing_ok=True)
+    """Process `pid` has exited: it leaves the group of every collection (the supervisor's bookkeeping)."""
+    for group in [runtime, *(runtime / COLLECTIONS).glob("*")]:
+        (group / PROCS / f"{pid}.json").unlink(missing_ok=True)

@@ -27,11 +27,20 @@ from pathlib import Path
 from typing import Literal, Protocol, TypeVar
 
 from models.bundle.versions import POINTER, is_bundle_root, read_current, resolve_bundle
+from models.encoders.student_root import resolve_student
 from models.errors import ContractMismatch
 from models.manifest_io import utc_now
 from service.core.loader import LoadState, NotReady, SearcherLoader
 from service.core.memory import mapped_bytes
-from service.core.outcomes import AdminStatus, MemoryInfo, ReloadOutcome, StudentInfo, Trigger, VersionInfo
+from service.core.outcomes import (
+    AdminStatus,
+    AgreementInfo,
+    MemoryInfo,
+    ReloadOutcome,
+    StudentInfo,
+    Trigger,
+    VersionInfo,
+)
 from service.core.processes import Change, ProcessGroup
 from service.core.searcher import Searcher
 from service.core.watch import PointerWatcher
@@ -90,6 +99,7 @@ class Reloader:
         self._last: ReloadOutcome | None = None
         self._pending = 0
         self._watcher: PointerWatcher | None = None
+        self.agreement: Callable[[], AgreementInfo | None] | None = None  # the collection's monitor's status
         if self.root is not None and settings.watch_interval_s > 0:
             # Created (and the pointer first read) before the initial load starts, so no change is missed.
             self._watcher = PointerWatcher(self.root, settings.watch_interval_s, self._on_pointer_change)
@@ -149,7 +159,7 @@ class Reloader:
             watch_interval_s=self._settings.watch_interval_s if self._watcher is not None else None,
             reloads_pending=pending, last_reload=last, student=student,
             processes=self.group.processes() if self.group is not None else None,
-            memory=self._memory(current),
+            memory=self._memory(current), agreement=self.agreement() if self.agreement is not None else None,
         )
 
     def _memory(self, current: VersionInfo | None) -> MemoryInfo | None:
@@ -290,7 +300,9 @@ class Reloader:
         if state is not LoadState.READY:  # after a failed start: nothing to share, and a student to load
             return self._loader.load(directory)  # verify, teacher check, FAISS load, warm-up, stage timers
         with self._loader.lease() as served:
-            return self._loader.load(directory, served.student, reuse=served.bundle)
+            # a student root whose CURRENT moved (`index follow --refresh-student`): the new student loads with it
+            moved = served.student.directory != resolve_student(self._settings.student).resolve()
+            return self._loader.load(directory, None if moved else served.student, reuse=served.bundle)
 
     def _serving(self) -> Searcher | None:
         try:

@@ -12,7 +12,6 @@ from fastapi import FastAPI
 from service.collections_reload import CollectionsConfigReloader
 from service.core.collections import CollectionSet
 from service.core.fields import manifest_fields
-from service.core.follow import ChangeFollower
 from service.core.processes import ProcessGroup
 from service.http.exception_handlers import install_error_handlers
 from service.http.keyring import KeySource
@@ -38,30 +37,30 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Each collection's loader (tokenize and rescore timers wired) and reloader, built before the initial loads
-        # start: a reloader reads its bundle root's CURRENT pointer first. A worker started late loads what its
-        # group's last admin change serves (with --processes N there is one collection).
+        # start: a reloader reads its bundle root's CURRENT pointer first. With --processes N each collection
+        # follows its group's changes, and a worker started late loads what its last admin change serves.
         collections = CollectionSet(settings, app.state.metrics, group)
         app.state.collections = collections
         default = collections.default_collection()  # what /search, /index, /readyz and /admin/* act on
         app.state.loader = default.loader if default is not None else None
         app.state.reloader = default.reloader if default is not None else None
-        follower = ChangeFollower(group, default.reloader, default.loader) \
-            if group is not None and default is not None else None
         collections.start()  # /healthz answers at once; /readyz turns 200 when loading is done
         app.state.keys.start()  # the key file's watch, and SIGHUP
-        # several processes serve one collection each the same: a file that adds one would break that rule
         config = CollectionsConfigReloader(settings.collections_config, collections, settings.watch_interval_s,
+                                           settings.config_collections,
                                            on_change=lambda: _keys_follow(app.state.keys, collections)) \
-            if settings.collections_config is not None and settings.processes == 1 else None
+            if settings.collections_config is not None else None
         app.state.collections_config = config
         if config is not None:
             config.start()  # --config re-read on SIGHUP and change: collections added and removed
-        if follower is not None:
-            follower.start()  # the changes other processes of the group make
+            if group is not None:
+                # a worker of --processes N (SIGHUP to the supervisor replaces each one) serves the file as it is
+                # now, which may differ from the one `tandem serve` read at startup
+                config.reload("process start")
         index_gauges = asyncio.create_task(metrics.track_initial_load(app.state.metrics, default.loader)) \
             if default is not None else None
         try:
-            if group is not None and group.others_serve():
+            if group is not None and collections.others_serve():
                 # A worker replacing another (`kill -HUP`, a crash) shares the port with workers that can search:
                 # it starts taking connections only once it can too, instead of answering 503 while it loads.
                 # uvicorn's supervisor retires the worker it replaces only then.
@@ -70,10 +69,6 @@ def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> 
         finally:
             if index_gauges is not None:
                 index_gauges.cancel()
-            if follower is not None:
-                follower.stop()
-            if group is not None:
-                group.leave()
             if config is not None:
                 config.stop()
             app.state.keys.stop()

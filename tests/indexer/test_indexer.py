@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
+from indexer.update import UpdateRequest, update
 from models.bundle.manifest import BundleManifest
 from models.bundle.staging import staged
 from models.bundle.version import Bundle, read_bundle_manifest
@@ -206,3 +207,18 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
     assert cosine.min() >= 0.99
     with pytest.raises(InputError, match="fp16 needs a CUDA device"):
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "fp16", precision="fp16", device="cpu"))
+
+
+def test_an_update_encodes_in_the_precision_its_base_records(teacher_dir: Path, tiny_corpus: Path, tmp_path: Path,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """`index update` keeps a version's vectors in one precision: by default (and with auto) the base's; another
+    is allowed with a warning and recorded on the new segment."""
+    build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "bf16", precision="bf16"))
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text(json.dumps({"_id": "fresh", "title": "Fresh", "text": "A new text about tides."}) + "\n")
+    for requested, out, expected in ((None, "kept", "bf16"), ("auto", "auto", "bf16"), ("fp32", "other", "fp32")):
+        manifest = update(UpdateRequest(changes=changes, base=tmp_path / "bf16", out=tmp_path / out,
+                                        precision=requested))
+        assert manifest.segments is not None and manifest.segments[-1].embeddings is not None
+        assert manifest.segments[-1].embeddings.precision == expected
+    assert "encoded in bf16; --precision fp32" in caplog.text

@@ -15,8 +15,10 @@ from indexer.build import BuildRequest, build
 from indexer.compact import compact
 from indexer.follow import FollowRequest, follow
 from indexer.request import VersionRequest
+from indexer.sample import SAMPLE_SETTING
 from indexer.update import UpdateRequest, update
 from indexer.verify import verify_one
+from models.bundle.sample import SAMPLE_FILES
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.encoders.registry import sha256_file
@@ -114,15 +116,20 @@ def test_compaction_is_a_fresh_build_of_the_live_documents(tandem_home: Path, wo
                        rotation="pca", dim=256))
     compacted = read_bundle_manifest(root / "v5")
     built = read_bundle_manifest(fresh)
-    assert {n: h for n, h in compacted.files.items() if n != "corpus.jsonl"} == built.files  # byte for byte
+    # byte for byte, but for the agreement sample: a compaction keeps its inputs' (indexer.sample), a build draws one
+    assert {n: h for n, h in compacted.files.items() if n not in ("corpus.jsonl", *SAMPLE_FILES)} == \
+        {n: h for n, h in built.files.items() if n not in SAMPLE_FILES}
     assert sha256_file(root / "v5" / "corpus.jsonl") == built.corpus.sha256
     assert Bundle(root / "v5").ids() == ids
     verify_one(root / "v5")
     assert "1 segment, 0 deleted rows" in verify_one(root / "v5")
 
 
-def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: Path) -> None:
-    """The changes here need no teacher (a deletion and a metadata-only change), so each run is short."""
+def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The changes here need no teacher (a deletion and a metadata-only change), so each run is short; so does no
+    agreement sample (torch in a forked child of a process that ran it hangs)."""
+    monkeypatch.setenv(SAMPLE_SETTING, "0")
     pristine = work / "pristine"
     _segmented(pristine, work)
     root = work / "root"
@@ -148,7 +155,9 @@ def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: 
         assert read_current(root).name == "v5"
 
 
-def test_a_follower_killed_anywhere_applies_each_change_file_once(tandem_home: Path, work: Path) -> None:
+def test_a_follower_killed_anywhere_applies_each_change_file_once(tandem_home: Path, work: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SAMPLE_SETTING, "0")  # no teacher in the forked children (see the test above)
     pristine = work / "pristine"
     build(BuildRequest(corpus=work / "corpus.jsonl", root=pristine, version="v1", metadata_extra=True))
     changes = work / "changes"

@@ -7,7 +7,7 @@ import pickle
 import threading
 from pathlib import Path
 
-from service.core.processes import CHANGE, PROCS, ProcessGroup
+from service.core.processes import CHANGE, PROCS, ProcessGroup, remove_process
 from service.main import create_worker_app
 from service.server import GuardedConfig, GuardedProtocol, server_config
 from service.settings import ServiceSettings
@@ -59,6 +59,20 @@ def test_status_lists_reporting_processes_and_skips_junk(tmp_path: Path) -> None
     assert group.latest() is None
     group.leave()
     assert [p.pid for p in group.processes()] == []
+
+
+def test_each_collection_has_its_own_log_and_a_changed_one_starts_afresh(tmp_path: Path) -> None:
+    root = ProcessGroup(tmp_path)  # the default collection's
+    docs = root.collection("docs", "/b/docs\0/s")
+    bundle = tmp_path / "v2"
+    bundle.mkdir()
+    docs.publish("reload", "admin", bundle, "v2")
+    assert root.latest() is None and root.collection("docs", "/b/docs\0/s").catch_up() == bundle
+    assert root.collection("docs", "/b/other\0/s").catch_up() is None  # its index changed: no old admin change
+    assert root.collection("code", "/b/docs\0/s").catch_up() is None
+    root.applied_to(0, "v1", "/b/v1")
+    remove_process(tmp_path, docs.pid)  # the supervisor buries an exited process: it leaves every collection
+    assert root.processes() == [] and docs.processes() == []
 
 
 def test_the_worker_config_pickles_with_settings_and_hardening(tmp_path: Path) -> None:

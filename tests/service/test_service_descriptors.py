@@ -27,9 +27,8 @@ from indexer.follow import FollowRequest, follow
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.server import wait_until
+from tests.fixtures.server import free_port, wait_until
 from tests.indexer.test_writer_races import root
-from tests.service.test_service_processes import _free_port
 from tests.service.test_service_reload import AUTH, TOKEN, wait_for
 
 __all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle (one segment)
@@ -55,7 +54,7 @@ def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Itera
     def limit() -> None:  # in the child, before exec: the server starts with these limits
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "TANDEM_ADMIN_TOKEN": TOKEN, "TANDEM_LOG_FORMAT": "text", "TANDEM_WORKERS": "1",
            "TANDEM_WATCH_INTERVAL_S": "0.2", "OMP_NUM_THREADS": "1"}
     with log.open("w") as out:

@@ -10,13 +10,11 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from models.bundle.versions import set_current
 from tests.fixtures.corpus import LONG_BATCH, PROBES
-from tests.fixtures.server import post_together, wait_until
+from tests.fixtures.server import Served, free_port, post_together, serve_process
 from tests.service.test_service_limits import _closed_by_server, _trickler
 from tests.service.test_service_refuses import altered_student
 from tests.service.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
@@ -41,23 +39,8 @@ ROUNDS = 10  # concurrent rounds of every probe, at most, until both processes h
 BURSTS = 5  # bursts, at most, until one is shed
 
 
-@dataclass(frozen=True)
-class Served:
-    url: str
-    client: httpx.Client
-    log: Path
-    pid: int  # the supervisor's
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _serve_cmd(index: Path, student: Path, port: int) -> list[str]:
-    return [sys.executable, "-m", "tandem", "serve", "--index", str(index), "--student", str(student),
-            "--port", str(port), "--processes", str(PROCESSES)]
+def _serve_args(index: Path, student: Path) -> list[str]:
+    return ["--index", str(index), "--student", str(student), "--processes", str(PROCESSES)]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -78,30 +61,13 @@ def _processes(client: httpx.Client) -> list[dict[str, Any]]:
 
 @contextmanager
 def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Served]:
-    """`tandem serve --processes 2` in a session of its own; ready once both workers report a version. Stopped with
-    SIGINT at the end (it must exit 0), and whatever is left of its process group killed, whatever happened."""
-    port = _free_port()
-    with log.open("w") as out:
-        proc = subprocess.Popen(_serve_cmd(index, student, port), env=_env(**env), stdout=out, stderr=out,
-                                start_new_session=True)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
-            def all_serving() -> bool:
-                states = _processes(client)
-                return len(states) == PROCESSES and all(s["version"] for s in states)
+    """`tandem serve --processes 2`, ready once both workers report a version (tests.fixtures.server.serve_process)."""
+    def all_serving(client: httpx.Client) -> bool:
+        states = _processes(client)
+        return len(states) == PROCESSES and all(s["version"] for s in states)
 
-            wait_until(proc, log, all_serving)
-            yield Served(url=f"http://127.0.0.1:{port}", client=client, log=log, pid=proc.pid)
-        proc.send_signal(signal.SIGINT)  # the supervisor stops its workers and removes the runtime directory
-        assert proc.wait(timeout=60) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:  # a failed test: stop it cleanly if it will (it removes its runtime directory)
-            proc.send_signal(signal.SIGINT)
-            with suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-        with suppress(ProcessLookupError):  # whatever is left of the group (a hung supervisor, a stray worker)
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+    with serve_process(_serve_args(index, student), _env(**env), log, all_serving) as served:
+        yield served
 
 
 def _fresh_processes(url: str) -> list[dict[str, Any]]:
@@ -233,7 +199,8 @@ def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_st
 def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: Path, tiny_student: Path,
                                                                   tmp_path: Path) -> None:
     student = altered_student(tiny_student, tmp_path / "student", {"fingerprint": "0" * 64})
-    result = subprocess.run(_serve_cmd(tiny_bundle, student, _free_port()), env=_env(), capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "tandem", "serve", *_serve_args(tiny_bundle, student), "--port",
+                             str(free_port())], env=_env(), capture_output=True,
                             text=True, timeout=120, start_new_session=True)
     assert result.returncode == 2, result.stderr
     assert "fingerprint" in result.stderr

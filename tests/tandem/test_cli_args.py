@@ -39,7 +39,7 @@ def test_a_value_outside_the_choices_exits_2_naming_the_option(args: list[str], 
 
 
 @pytest.mark.parametrize(("command", "listed"), [
-    (["index", "build"], ["<float|int8|binary>", "<none|pca>", "<flat|hnsw|ivf>", "<fp32|bf16|fp16|auto>",
+    (["index", "build"], ["<float|int8|binary>", "<none|pca>", "<flat|hnsw|ivf|auto>", "<fp32|bf16|fp16|auto>",
                           "<local|ray>"]),
     (["index", "export"], ["<parquet|jsonl>"]),
     (["eval"], ["<int8|fp32>"]),

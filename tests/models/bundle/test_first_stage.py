@@ -73,6 +73,6 @@ def test_hamming_top_chunked_equals_one_pass(vectors: np.ndarray) -> None:
     assert sorted(distance[chunked].tolist()) == sorted(distance[one_pass].tolist())
 
 
-def test_train_step_samples_at_most_256_per_cell() -> None:
+def test_train_step_samples_a_bounded_number_per_cell() -> None:
     ivf = IndexSpec(type=IndexType.IVF, ivf_nlist=4)
-    assert train_step(100, ivf) == 1 and train_step(10_240, ivf) == 10 and train_step(5, IndexSpec()) == 1
+    assert train_step(100, ivf) == 1 and train_step(2_560, ivf) == 10 and train_step(5, IndexSpec()) == 1

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from models.bundle.index_spec import IndexSpec, Quantization, default_nlist, resolve_spec
+from models.bundle.index_spec import (
+    AUTO_FLAT_MAX,
+    IndexSpec,
+    IndexType,
+    Quantization,
+    default_nlist,
+    rescore_depth,
+    resolve_spec,
+)
 from models.errors import InputError
 
 
@@ -32,3 +40,17 @@ def test_defaults_scale_with_the_corpus() -> None:
 def test_invalid_combinations_are_refused(kind: str, quantization: str, options: dict[str, int], message: str) -> None:
     with pytest.raises(InputError, match=message):
         resolve_spec(kind, Quantization(quantization), 20, **options)
+
+
+def test_auto_picks_the_type_and_the_rescoring_depth_by_corpus_size() -> None:
+    binary, floats = Quantization.BINARY, Quantization.FLOAT
+    assert resolve_spec("auto", binary, 1_000) == IndexSpec()  # small: exactly what --index flat gives
+    assert resolve_spec("auto", binary, AUTO_FLAT_MAX).type is IndexType.FLAT
+    large = resolve_spec("auto", binary, AUTO_FLAT_MAX + 1)
+    assert large.type is IndexType.IVF and large == resolve_spec("ivf", binary, AUTO_FLAT_MAX + 1)
+    assert resolve_spec("auto", floats, AUTO_FLAT_MAX + 1).type is IndexType.HNSW
+    depths = [rescore_depth(binary, n) or 4 for n in (10_000, 200_000, 1_000_000, 10_000_000)]
+    assert depths == sorted(depths) and depths[0] == 4 < depths[-1]
+    assert rescore_depth(floats, 10_000_000) is None and resolve_spec("flat", floats, 10_000_000).oversample is None
+    with pytest.raises(InputError, match="what --index auto chose for 1000 documents"):
+        resolve_spec("auto", binary, 1_000, ivf_nlist=4)

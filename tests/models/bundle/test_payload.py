@@ -168,3 +168,31 @@ def test_in_values_are_looked_up_once_each(indexed: tuple[PayloadIndex, DocStore
     assert index.values_looked_up == before + 2
     two = index.evaluate(parse_filter({"field": "tag", "in": ["a", "b"]}, {"tag"}).tree, _no_scan)
     assert np.array_equal(many, two)
+
+
+def test_columns_laid_out_in_small_steps_equal_a_stable_sort(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SPILL_AFTER pairs the columns are sorted on disk a step at a time (models.bundle.payload_columns): with
+    steps of 7 pairs the arrays are, byte for byte, those of the stable in-memory sort of small corpora."""
+    from models.bundle import payload_columns, spill
+
+    write_docstore(tmp_path / "docs.sqlite", [Document(id=str(i), title="", text="x", metadata=json.dumps(m))
+                                              for i, m in enumerate(META)])
+    results = {}
+    for step in (7, 1 << 21):
+        monkeypatch.setattr(spill, "SPILL_AFTER", min(step, 1 << 22))
+        monkeypatch.setattr(spill, "STEP_RECORDS", step)
+        monkeypatch.setattr(payload_columns, "STEP_RECORDS", step)
+        out = tmp_path / f"step-{step}"
+        out.mkdir()
+        store = DocStore(tmp_path / "docs.sqlite")
+        try:
+            info, names = write_payload(out, store, len(META), declared_fields(("tags:keyword-list",)))
+        finally:
+            store.close()
+        assert sorted(str(p.relative_to(out)) for p in (out / "payload").iterdir()) == sorted(names)  # no scratch
+        results[step] = {n: (out / n).read_bytes() for n in names}
+        year = next(i for i, f in enumerate(info.fields) if f.name == "year")
+        pairs = sorted((m["year"], row) for row, m in enumerate(META) if m.get("year") is not None)
+        assert np.load(out / part_name(year, "values")).tolist() == [v for v, _ in pairs]
+        assert np.load(out / part_name(year, "rows")).tolist() == [r for _, r in pairs]
+    assert results[7] == results[1 << 21]

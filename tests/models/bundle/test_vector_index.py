@@ -12,7 +12,7 @@ import pytest
 from models.bundle.index_spec import IndexType, Quantization, resolve_spec
 from models.bundle.quantize import int8_decode
 from models.bundle.rows import Allowed
-from models.bundle.vector_index import VectorIndex
+from models.bundle.vector_index import IndexWriter, VectorIndex
 from models.contract import truncate
 from models.search.planner import Planner
 
@@ -120,3 +120,39 @@ def test_an_index_of_another_dimension_is_refused(tmp_path: Path, vectors: np.nd
     VectorIndex.build(vectors, DIM, Quantization.FLOAT).save(tmp_path)
     with pytest.raises(ValueError, match="does not match"):
         VectorIndex.load(tmp_path, DIM * 2, Quantization.FLOAT)
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])  # an HNSW graph depends on the order of its adds
+def test_the_streaming_writer_writes_the_files_a_built_index_saves(tmp_path: Path, vectors: np.ndarray,
+                                                                   kind: str) -> None:
+    """A flat binary first stage is streamed to its file (no FAISS index held), the others are filled in RAM: the
+    bytes equal those of VectorIndex.build(...).save() on the same vectors, chunked or not."""
+    q = Quantization.BINARY
+    spec = resolve_spec(kind, q, N)
+    built = VectorIndex.build(vectors, DIM, q, spec, center=True, spin=True)
+    (tmp_path / "whole").mkdir()
+    built.save(tmp_path / "whole", space=False)
+    streamed = tmp_path / "streamed"
+    streamed.mkdir()
+    x = built.space.project(vectors, DIM)
+    writer = IndexWriter(streamed, N, DIM, q, spec, built.space)
+    if writer.train_step is not None:
+        writer.train(np.array_split(x, 7))
+    for chunk in np.array_split(x, 7):
+        writer.add(chunk)
+    names = writer.finish()
+    writer.close()
+    assert sorted(names) == sorted(p.name for p in (tmp_path / "whole").iterdir())
+    for name in names:
+        assert (streamed / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    loaded = VectorIndex.load(streamed, DIM, q, spec, space=built.space)
+    assert np.array_equal(loaded.search(vectors[:5], 10)[1], built.search(vectors[:5], 10)[1])
+
+
+def test_the_rescoring_depth_an_index_records_is_a_floor(vectors: np.ndarray, queries: np.ndarray) -> None:
+    """An index whose spec records a depth (large corpora: models.bundle.index_spec.rescore_depth) rescores at least
+    that many candidates a hit, whatever the caller asks."""
+    index = _build(vectors, "flat", Quantization.BINARY)
+    deep = VectorIndex(index.quantization, index.dim, index.index, index.space, index.rescore_codes,
+                       index.spec.model_copy(update={"oversample": N}))
+    assert np.array_equal(deep.search(queries, 10, oversample=1)[1], index.search(queries, 10, oversample=N)[1])

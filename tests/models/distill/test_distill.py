@@ -13,20 +13,13 @@ import pytest
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.contract import l2_normalize
 from models.corpus import Document
-from models.distill.data import (
-    MIN_VARIANT_WORDS,
-    SPAN_WORDS,
-    build_training_data,
-    clean,
-    pseudo_queries,
-    sentences,
-    variants,
-)
+from models.distill.data import MIN_VARIANT_WORDS, build_training_data, variants
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import PRESETS, Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge, l2_loss
 from models.errors import ContractMismatch, InputError
+from models.pseudo_queries import SPAN_WORDS, clean, pseudo_queries, sentences
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 

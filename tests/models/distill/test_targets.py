@@ -27,3 +27,22 @@ def test_overlapping_lists_encode_only_new_texts(teacher_dir: Path) -> None:
     expected = TeacherEncoder(teacher_dir).encode_queries(second)
     assert np.allclose(b, expected, atol=2e-3)  # float16 cache
     assert np.array_equal(TeacherTargets(card).queries(second), b)  # a whole list is one cache hit
+
+
+def test_document_targets_are_the_vectors_the_bundle_was_built_from(teacher_dir: Path, tiny_corpus: Path,
+                                                                    tmp_path: Path) -> None:
+    """A bundle built with --precision bf16 hands distillation its bf16 vectors: the corpus is not encoded again in
+    fp32, and the teacher is not even loaded."""
+    from indexer.build import BuildRequest, build
+    from models.corpus import read_corpus
+    from models.embeddings.store import EmbeddingStore
+    from models.encoders.registry import resolve
+
+    manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "bf16", precision="bf16"))
+    key = manifest.embeddings.store_key
+    assert key is not None
+    targets = TeacherTargets(load_card(resolve("teacher")))
+    vectors = targets.documents(read_corpus(tiny_corpus), built_from=key)
+    stored = EmbeddingStore().load(key)
+    assert stored is not None and np.array_equal(vectors, stored)
+    assert "teacher" not in targets.__dict__  # the cached_property never ran

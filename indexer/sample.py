@@ -1,0 +1,149 @@
+"""The agreement sample of each segment a writer adds (issue 45): what `tandem index check` and the service score.
+
+Every writer that adds a segment (build, update, follow, compact) calls this once its version's manifest is complete
+in staging, before it publishes: for each new segment, pseudo-queries of up to `TANDEM_AGREEMENT_SAMPLE` (default
+models.agreement.draw.DEFAULT_SAMPLE; 0: none) of its documents, the teacher's vectors of them and the teacher's
+top-10 over the staged version, written into the segment as models.bundle.sample's files and listed in the manifest
+it returns (so verification covers them). The teacher encodes ~100 short queries: seconds on a CPU, loaded once per
+process (a build that imported its vectors loads it for that alone). A compaction's segment keeps its inputs'
+samples (their queries whose document is still live, subsampled), with the top-10 searched again, and no teacher.
+
+The top-10 is searched in the staged version, which loads every segment's first stage once more: the one cost of the
+sample that follows the version's size, not the change's (TANDEM_AGREEMENT_SAMPLE=0 leaves it out).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from models.agreement.draw import DEFAULT_SAMPLE, draw_queries, draw_rows, seed_of
+from models.bundle.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.manifest import BundleManifest, SegmentInfo
+from models.bundle.sample import Sample, SampleRecord, read_sample, sample_names, write_sample
+from models.bundle.version import Bundle, in_segment
+from models.encoders.registry import ModelCard, sha256_file
+from models.errors import InputError
+from models.search.query import dense_hits
+
+if TYPE_CHECKING:
+    from models.encoders.teacher import TeacherEncoder
+
+log = logging.getLogger(__name__)
+
+SAMPLE_SETTING = "TANDEM_AGREEMENT_SAMPLE"
+TOP_K = 10
+
+
+def sample_size() -> int:
+    """Queries per new segment's sample, from TANDEM_AGREEMENT_SAMPLE (0 turns samples off)."""
+    raw = os.environ.get(SAMPLE_SETTING, "").strip()
+    if not raw:
+        return DEFAULT_SAMPLE
+    try:
+        size = int(raw)
+    except ValueError:
+        size = -1
+    if size < 0:
+        raise InputError(f"{SAMPLE_SETTING}={raw!r}: give a whole number of queries, 0 or more (0: no sample)")
+    return size
+
+
+@functools.lru_cache(maxsize=1)
+def _teacher(path: str, device: str | None) -> TeacherEncoder:
+    """The teacher, loaded once per process: a follower or a test suite writes many samples."""
+    from models.encoders.teacher import TeacherEncoder  # torch, only when a sample is written
+
+    return TeacherEncoder(Path(path), device=device, precision="fp32")
+
+
+def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str], card: ModelCard,
+                device: str | None = None) -> BundleManifest:
+    """Write the sample of each segment of `manifest` named in `names` into `staging`; the manifest listing them
+    (the caller writes it)."""
+    size = sample_size()
+    segments = [s for s in manifest.parts if s.name in names]
+    if not size or not segments:
+        return manifest
+    drawn: dict[str, tuple[list[str], list[str]]] = {}
+    for info in segments:
+        store = DocStore(staging / in_segment(info, DOCSTORE_FILE))
+        try:
+            drawn[info.name] = draw_queries(draw_rows(info.count, size, info.name), store.get, info.name)
+        finally:
+            store.close()
+    texts = [q for queries, _ in drawn.values() for q in queries]
+    vectors = _teacher(card.path, device).encode_queries(texts) if texts else np.zeros((0, card.dim), np.float32)
+    samples: dict[str, Drawn] = {}
+    start = 0
+    for name, (queries, sources) in drawn.items():
+        samples[name] = Drawn(queries, sources, vectors[start : start + len(queries)])
+        start += len(queries)
+    return _written(staging, manifest, samples)
+
+
+def merge_samples(source: Path, base: BundleManifest, staging: Path, manifest: BundleManifest) -> BundleManifest:
+    """A compaction's sample: the base segments' queries whose source document is live in the compacted version
+    (`manifest`, one segment), subsampled to the sample size; the manifest listing it (the caller writes it)."""
+    size = sample_size()
+    samples = [s for s in (read_sample(source, base, info) for info in base.parts) if s is not None]
+    if not size or not samples:
+        return manifest
+    (info,) = manifest.parts
+    queries = [q for s in samples for q in s.record.queries]
+    sources = [src for s in samples for src in s.record.sources]
+    vectors = np.concatenate([s.vectors for s in samples])
+    store = DocStore(staging / in_segment(info, DOCSTORE_FILE))
+    try:
+        live = store.rows_of(sources)
+    finally:
+        store.close()
+    keep = [i for i, src in enumerate(sources) if src in live]
+    if len(keep) > size:
+        keep = sorted(random.Random(seed_of(info.name)).sample(keep, size))
+    drawn = Drawn([queries[i] for i in keep], [sources[i] for i in keep], vectors[keep])
+    return _written(staging, manifest, {info.name: drawn})
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A sample before the teacher's top-10 is searched: its queries, their source ids and teacher vectors."""
+
+    queries: list[str]
+    sources: list[str]
+    vectors: np.ndarray
+
+
+def _written(staging: Path, manifest: BundleManifest, drawn: dict[str, Drawn]) -> BundleManifest:
+    """Search the staged version with each sample's teacher vectors (as stored: float16) for its top-10, write the
+    samples, and return the manifest listing their files."""
+    samples: dict[str, Sample] = {}
+    bundle = Bundle(staging, lexical=False, manifest=manifest)
+    try:
+        for name, d in drawn.items():
+            x = d.vectors.astype(np.float16).astype(np.float32)
+            hits = dense_hits(bundle, x, TOP_K) if len(x) else []
+            record = SampleRecord(teacher_fingerprint=manifest.teacher.fingerprint, version=manifest.version,
+                                  queries=d.queries, sources=d.sources,
+                                  teacher_top=[[h.doc.id for h in found] for found in hits])
+            samples[name] = Sample(record=record, vectors=x)
+    finally:
+        bundle.close()
+    files = dict(manifest.files)
+    by_name: dict[str, SegmentInfo] = {s.name: s for s in manifest.parts}
+    for name, sample in samples.items():
+        info = by_name[name]
+        directory = staging if info.path == "." else staging / info.path
+        write_sample(directory, sample)
+        for listed in sample_names(info):
+            files[listed] = sha256_file(staging / listed)
+        log.info("segment %s: agreement sample of %d queries", name, len(sample))
+    return manifest.model_copy(update={"files": files})

@@ -1,0 +1,125 @@
+"""`tandem index check` (issue 45) with real models: the samples the indexer writes per segment, the student's
+agreement on each, a segment of another domain (the demo corpus's standard-library docstrings) told apart from the
+student's own, compaction, bundles without samples, and refusals."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer.check import check
+from indexer.compact import compact
+from indexer.demo_corpus import write_demo_corpus
+from indexer.request import VersionRequest
+from indexer.update import UpdateRequest, update
+from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.sample import SAMPLE_FILES, read_sample
+from models.bundle.version import read_bundle_manifest
+from models.bundle.versions import read_current
+from models.errors import ContractMismatch
+from tests.fixtures.corpus import DOCS
+
+pytestmark = pytest.mark.slow
+DEMO_DOCS = 40
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def drift_root(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the tiny root (the tiny student's home) plus one update of standard-library docstrings."""
+    work = tmp_path_factory.mktemp("drift")
+    root = work / "root"
+    shutil.copytree(tiny_root, root)
+    write_demo_corpus(work / "demo.jsonl", max_docs=DEMO_DOCS)
+    update(UpdateRequest(changes=work / "demo.jsonl", root=root, version="v2"))
+    return root
+
+
+def test_every_segment_written_keeps_a_sample_listed_and_checksummed(drift_root: Path) -> None:
+    version = read_current(drift_root)
+    manifest = read_bundle_manifest(version)
+    first, second = manifest.parts
+    for info, docs in ((first, len(DOCS)), (second, DEMO_DOCS)):
+        sample = read_sample(version, manifest, info)
+        assert sample is not None and len(sample) == docs  # fewer documents than the sample size: one query each
+        assert sample.vectors.shape == (docs, manifest.teacher.dim)
+        assert all(len(top) == 10 for top in sample.record.teacher_top)
+    assert all(f"segments/v2/{name}" in manifest.files for name in SAMPLE_FILES)
+
+
+def test_the_check_tells_the_other_domain_from_the_students_own(drift_root: Path, tiny_student: Path) -> None:
+    report = check(drift_root, tiny_student)
+    home, other = report.segments
+    assert home.home and not other.home
+    assert (home.queries, other.queries, report.overall.queries) == (len(DOCS), DEMO_DOCS, len(DOCS) + DEMO_DOCS)
+    assert report.home.overlap == home.overlap
+    assert other.overlap is not None and home.overlap is not None
+    assert other.overlap < home.overlap  # a student of 20 documents knows nothing of docstrings
+    assert other.student_hit is not None and home.student_hit is not None and other.student_hit < home.student_hit
+    assert home.teacher_hit is not None and home.teacher_hit >= 0.9  # the teacher finds its titles' documents
+    assert report.below == [s.segment for s in report.segments if s.below]
+    assert other.below == (other.overlap < report.threshold * home.overlap)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tandem", "index", "check", *args], cwd=REPO, capture_output=True,
+                          text=True, env={**os.environ, "TANDEM_LOG_LEVEL": "WARNING"}, timeout=120)
+
+
+def test_the_command_prints_json_and_refuses_a_bad_root_or_student(drift_root: Path, tiny_student: Path,
+                                                                   tmp_path: Path) -> None:
+    done = _cli("--root", str(drift_root), "--student", str(tiny_student), "--json")
+    assert done.returncode == 0, done.stderr
+    body = json.loads(done.stdout)
+    assert [s["segment"] for s in body["segments"]] == ["base", "v2"] and body["overall"]["queries"] == 60
+    text = _cli("--root", str(drift_root), "--student", str(tiny_student))
+    assert text.returncode == 0 and "overlap@10" in text.stdout and "threshold" in text.stdout
+    no_student = _cli("--root", str(drift_root), "--student", str(tmp_path))
+    assert no_student.returncode == 2 and "student.json is missing" in no_student.stderr
+    no_root = _cli("--root", str(tmp_path / "nowhere"), "--student", str(tiny_student))
+    assert no_root.returncode == 2 and "manifest.json is missing" in no_root.stderr
+
+
+def test_a_bundle_without_samples_loads_and_its_agreement_is_unknown(tiny_root: Path, tiny_student: Path,
+                                                                     tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    shutil.copytree(read_current(tiny_root), old)
+    manifest = read_bundle_manifest(old)
+    for name in SAMPLE_FILES:
+        (old / name).unlink()
+    files = {n: h for n, h in manifest.files.items() if n not in SAMPLE_FILES}
+    (old / BUNDLE_MANIFEST).write_text(manifest.model_copy(update={"files": files}).model_dump_json())
+    report = check(old, tiny_student)
+    assert [(s.queries, s.overlap, s.below) for s in report.segments] == [(0, None, None)]
+    assert report.overall.queries == 0 and report.below == []
+
+
+def test_a_changed_sample_is_refused(tiny_root: Path, tiny_student: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(read_current(tiny_root), bundle)
+    sample = bundle / SAMPLE_FILES[0]
+    sample.write_text(sample.read_text() + " ")
+    with pytest.raises(ContractMismatch, match="checksum mismatch"):
+        check(bundle, tiny_student)
+
+
+def test_compaction_keeps_its_inputs_samples_for_live_documents(drift_root: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(drift_root, root)
+    deletes = tmp_path / "deletes.jsonl"
+    deletes.write_text(json.dumps({"_id": "bake", "delete": True}) + "\n")
+    update(UpdateRequest(changes=deletes, root=root, version="v3"))
+    compact(VersionRequest(root=root, version="v4"))
+    version = read_current(root)
+    manifest = read_bundle_manifest(version)
+    (info,) = manifest.parts
+    sample = read_sample(version, manifest, info)
+    assert sample is not None
+    assert len(sample) == len(DOCS) + DEMO_DOCS - 1 and "bake" not in sample.record.sources
+    assert sample.record.version == "v4"
