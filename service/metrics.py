@@ -6,6 +6,7 @@
 - `metrics.set_index(version, count, load_seconds)`: the bundle now in service.
 - `metrics.observe_stage(stage, seconds)`: one stage's latency (see STAGES); service.core.loader wires it into
   each searcher it loads, as the student's tokenize and the index's rescore timer.
+- `metrics.observe_query_cache(hits, misses)`: one lookup of the query-vector cache (service.core.query_cache).
 
 `GET /metrics` (service.http.routes.metrics) renders the registry in the Prometheus text format, and sets the
 index gauges from the loader. Requests are counted by service.http.middleware, the queue depth is read from the
@@ -66,6 +67,9 @@ class Metrics:
             "Queries in a request's micro-batch, its own included (encoded TANDEM_BATCH_MAX_QUERIES per ONNX call).",
             buckets=(1, 2, 4, 8, 16, 32, 64), registry=r,
         )
+        self.query_cache = Counter("tandem_query_cache", "Dense queries looked up in the query-vector cache "
+                                   "(TANDEM_QUERY_CACHE), by result: hit (no encode) or miss.", ["result"], registry=r)
+        self._cache_hit, self._cache_miss = self.query_cache.labels("hit"), self.query_cache.labels("miss")
         self.overloaded = Counter("tandem_overloaded", "Requests refused with 429 (admission control).", registry=r)
         self.queue_depth = Gauge("tandem_queue_depth", "Queries queued or running in the micro-batcher.", registry=r,
                                  multiprocess_mode="livesum")
@@ -106,6 +110,13 @@ class Metrics:
         hist = self._stages.get(stage)
         if hist is not None:
             hist.observe(seconds)
+
+    def observe_query_cache(self, hits: int, misses: int) -> None:
+        """One lookup of the query-vector cache (service.core.query_cache): how many texts it held and lacked."""
+        if hits:
+            self._cache_hit.inc(hits)
+        if misses:
+            self._cache_miss.inc(misses)
 
     def observe_timing_ms(self, timing_ms: Mapping[str, float]) -> None:
         """A request's per-stage timings as the batcher reports them (milliseconds)."""

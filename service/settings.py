@@ -74,6 +74,9 @@ class ServiceSettings(BaseSettings):
         "batch request (1: each alone). The int8 student scales activations per call, so batchmates move a "
         "vector slightly (cosine ≥ 0.99).",
     )
+    query_cache: int = Field(1024, ge=0, description="Query vectors kept for repeated queries, per process (LRU, "
+                             "keyed by the student and the query as its tokenizer normalizes it; about 3 KB each at "
+                             "768-d); 0: no cache, every query is encoded.")
     batch_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits for company while others are pending.")
     max_pending: int = Field(64, ge=1, description="Queries queued or running before new requests get 429.")
     max_queue_ms: float = Field(

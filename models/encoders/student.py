@@ -12,16 +12,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from tokenizers import Tokenizer
+from tokenizers.pre_tokenizers import BertPreTokenizer, Whitespace, WhitespaceSplit
 
 from models.contract import TeacherRef
+from models.encoders.graph import split_skip_layer_norms
 from models.encoders.precision import StudentPrecision
 from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
 from models.manifest_io import read_manifest
 from models.timing import StageObserver
 
 log = logging.getLogger(__name__)
+
+# onnxruntime's own fusion of Add + LayerNormalization into SkipLayerNormalization, which the split graph exists to
+# avoid (models.encoders.graph); it matches the optimizer's unfused form, not the split one, but stays off either way
+KEEP_SPLIT = ["SkipLayerNormFusion"]
+# pre-tokenizers that split on whitespace and drop it: a run of spaces tokenizes like one
+WHITESPACE_SPLITTERS = (BertPreTokenizer, Whitespace, WhitespaceSplit)
 
 def read_student_manifest(directory: Path) -> StudentManifest:
     return read_manifest(Path(directory) / STUDENT_MANIFEST, StudentManifest, "student")
@@ -50,17 +59,32 @@ class StudentEncoder:
         self.manifest = read_student_manifest(self.directory)
         self.tokenizer = load_tokenizer(self.directory / self.manifest.tokenizer, self.manifest.max_seq_length)
         model_file = self.manifest.onnx_int8 if precision == "int8" else self.manifest.onnx_fp32
+        stat = (self.directory / model_file).stat()
+        # what a query vector depends on besides the text: another graph, or this one rewritten, is another identity
+        self.identity = (str(self.directory), model_file, stat.st_size, stat.st_mtime_ns)
+        self._normalizer = self.tokenizer.normalizer
+        self._collapse_spaces = isinstance(self.tokenizer.pre_tokenizer, WHITESPACE_SPLITTERS)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         self.session = ort.InferenceSession(
-            str(self.directory / model_file), sess_options=opts, providers=["CPUExecutionProvider"]
+            load_graph(self.directory / model_file), sess_options=opts, providers=["CPUExecutionProvider"],
+            disabled_optimizers=KEEP_SPLIT,
         )
         self._inputs = {i.name for i in self.session.get_inputs()}
+        self._masked = "attention_mask" in self._inputs
         self.precision = precision
         self.observe: StageObserver | None = None  # told how long tokenization took, when set (metrics)
         log.info("student %s (%s, %d threads)", self.directory, precision, threads)
+
+    def query_key(self, text: str) -> str:
+        """`text` as this student's tokenizer sees it before splitting it into tokens (its normalizer, e.g. lower
+        case, and runs of whitespace as one space where the pre-tokenizer splits on whitespace): two texts with
+        the same key get the same tokens, hence the same vector (service.core.query_cache)."""
+        if self._normalizer is not None:
+            text = self._normalizer.normalize_str(text)
+        return " ".join(text.split()) if self._collapse_spaces else text
 
     @property
     def teacher(self) -> TeacherRef:
@@ -77,6 +101,12 @@ class StudentEncoder:
     def encode_counted(self, texts: Sequence[str], batch_size: int = 64) -> tuple[np.ndarray, list[int]]:
         """`encode`, plus the tokens each text was encoded with (after truncation, special tokens included):
         /v1/embeddings reports them as usage without tokenizing twice."""
+        if len(texts) == 1:
+            return self._encode_one(texts[0])
+        return self._encode_batches(texts, batch_size)
+
+    def _encode_batches(self, texts: Sequence[str], batch_size: int) -> tuple[np.ndarray, list[int]]:
+        """Calls of `batch_size` texts, each padded to its longest."""
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         tokens: list[int] = []
         observe, tokenizing = self.observe, 0.0
@@ -94,3 +124,23 @@ class StudentEncoder:
         if observe is not None:
             observe("tokenize", tokenizing)
         return out, tokens
+
+    def _encode_one(self, text: str) -> tuple[np.ndarray, list[int]]:
+        """One text, as `/search` encodes every query: no padding (the mask is all ones), no batch lists; what is
+        left around the session is about 0.07 ms of a 2 ms encode (docs/lab/2026-11-26-encode-floor.md)."""
+        began = time.perf_counter()
+        ids = np.array([self.tokenizer.encode(text).ids], dtype=np.int64)
+        if self.observe is not None:
+            self.observe("tokenize", time.perf_counter() - began)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)} if self._masked else {"input_ids": ids}
+        (emb,) = self.session.run(None, feed)
+        return emb, [ids.shape[1]]
+
+
+def load_graph(path: Path) -> bytes:
+    """The ONNX file at `path` as the session runs it: its SkipLayerNormalizations split (models.encoders.graph)."""
+    model = onnx.load(str(path))
+    split = split_skip_layer_norms(model)
+    if split:
+        log.info("%s: %d SkipLayerNormalization nodes split into Add + LayerNormalization", path.name, split)
+    return model.SerializeToString()

@@ -26,6 +26,7 @@ from service.core.agreement import AgreementMonitor
 from service.core.follow import ChangeFollower
 from service.core.loader import SearcherLoader
 from service.core.processes import ProcessGroup
+from service.core.query_cache import QueryCache
 from service.core.reload import Reloader
 from service.metrics import Metrics
 from service.settings import CollectionSpec, ServiceSettings
@@ -112,6 +113,9 @@ class CollectionSet:
     def __init__(self, settings: ServiceSettings, metrics: Metrics, group: ProcessGroup | None = None) -> None:
         self.default = settings.default_collection()  # chosen at startup: a config reload never changes it
         self.students = StudentPool(settings)
+        # one for every collection: its keys name the student (service.core.query_cache)
+        self.query_cache = (QueryCache(settings.query_cache, metrics.observe_query_cache)
+                            if settings.query_cache else None)
         self._settings, self._metrics, self._group = settings, metrics, group
         self._lock = threading.Lock()  # one add or remove at a time; readers take the dict in service, never locked
         self._collections: dict[str, Collection] = {}  # replaced whole on add and remove, never mutated
@@ -127,7 +131,7 @@ class CollectionSet:
         # a process of --processes N starting late catches up with the collection's last admin change
         initial = group.catch_up() if group is not None else None
         loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
-                                student_source=partial(self.students.get, spec.student))
+                                student_source=partial(self.students.get, spec.student), query_cache=self.query_cache)
         reported = CollectionMetrics(self._metrics, spec.name, is_default)
         reloader = Reloader(own, loader, metrics=reported, group=group)
         agreement = AgreementMonitor(spec.name, own, loader, reported)

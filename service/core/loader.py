@@ -34,6 +34,7 @@ from models.errors import ContractMismatch
 from models.timing import StageObserver
 from service.core.batcher import BatchLimits
 from service.core.memory import rss_bytes
+from service.core.query_cache import QueryCache
 from service.core.searcher import QueryEncoder, Searcher
 from service.descriptors import TooManyOpenFiles, out_of_descriptors, too_many_open_files
 from service.redact import printable, public_error
@@ -83,12 +84,15 @@ class SearcherLoader:
     """Loads a Searcher in a daemon thread and reports its state; closing while loading is safe."""
 
     def __init__(self, settings: ServiceSettings, observe: StageObserver | None = None,
-                 initial: Path | None = None, student_source: Callable[[], StudentEncoder] | None = None) -> None:
+                 initial: Path | None = None, student_source: Callable[[], StudentEncoder] | None = None,
+                 query_cache: QueryCache | None = None) -> None:
         """`observe` (the metrics' stage timer) is wired into every searcher this loader loads; `initial` is the
         bundle to load first instead of settings.index (a worker catching up with its group's last admin change);
         `student_source` gives the student when no searcher is in service to share one (collections sharing a
-        student: service.core.collections.StudentPool), instead of loading settings.student."""
+        student: service.core.collections.StudentPool), instead of loading settings.student; `query_cache`, the
+        service's query-vector cache, is what every searcher it loads encodes through."""
         self._settings, self._observe, self._initial = settings, observe, initial
+        self._query_cache = query_cache
         self._student_source = student_source
         self._lock = threading.Lock()
         self._state = LoadState.LOADING
@@ -117,6 +121,7 @@ class SearcherLoader:
         searcher = open_searcher(self._settings, directory, student, reuse)
         if self._observe is not None:
             searcher.observe_stages(self._observe)
+        searcher.encoder.cache = self._query_cache
         return searcher
 
     def _load(self) -> None:

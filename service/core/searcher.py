@@ -27,6 +27,7 @@ from models.errors import ContractMismatch
 from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, search, set_search_threads
 from models.timing import StageObserver
 from service.core.batcher import BatchLimits, BatchOutcome, MicroBatcher, Search
+from service.core.query_cache import QueryCache
 
 
 class QueryEncoder:
@@ -37,6 +38,7 @@ class QueryEncoder:
 
     def __init__(self, student: StudentEncoder, limits: BatchLimits, search: Search | None = None) -> None:
         self.student = student
+        self.cache: QueryCache | None = None  # set by service.core.loader when TANDEM_QUERY_CACHE > 0
         # max_batch also caps each ONNX call of a batch request: with the default 1 a query's
         # vector never depends on the queries it came with (int8 scales activations per call).
         self.encode_batch = limits.max_batch
@@ -56,8 +58,29 @@ class QueryEncoder:
         return self.student.directory.name
 
     def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
-        """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers."""
-        return self.student.encode_counted(texts, batch_size=self.encode_batch)
+        """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers. With a
+        cache, only the texts it lacks are encoded (service.core.query_cache)."""
+        cache = self.cache
+        if cache is None:
+            return self.student.encode_counted(texts, batch_size=self.encode_batch)
+        identity = self.student.identity
+        keys = [(identity, self.student.query_key(text)) for text in texts]
+        found = cache.get_many(keys)
+        missing = [i for i, entry in enumerate(found) if entry is None]
+        if not missing:
+            return np.stack([entry[0] for entry in found if entry is not None]), [e[1] for e in found if e is not None]
+        encoded, counts = self.student.encode_counted([texts[i] for i in missing], batch_size=self.encode_batch)
+        cache.put_many([keys[i] for i in missing], encoded, counts)
+        if len(missing) == len(texts):
+            return encoded, counts
+        vectors = np.empty((len(texts), encoded.shape[1]), dtype=np.float32)
+        tokens = [0] * len(texts)
+        for row, i in enumerate(missing):
+            vectors[i], tokens[i] = encoded[row], counts[row]
+        for i, entry in enumerate(found):
+            if entry is not None:
+                vectors[i], tokens[i] = entry
+        return vectors, tokens
 
     async def embed(self, texts: Sequence[str], timeout_s: float) -> BatchOutcome:
         """The student's vectors and token counts of `texts` (outcome.vectors, outcome.tokens): Overloaded at once
