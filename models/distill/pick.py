@@ -18,7 +18,7 @@ from pathlib import Path
 from models.agreement.score import THRESHOLD, SegmentAgreement, home_segments, judge, reference, score_segments
 from models.bundle.manifest import BundleManifest
 from models.bundle.version import Bundle
-from models.encoders.student import StudentEncoder
+from models.encoders.student import StudentEncoder, read_student_manifest
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +52,11 @@ def pick_segments(version_dir: Path, manifest: BundleManifest, student_dir: Path
     `scored` caches raw scores by segment name for one student (the follower keeps it between versions, so a segment
     is scored once): only the segments missing from it (the unseen ones and the home ones they are judged against)
     are scored."""
-    student = StudentEncoder(student_dir, "int8", threads=1)
-    home = home_segments(manifest, student.manifest)
+    home = home_segments(manifest, read_student_manifest(student_dir))
     cache: MutableMapping[str, SegmentAgreement] = {} if scored is None else scored
     missing = (home | set(unseen)) - set(cache)
-    if missing:
+    if missing:  # the graph is loaded only to score: a follower whose segments are all scored skips it
+        student = StudentEncoder(student_dir, "int8", threads=1)
         bundle = Bundle(version_dir, lexical=False)
         try:
             bundle.check_student(student.teacher)
