@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from models.errors import ContractMismatch
+
 
 def fsync_dir(path: Path) -> None:
     """Make a directory's entries (renames, new files) durable."""
@@ -35,3 +37,19 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(path.parent)
+
+
+def write_pointer(pointer: Path, name: str) -> None:
+    """Replace `pointer` (a one-line text file naming a directory beside it: a root's CURRENT) by rename, so a
+    reader sees the old name or the new one, never a torn write."""
+    atomic_write(pointer, lambda fh: fh.write(f"{name}\n".encode()))
+
+
+def read_pointer(pointer: Path, what: str) -> str:
+    """The name `pointer` holds; ContractMismatch naming the file (and `what` it points at) if it cannot be read."""
+    try:
+        return pointer.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise ContractMismatch(f"{pointer}: cannot read the {what} pointer: {exc}") from exc
+    except UnicodeDecodeError:
+        raise ContractMismatch(f"{pointer}: the {what} pointer is not UTF-8 text") from None

@@ -14,7 +14,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from models.atomic import atomic_write
+from models.atomic import read_pointer, write_pointer
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.errors import ContractMismatch
 from models.paths import is_plain_name
@@ -40,12 +40,7 @@ def check_version_name(name: str) -> str:
 def read_current(root: Path) -> Path:
     """The bundle directory that `root/CURRENT` names."""
     pointer = Path(root) / POINTER
-    try:
-        name = pointer.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ContractMismatch(f"{pointer}: cannot read the current-version pointer: {exc}") from exc
-    except UnicodeDecodeError:
-        raise ContractMismatch(f"{pointer}: the current-version pointer is not UTF-8 text") from None
+    name = read_pointer(pointer, "current-version")
     bundle = Path(root) / check_version_name(name)
     if not (bundle / BUNDLE_MANIFEST).is_file():
         raise ContractMismatch(f"{pointer} names {name!r}, but {bundle} is not a bundle")
@@ -62,7 +57,7 @@ def set_current(root: Path, version: str) -> None:
     root = Path(root)
     if not (root / check_version_name(version) / BUNDLE_MANIFEST).is_file():
         raise ContractMismatch(f"{root / version} is not a bundle; refusing to point {root / POINTER} at it")
-    atomic_write(root / POINTER, lambda fh: fh.write(f"{version}\n".encode()))
+    write_pointer(root / POINTER, version)
 
 
 def list_versions(root: Path) -> list[str]:

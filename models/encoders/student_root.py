@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from models.atomic import atomic_write
+from models.atomic import read_pointer, write_pointer
 from models.encoders.student_manifest import STUDENT_MANIFEST
 from models.errors import ContractMismatch
 from models.paths import is_plain_name
@@ -25,10 +25,7 @@ def is_student_root(path: Path) -> bool:
 def current_student(root: Path) -> Path:
     """The student directory `root/CURRENT` names."""
     pointer = Path(root) / POINTER
-    try:
-        name = pointer.read_text(encoding="utf-8").strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ContractMismatch(f"{pointer}: cannot read the current-student pointer: {exc}") from exc
+    name = read_pointer(pointer, "current-student")
     if not is_plain_name(name):
         raise ContractMismatch(f"{pointer} names {name!r}: not a plain directory name")
     student = Path(root) / name
@@ -47,4 +44,4 @@ def set_current_student(root: Path, name: str) -> None:
     if not is_plain_name(name) or not (Path(root) / name / STUDENT_MANIFEST).is_file():
         raise ContractMismatch(f"{Path(root) / name} is not a student directory; refusing to point "
                                f"{Path(root) / POINTER} at it")
-    atomic_write(Path(root) / POINTER, lambda fh: fh.write(f"{name}\n".encode()))
+    write_pointer(Path(root) / POINTER, name)
