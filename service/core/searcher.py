@@ -67,20 +67,15 @@ class QueryEncoder:
         keys = [(identity, self.student.query_key(text)) for text in texts]
         found = cache.get_many(keys)
         missing = [i for i, entry in enumerate(found) if entry is None]
-        if not missing:
-            return np.stack([entry[0] for entry in found if entry is not None]), [e[1] for e in found if e is not None]
-        encoded, counts = self.student.encode_counted([texts[i] for i in missing], batch_size=self.encode_batch)
-        cache.put_many([keys[i] for i in missing], encoded, counts)
-        if len(missing) == len(texts):
-            return encoded, counts
-        vectors = np.empty((len(texts), encoded.shape[1]), dtype=np.float32)
-        tokens = [0] * len(texts)
-        for row, i in enumerate(missing):
-            vectors[i], tokens[i] = encoded[row], counts[row]
-        for i, entry in enumerate(found):
-            if entry is not None:
-                vectors[i], tokens[i] = entry
-        return vectors, tokens
+        if missing:
+            encoded, counts = self.student.encode_counted([texts[i] for i in missing], batch_size=self.encode_batch)
+            cache.put_many([keys[i] for i in missing], encoded, counts)
+            if len(missing) == len(texts):
+                return encoded, counts
+            for row, i in enumerate(missing):
+                found[i] = (encoded[row], counts[row])
+        entries = [entry for entry in found if entry is not None]  # every one, now
+        return np.stack([vector for vector, _ in entries]), [tokens for _, tokens in entries]
 
     async def embed(self, texts: Sequence[str], timeout_s: float) -> BatchOutcome:
         """The student's vectors and token counts of `texts` (outcome.vectors, outcome.tokens): Overloaded at once
