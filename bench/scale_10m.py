@@ -17,6 +17,12 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
    search over the same vectors (the service's own query vectors, from /v1/embeddings). The queries are
    SciFact's *train* queries: no default is chosen here by its test queries.
 4. Update: 100 changes (50 replaced documents, 50 deletes) with `tandem index update` into the root; compact.
+5. Follow: `tandem index follow` on the compacted root while a change file of 1,000 new documents arrives every
+   minute (`--follow-files` of them): each file's lag from its arrival to the version that holds it, and the
+   follower's peak RSS.
+6. Disk: each component's size at the end of its stage, and the peak over the whole size's run of the
+   filesystem's used bytes above what it used before (the inputs added), sampled every second: what the run
+   needed at its worst, temporary files and compaction's two versions included.
 
     python bench/scale_10m.py --sizes 1000000 --work /work/scale --student /work/bench/student
 """
@@ -56,6 +62,7 @@ ZIPF_S = 1.07
 LETTERS = [chr(ord("a") + i) for i in range(26)]
 SCIFACT = DEFAULT_REFERENCE.parents[1]
 FIELDS = ("year:integer", "tag:keyword", "date:datetime")
+FOLLOW_DOCS = 1000
 _CONSONANTS, _VOWELS = "bcdfghjklmnprstvz", "aeiou"
 
 
@@ -170,6 +177,25 @@ def build_args(inputs: Path, index: str) -> list[str]:
     return ["index", "build", "--corpus", str(inputs / "corpus.jsonl"), "--embeddings",
             str(inputs / "vectors.f16.npy"), "--ids", str(inputs / "ids.json"), "--quantization", "binary",
             "--index", index, *[a for f in FIELDS for a in ("--field", f)]]
+
+
+class DiskPeak:
+    """The filesystem's used bytes under `path`, sampled every second in a thread: the peak above the start."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.base, self.peak = path, shutil.disk_usage(path).used, 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._done.wait(1.0):
+            self.peak = max(self.peak, shutil.disk_usage(self.path).used - self.base)
+
+    def stop(self) -> float:
+        self._done.set()
+        self._thread.join()
+        return self.peak / 1e9
 
 
 # --- the build's memory by phase (a child process) ------------------------------------------------------------
@@ -340,6 +366,52 @@ def update_stage(inputs: Path, root: Path, run: Path, home: Path) -> Stage:
     return stage
 
 
+def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, every_s: float) -> dict[str, Any]:
+    """`tandem index follow` on `root` while a change file of FOLLOW_DOCS new documents arrives every `every_s`:
+    each file's lag from its arrival (its rename into place) to CURRENT naming a version that holds it."""
+    from servers import start_process, stop
+
+    changes = run / "follow"
+    changes.mkdir()
+    env = {"TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "INFO"}
+    cmd = [TIME, "-f", "maxrss-kib %M", sys.executable, "-m", "tandem", "index", "follow", "--root", str(root),
+           "--changes-dir", str(changes), "--interval", "2"]
+    process = start_process(cmd, run / "follow.log", env, cwd=REPO)
+    vocab = np.asarray(words(VOCAB))
+    rng = np.random.default_rng(5)
+    lags: list[float] = []
+    try:
+        for i in range(files):
+            slot = time.perf_counter() + every_s
+            name = f"{i:04d}-changes.jsonl"
+            lines = [json.dumps({"_id": f"follow{i}-{j}", "title": f"Followed {i}-{j}", "text": " ".join(
+                vocab[rng.integers(0, 10_000, int(rng.integers(16, 49)))]), "metadata": {
+                "year": 2000, "tag": "f", "date": "2000-01-01T00:00:00Z"}}) for j in range(FOLLOW_DOCS)]
+            (changes / f".{name}").write_text("\n".join(lines) + "\n")
+            (changes / f".{name}").rename(changes / name)
+            arrived = time.perf_counter()
+            while _followed(root) < name:
+                if process.poll() is not None:
+                    raise RuntimeError(f"the follower exited ({process.returncode}); see {run / 'follow.log'}")
+                if time.perf_counter() - arrived > 1800:
+                    raise TimeoutError(f"the follower never applied {name}")
+                time.sleep(0.2)
+            lags.append(time.perf_counter() - arrived)
+            log.info("follow: %s applied %.1f s after it arrived", name, lags[-1])
+            time.sleep(max(0.0, slot - time.perf_counter()))
+    finally:
+        stop(process)
+    text = (run / "follow.log").read_text(errors="replace")
+    kib = int(text.rsplit("maxrss-kib ", 1)[1].split()[0]) if "maxrss-kib " in text else 0
+    return {"files": files, "every_s": every_s, "docs": FOLLOW_DOCS, "lags_s": lags, "peak_rss_gb": kib / 1024**2}
+
+
+def _followed(root: Path) -> str:
+    """The last change file the version CURRENT names has applied ('' if none)."""
+    manifest = json.loads((root / (root / "CURRENT").read_text().strip() / "manifest.json").read_text())
+    return (manifest.get("follow") or {}).get("last", "")
+
+
 # --- the run -------------------------------------------------------------------------------------------------
 
 @dataclass
@@ -350,6 +422,8 @@ class SizeResult:
     index: dict[str, Any] = field(default_factory=dict)
     inputs_gb: float = 0.0
     service: dict[str, Any] = field(default_factory=dict)
+    follow: dict[str, Any] = field(default_factory=dict)
+    disk_peak_gb: float = 0.0  # the filesystem's peak use above its start, inputs added
 
 
 def run_size(args: argparse.Namespace, n: int) -> SizeResult:
@@ -359,6 +433,7 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
     run = args.work / f"run-{n}"
     if run.exists():
         shutil.rmtree(run)
+    disk = DiskPeak(args.work)
     home = home_with_teacher(run / "home")
     root = run / "root"
     build = timed("build", [*build_args(inputs, args.index), "--root", str(root)], home)
@@ -377,11 +452,17 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
     compact = timed("compact", ["index", "compact", "--root", str(root)], home)
     compact.disk_gb = disk_gb(root)
     result.stages.append(compact)
+    result.stages.append(Stage("embedding store (after compaction)", 0.0, 0.0, disk_gb(store)))
+    if args.follow_files:
+        result.follow = follow_stage(inputs, root, run, home, args.follow_files, args.follow_every)
+    result.disk_peak_gb = disk.stop() + result.inputs_gb
     if args.phases:
         result.phases = build_phases(inputs, run / "phases", home, args.index)
         shutil.rmtree(run / "phases", ignore_errors=True)
     if not args.keep:
         shutil.rmtree(run)
+    if args.drop_inputs:  # room on a small disk for the next size's run
+        shutil.rmtree(inputs)
     return result
 
 
@@ -409,6 +490,15 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
                       "| filter | mode | p50 | p99 | recall@10 | errors |", "|---|---|---:|---:|---:|---:|"]
             lines += [f"| {row['case']} | {row['mode']} | {row['p50_ms']:.1f} ms | {row['p99_ms']:.1f} ms | "
                       f"{row['recall']:.3f} | {row['errors']} |" for row in sv["rows"]]
+        lines += ["", f"Disk: the run's peak, inputs included: **{r.disk_peak_gb:.2f} GB** (the filesystem's used "
+                  "bytes, sampled every second, above their level before the run; plus the inputs)."]
+        if r.follow:
+            fw = r.follow
+            lags = fw["lags_s"]
+            lines += ["", f"Follow: `tandem index follow --interval 2` on the compacted root, a change file of "
+                      f"{fw['docs']:,} new documents every {fw['every_s']:.0f} s, {fw['files']} files: lag from a "
+                      f"file's arrival to CURRENT holding it {', '.join(f'{x:.1f}' for x in lags)} s (max "
+                      f"{max(lags):.1f} s); the follower's peak RSS {fw['peak_rss_gb']:.2f} GB."]
         if r.phases:
             lines += ["", "Build phases (RSS sampled every 20 ms in the build's own process; a phase's peak includes "
                       "what earlier phases left allocated):", "", "| phase | peak RSS | time |", "|---|---:|---:|"]
@@ -428,6 +518,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--requests", type=int, default=40, help="Sequential /search requests per row.")
     parser.add_argument("--phases", action="store_true", help="Build once more in a child sampling its RSS.")
     parser.add_argument("--keep", action="store_true", help="Keep each size's run directory.")
+    parser.add_argument("--drop-inputs", action="store_true", help="Delete each size's inputs after its run.")
+    parser.add_argument("--follow-files", type=int, default=3, help="Change files the follow stage sends (0: none).")
+    parser.add_argument("--follow-every", type=float, default=60.0, help="Seconds between the follow stage's files.")
     add_output_args(parser)
     args = parser.parse_args(argv)
     args.argv = list(argv if argv is not None else sys.argv[1:])

@@ -31,6 +31,11 @@ HNSW_M = 32
 EF_CONSTRUCTION = 80
 EF_SEARCH = 64
 IVF_POINTS_PER_CELL = 39  # FAISS k-means wants at least this many training points per centroid
+# IVF's default cells stop growing here: k-means over binary codes trains as float k-means (sample × cells × 768
+# per iteration) and each added row is compared with every cell, so 4·√N cells would take 12,649 at 10M (about 26
+# minutes to train, 7 to add on 2 cores); a query's probes scan nprobe/nlist of the rows whatever nlist is
+# (docs/lab/2026-11-26-scale-10m.md)
+IVF_NLIST_MAX = 4096
 AUTO = "auto"
 AUTO_FLAT_MAX = 2_000_000  # `--index auto`: flat up to here (a full scan of binary codes stays within p99 budgets)
 # binary rescoring depth by corpus size: (up to this many documents, Hamming candidates rescored per hit), so that
@@ -84,8 +89,8 @@ class IndexSpec(BaseModel):
 
 
 def default_nlist(count: int) -> int:
-    """About 4·√N cells, but no more than k-means can train well on N points."""
-    return max(1, min(int(4 * math.sqrt(count)), count // IVF_POINTS_PER_CELL))
+    """About 4·√N cells, but no more than k-means can train well on N points, nor than IVF_NLIST_MAX."""
+    return max(1, min(int(4 * math.sqrt(count)), count // IVF_POINTS_PER_CELL, IVF_NLIST_MAX))
 
 
 def rescore_depth(quantization: Quantization, count: int) -> int | None:

@@ -2,7 +2,10 @@
 
 - float: IndexFlatIP over MRL-truncated unit vectors.
 - int8: IndexScalarQuantizer(QT_8bit) whose per-dimension ranges are our calibration.
-- binary: IndexBinaryFlat over sign bits, plus the int8 rescoring codes (memory-mapped when loaded).
+- binary: IndexBinaryFlat over sign bits, plus the int8 rescoring codes (memory-mapped when loaded). An IVF over
+  binary codes keeps its codes by cell, not by row, so it also writes them by row (`codes.u8.npy`, memory-mapped):
+  a filtered search's exact plan ranks the allowed rows by Hamming distance there, instead of scoring every one of
+  them by its int8 vector.
 
 Those are the flat (exact) first stages; models.bundle.first_stage also builds HNSW and IVF ones
 (models.bundle.index_spec), with the same int8 calibration and the same binary rescoring. An index is scored in its
@@ -44,6 +47,7 @@ from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
 RESCORE_FILE = "rescore.u8.npy"
+ROW_CODES_FILE = "codes.u8.npy"  # an IVF's sign codes in row order (binary IVF only)
 DEFAULT_OVERSAMPLE = 4
 EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
 
@@ -81,6 +85,7 @@ class VectorIndex:
         space: Space | None = None,
         rescore_codes: np.ndarray | None = None,
         spec: IndexSpec | None = None,
+        row_codes: np.ndarray | None = None,
     ) -> None:
         self.quantization = quantization
         self.dim = dim
@@ -88,6 +93,7 @@ class VectorIndex:
         self.index = index
         self.space = space or Space()
         self.rescore_codes = rescore_codes
+        self.row_codes = row_codes  # sign codes by row where the first stage does not keep them so (IVF)
         self.observe: StageObserver | None = None  # told how long int8 rescoring took (the service's timings), when set
         # A plain attribute, not a property over index.ntotal: the index is complete when it gets here (built,
         # loaded or written whole) and never grows after.
@@ -106,10 +112,12 @@ class VectorIndex:
                           spin=spin)
         x = space.project(vectors, dim)
         index = build_first_stage(x, quantization, spec, space.calibration, space.center, space.spin)
-        rescore = None
+        rescore = row_codes = None
         if quantization is Quantization.BINARY and space.calibration is not None:
             rescore = int8_encode(x, space.calibration)
-        return cls(quantization, dim, index, space, rescore, spec)
+        if quantization is Quantization.BINARY and spec.type is IndexType.IVF:
+            row_codes = first_stage_codes(x, quantization, space.center, space.spin)
+        return cls(quantization, dim, index, space, rescore, spec, row_codes)
 
     def save(self, directory: Path, space: bool = True) -> list[str]:
         """Write the index files into `directory`; returns their names. `space=False` leaves out the space's files
@@ -126,6 +134,9 @@ class VectorIndex:
         if self.rescore_codes is not None:
             np.save(directory / RESCORE_FILE, self.rescore_codes)
             names.append(RESCORE_FILE)
+        if self.row_codes is not None:
+            np.save(directory / ROW_CODES_FILE, self.row_codes)
+            names.append(ROW_CODES_FILE)
         return names + (self.space.save(directory) if space else [])
 
     @classmethod
@@ -146,6 +157,9 @@ class VectorIndex:
             rescore = np.load(directory / RESCORE_FILE, mmap_mode="r")
         else:
             index, rescore = faiss.read_index(path), None
+        # an IVF version written before its codes were kept by row has none: its exact plan scores int8 vectors
+        row_codes = np.load(directory / ROW_CODES_FILE, mmap_mode="r") if quantization is Quantization.BINARY \
+            and (directory / ROW_CODES_FILE).is_file() else None
         apply_search_params(index, spec)
         if index.d != dim:
             raise ValueError(f"{directory}: index dimension {index.d} does not match the manifest's {dim}")
@@ -153,7 +167,10 @@ class VectorIndex:
             raise ValueError(f"{directory}: the space has no {dim}-d int8 calibration for a {quantization.value} index")
         if rescore is not None and rescore.shape != (index.ntotal, dim):
             raise ValueError(f"{directory}: rescore vectors have shape {rescore.shape}, expected {(index.ntotal, dim)}")
-        return cls(quantization, dim, index, space, rescore, spec)
+        if row_codes is not None and row_codes.shape != (index.ntotal, dim // 8):
+            raise ValueError(f"{directory}: row codes have shape {row_codes.shape}, expected "
+                             f"{(index.ntotal, dim // 8)}")
+        return cls(quantization, dim, index, space, rescore, spec, row_codes)
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: Allowed | None = None,
                widening: Widening | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -195,11 +212,11 @@ class VectorIndex:
               oversample: int) -> tuple[np.ndarray, np.ndarray]:
         """The top `depth` of `rows` (ascending) for one query in the space's basis, scored exactly, a chunk at a
         time: float and int8 by their stored vectors; binary by the Hamming distance of their sign codes, then the
-        int8 rescoring of the best `depth × oversample`, as a flat binary index ranks them (an IVF's codes are not
-        addressable by row: its int8 vectors score every row)."""
+        int8 rescoring of the best `depth × oversample`, as a flat binary index ranks them (an IVF's from its codes
+        by row; one written without them scores every row by its int8 vector)."""
         q = np.ascontiguousarray(truncate(rotated, self.dim), dtype=np.float32)
         oversample = max(oversample, self.spec.oversample or 1)
-        codes = stored_codes(self.index) if self.quantization is Quantization.BINARY else None
+        codes = self.codes_by_row() if self.quantization is Quantization.BINARY else None
         if codes is not None and len(rows) > depth * max(1, oversample):
             rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), depth * max(1, oversample),
                                        EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
@@ -209,6 +226,11 @@ class VectorIndex:
             scores = self.reconstruct(chunk) @ q[0]
             best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, chunk]), depth)
         return best_s, best_r
+
+    def codes_by_row(self) -> np.ndarray | None:
+        """The sign codes [count, dim/8] addressable by row: the flat or HNSW first stage's own, else an IVF's file."""
+        own = stored_codes(self.index)
+        return own if own is not None else self.row_codes
 
     def reconstruct(self, rows: np.ndarray) -> np.ndarray:
         """The stored vectors of `rows` as the index scores them: float or int8-decoded (binary: the rescore
@@ -284,14 +306,14 @@ class IndexWriter:
         self.added = 0
         self._rescore: BinaryIO | None = None
         self._codes: BinaryIO | None = None
+        self._row_codes: BinaryIO | None = None
         if quantization is Quantization.BINARY and spec.type is IndexType.FLAT:
             self._codes = (self.directory / INDEX_FILE).open("wb")
             self._codes.write(binary_flat_header(dim, count))
+        if quantization is Quantization.BINARY and spec.type is IndexType.IVF:
+            self._row_codes = _npy_writer(self.directory / ROW_CODES_FILE, (count, dim // 8))
         if quantization is Quantization.BINARY:
-            self._rescore = (self.directory / RESCORE_FILE).open("wb")
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False,
-                      "shape": (count, dim)}
-            np.lib.format.write_array_header_1_0(self._rescore, header)
+            self._rescore = _npy_writer(self.directory / RESCORE_FILE, (count, dim))
 
     @property
     def train_step(self) -> int | None:
@@ -317,6 +339,8 @@ class IndexWriter:
             self._codes.write(codes.tobytes())
         else:
             self.index.add(codes)
+        if self._row_codes is not None:
+            self._row_codes.write(codes.tobytes())
         if self._rescore is not None:
             assert self.space.calibration is not None
             self._rescore.write(int8_encode(x, self.space.calibration).tobytes())
@@ -335,12 +359,23 @@ class IndexWriter:
         apply_search_params(self.index, self.spec)
         names = VectorIndex(self.quantization, self.dim, self.index, self.space, None, self.spec).save(
             self.directory, space=False)
+        if self._row_codes is not None:
+            self._row_codes.close()
+            names.append(ROW_CODES_FILE)
         return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
     def close(self) -> None:
-        for fh in (self._rescore, self._codes):
+        for fh in (self._rescore, self._codes, self._row_codes):
             if fh is not None and not fh.closed:
                 fh.close()
+
+
+def _npy_writer(path: Path, shape: tuple[int, int]) -> BinaryIO:
+    """A uint8 .npy of `shape` opened for its rows to be appended in order: the header `np.save` writes, up front."""
+    fh = path.open("wb")
+    header = {"descr": np.lib.format.dtype_to_descr(np.dtype(np.uint8)), "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(fh, header)
+    return fh
 
 
 def binary_flat_header(dim: int, count: int) -> bytes:

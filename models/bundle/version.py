@@ -35,7 +35,7 @@ from models.bundle.payload import PayloadIndex
 from models.bundle.payload_writer import payload_files
 from models.bundle.rows import Allowed, row_mask
 from models.bundle.space import SPACE_FILES, Space
-from models.bundle.vector_index import INDEX_FILE, RESCORE_FILE, VectorIndex
+from models.bundle.vector_index import INDEX_FILE, RESCORE_FILE, ROW_CODES_FILE, VectorIndex
 from models.contract import TeacherRef, check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest_io import read_manifest
@@ -86,10 +86,12 @@ def required_files(manifest: BundleManifest) -> list[str]:
 
 
 def _lexical_files(directory: Path, manifest: BundleManifest) -> list[str]:
-    """The files of the segments' lexical indexes on disk: the loader reads those directories, so each must be
-    listed."""
+    """The files of the segments' lexical indexes on disk, and an IVF's codes by row where present: the loader reads
+    them, so each must be listed."""
     names = []
     for segment in manifest.parts:
+        if (directory / segment.path / ROW_CODES_FILE).is_file():
+            names.append(in_segment(segment, ROW_CODES_FILE))
         lexical = directory / segment.path / LEXICAL_DIR
         if segment.lexical is not None and lexical.is_dir():
             names += sorted(in_segment(segment, f"{LEXICAL_DIR}/{p.name}") for p in lexical.iterdir())

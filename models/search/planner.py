@@ -25,8 +25,10 @@ from models.bundle.rows import Allowed
 # At or below this share of the bundle's rows, a filtered dense search scores the matching rows exactly. At 1M binary
 # documents, each search right after its query's encode as served, the exact pass was the faster up to 20% (flat)
 # and 3% (HNSW), the index search from 30% and 5%: the crossovers sit between
-# (docs/decisions.md#filtered-search-planned-by-cardinality). IVF, not measured at scale, follows HNSW.
-EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04, IndexType.IVF: 0.04}
+# (docs/decisions.md#filtered-search-planned-by-cardinality). An IVF over binary codes ranks the matching rows by
+# Hamming distance over its codes by row, as flat does, while its own plan scans nprobe/share cells (all of them
+# below 1/8): its crossover is set lower than flat's, and checked at 10M (docs/lab/2026-11-26-scale-10m.md).
+EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04, IndexType.IVF: 0.15}
 EXACT_ROWS = 2048  # ... and always at or below this many rows, however large the bundle
 MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan covers the shares below)
 

@@ -6,6 +6,7 @@ import pytest
 
 from models.bundle.index_spec import (
     AUTO_FLAT_MAX,
+    IVF_NLIST_MAX,
     IndexSpec,
     IndexType,
     Quantization,
@@ -18,6 +19,7 @@ from models.errors import InputError
 
 def test_defaults_scale_with_the_corpus() -> None:
     assert default_nlist(20) == 1 and default_nlist(100_000) == 1264
+    assert default_nlist(10_000_000) == IVF_NLIST_MAX  # not 12,649: k-means and adds grow with the cells
     spec = resolve_spec("ivf", Quantization.BINARY, 100_000)
     assert (spec.ivf_nlist, spec.ivf_nprobe) == (1264, 158)
     assert resolve_spec("flat", Quantization.INT8, 10) == IndexSpec()

@@ -156,3 +156,20 @@ def test_the_rescoring_depth_an_index_records_is_a_floor(vectors: np.ndarray, qu
     deep = VectorIndex(index.quantization, index.dim, index.index, index.space, index.rescore_codes,
                        index.spec.model_copy(update={"oversample": N}))
     assert np.array_equal(deep.search(queries, 10, oversample=1)[1], index.search(queries, 10, oversample=N)[1])
+
+
+def test_an_ivf_keeps_its_codes_by_row_and_its_exact_pass_ranks_as_flat_does(tmp_path: Path, vectors: np.ndarray,
+                                                                            queries: np.ndarray) -> None:
+    """An IVF holds its codes by cell; the codes it writes by row let a filtered search's exact plan rank the
+    allowed rows by Hamming distance, as a flat index does, instead of scoring each by its int8 vector."""
+    flat, ivf = _build(vectors, "flat", Quantization.BINARY), _build(vectors, "ivf", Quantization.BINARY)
+    ivf.save(tmp_path)
+    loaded = VectorIndex.load(tmp_path, DIM, Quantization.BINARY, ivf.spec, space=ivf.space)
+    assert loaded.row_codes is not None and np.array_equal(loaded.codes_by_row(), flat.codes_by_row())
+    rows = np.arange(0, N, 3)
+    for query in queries:
+        rotated = flat.space.rotate(query[None, :])
+        for a, b in zip(loaded.exact(rotated, 10, rows, 2), flat.exact(rotated, 10, rows, 2), strict=True):
+            np.testing.assert_array_equal(a, b)
+    (tmp_path / "codes.u8.npy").unlink()  # an IVF written before its codes were kept by row still loads
+    assert VectorIndex.load(tmp_path, DIM, Quantization.BINARY, ivf.spec, space=ivf.space).codes_by_row() is None
