@@ -39,6 +39,7 @@ from models.bundle.first_stage import (
 )
 from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.lexical import top_k
+from models.bundle.prefetch import prefetch
 from models.bundle.quantize import int8_decode, int8_encode
 from models.bundle.rows import Allowed
 from models.bundle.space import Space
@@ -170,6 +171,8 @@ class VectorIndex:
         if row_codes is not None and row_codes.shape != (index.ntotal, dim // 8):
             raise ValueError(f"{directory}: row codes have shape {row_codes.shape}, expected "
                              f"{(index.ntotal, dim // 8)}")
+        prefetch([directory / name for name, mapped in ((RESCORE_FILE, rescore), (ROW_CODES_FILE, row_codes))
+                  if mapped is not None])
         return cls(quantization, dim, index, space, rescore, spec, row_codes)
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: Allowed | None = None,
