@@ -32,15 +32,15 @@ EF_CONSTRUCTION = 80
 EF_SEARCH = 64
 IVF_POINTS_PER_CELL = 39  # FAISS k-means wants at least this many training points per centroid
 # IVF's default cells stop growing here: k-means over binary codes trains as float k-means (sample × cells × 768
-# per iteration) and each added row is compared with every cell, so 4·√N cells would take 12,649 at 10M (about 26
-# minutes to train, 7 to add on 2 cores); a query's probes scan nprobe/nlist of the rows whatever nlist is
-# (docs/lab/2026-11-26-scale-10m.md)
+# per iteration) and each added row is compared with every cell: at 10M, 4,096 cells trained in 102 s and added in
+# 72 s on 2 cores, where 4·√N = 12,649 would take about 9× and 3× that; a query's probes scan nprobe/nlist of the
+# rows whatever nlist is (docs/lab/2026-11-26-first-stage-scale.md)
 IVF_NLIST_MAX = 4096
 AUTO = "auto"
 AUTO_FLAT_MAX = 2_000_000  # `--index auto`: flat up to here (a full scan of binary codes stays within p99 budgets)
 # binary rescoring depth by corpus size: (up to this many documents, Hamming candidates rescored per hit), so that
 # recall@10 against exact float search stays over 0.85: measured 0.912 at 200k with ×8 and 0.907 at 1M with ×16 (×4:
-# 0.819 and 0.696); past 1.5M extrapolated (twice the depth per five times the corpus), not measured
+# 0.819 and 0.696); past 1.5M twice the depth per five times the corpus, and at 10M ×64 measured 0.917
 RESCORE_DEPTHS = ((50_000, 4), (300_000, 8), (1_500_000, 16), (5_000_000, 32))
 DEEPEST_RESCORE = 64
 
