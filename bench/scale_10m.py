@@ -375,7 +375,7 @@ def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, ev
     changes.mkdir()
     env = {"TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "INFO"}
     cmd = [TIME, "-f", "maxrss-kib %M", sys.executable, "-m", "tandem", "index", "follow", "--root", str(root),
-           "--changes-dir", str(changes), "--interval", "2"]
+           "--changes-dir", str(changes), "--interval", "2", "--precision", "auto"]
     process = start_process(cmd, run / "follow.log", env, cwd=REPO)
     vocab = np.asarray(words(VOCAB))
     rng = np.random.default_rng(5)
@@ -495,7 +495,7 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
         if r.follow:
             fw = r.follow
             lags = fw["lags_s"]
-            lines += ["", f"Follow: `tandem index follow --interval 2` on the compacted root, a change file of "
+            lines += ["", f"Follow: `tandem index follow --interval 2 --precision auto` on the compacted root, a change file of "
                       f"{fw['docs']:,} new documents every {fw['every_s']:.0f} s, {fw['files']} files: lag from a "
                       f"file's arrival to CURRENT holding it {', '.join(f'{x:.1f}' for x in lags)} s (max "
                       f"{max(lags):.1f} s); the follower's peak RSS {fw['peak_rss_gb']:.2f} GB."]

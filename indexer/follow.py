@@ -72,6 +72,7 @@ class FollowRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
+    precision: str | None = None  # the teacher's for the files' texts (indexer.request.version_precision)
     after_publish: Callable[[Path], object] | None = None  # called with CURRENT after each step that published
 
     @property
@@ -79,7 +80,8 @@ class FollowRequest:
         """What each version the follower publishes is asked (a step's, a compaction's): the root's CURRENT, with
         the follower's keep, teacher and store."""
         return VersionRequest(root=self.root, keep=self.keep, teacher=self.teacher, batch_size=self.batch_size,
-                              device=self.device, store=self.store, shard_size=self.shard_size)
+                              device=self.device, store=self.store, shard_size=self.shard_size,
+                              precision=self.precision)
 
     def check(self) -> None:
         if not is_bundle_root(self.root):

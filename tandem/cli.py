@@ -181,6 +181,13 @@ BaseOpt = Annotated[
 OutOpt = Annotated[Path | None, typer.Option(help="Publish to this directory instead of a new --root version.")]
 BatchSizeOpt = Annotated[int, typer.Option(envvar="TANDEM_BATCH_SIZE")]
 ForceOpt = Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")]
+VersionPrecisionOpt = Annotated[
+    PrecisionChoice | None,
+    typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision for the new or changed texts: by default (or "
+                 "auto) the one the base's manifest records, so a version's vectors agree; where it records none "
+                 "(imported vectors), fp32 by default and auto this CPU's pick (bf16 with AVX-512 BF16 or AMX); "
+                 "another is allowed with a warning, and recorded on the new segment."),
+]
 
 
 EngineOpt = Annotated[
@@ -296,12 +303,7 @@ def index_update(
     batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
-    precision: Annotated[
-        PrecisionChoice | None,
-        typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision for the new or changed texts: by default "
-                     "(or auto) the one the base's manifest records, so a version's vectors agree; another is "
-                     "allowed with a warning, and recorded on the new segment."),
-    ] = None,
+    precision: VersionPrecisionOpt = None,
     force: ForceOpt = False,
 ) -> None:
     """Add, replace or delete documents by id into a new bundle version; only new or changed texts are encoded."""
@@ -372,6 +374,7 @@ def index_follow(
     batch_size: BatchSizeOpt = 32,
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
+    precision: VersionPrecisionOpt = None,
     refresh_student: Annotated[
         Path | None, typer.Option(help="A student root (CURRENT names the served student): after a version, when "
                                        "its agreement with the teacher on a segment it has not seen is below the "
@@ -396,7 +399,7 @@ def index_follow(
                                   max_segments=compact_segments, max_deleted=compact_deleted,
                                   compact=not no_compact, once=once, max_files=batch_files, keep=keep,
                                   teacher=teacher, batch_size=batch_size, device=device, shard_size=shard_size,
-                                  after_publish=hook))
+                                  precision=None if precision is None else precision.value, after_publish=hook))
     typer.echo(f"applied {report.applied} change files to {root} in {report.versions} versions")
     if report.late:
         typer.echo(f"warning: {len(report.late)} change files arrived sorting before the last applied one and were "

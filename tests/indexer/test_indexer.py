@@ -209,6 +209,26 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "fp16", precision="fp16", device="cpu"))
 
 
+def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path, tiny_corpus: Path,
+                                                              tmp_path: Path) -> None:
+    """Imported vectors record no precision: an update (or a follower) encodes its texts in fp32 by default and, with
+    auto, in what this CPU picks (bf16 where it has native bf16), recorded on the new segment."""
+    docs = read_corpus(tiny_corpus)
+    vecs = np.random.default_rng(0).standard_normal((len(docs), 768)).astype(np.float32)
+    np.save(tmp_path / "e.npy", vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
+    (tmp_path / "ids.json").write_text(json.dumps([d.id for d in docs]))
+    build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "imported", embeddings=tmp_path / "e.npy",
+                       ids=tmp_path / "ids.json"))
+    changes = tmp_path / "changes.jsonl"
+    changes.write_text(json.dumps({"_id": "fresh", "title": "Fresh", "text": "A new text about tides."}) + "\n")
+    picked = "bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags(Path("/proc/cpuinfo").read_text()) else "fp32"
+    for requested, out, expected in ((None, "default", "fp32"), ("auto", "auto", picked)):
+        manifest = update(UpdateRequest(changes=changes, base=tmp_path / "imported", out=tmp_path / out,
+                                        precision=requested, device="cpu"))
+        assert manifest.segments is not None and manifest.segments[-1].embeddings is not None
+        assert manifest.segments[-1].embeddings.precision == expected
+
+
 def test_an_update_encodes_in_the_precision_its_base_records(teacher_dir: Path, tiny_corpus: Path, tmp_path: Path,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     """`index update` keeps a version's vectors in one precision: by default (and with auto) the base's; another
