@@ -74,8 +74,10 @@ def _compact(req: VersionRequest) -> BundleManifest:
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
                                  metadata_extra=base.corpus.metadata_extra)
         info = base_info(base, source_dir, "compact", deleted=base.deleted, encoded=encoded)
-        source = EmbeddingSource(kind="encoded", store_key=key, precision=_precision(sourced),
-                                 device=base.embeddings.device, engine=base.embeddings.engine)
+        precision = _precision(sourced)
+        source = EmbeddingSource(kind="imported", store_key=key) if precision is None else EmbeddingSource(
+            kind="encoded", store_key=key, precision=precision, device=base.embeddings.device,
+            engine=base.embeddings.engine)
         manifest = write_manifest(
             staging, [*names, DOCSTORE_FILE, CORPUS_FILE, *index_names], teacher=card.teacher_ref(), dim=base.dim,
             quantization=base.quantization, count=count, build_seconds=round(time.perf_counter() - started, 3),
@@ -126,8 +128,13 @@ def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingS
     return with_segments(base, parts), encoded
 
 
-def _precision(manifest: BundleManifest) -> str:
-    kinds = {s.embeddings.precision or "fp32" if s.embeddings is not None else "fp32" for s in manifest.parts}
+def _precision(manifest: BundleManifest) -> str | None:
+    """The precision the teacher encoded the segments' vectors in; None when every segment's were imported (they
+    have none of ours: a later update's or follower's `--precision auto` then picks its own)."""
+    sources = [s.embeddings for s in manifest.parts]
+    kinds = {"fp32" if e is None else e.precision or "fp32" for e in sources if e is None or e.kind != "imported"}
+    if not kinds:
+        return None
     return kinds.pop() if len(kinds) == 1 else "mixed"
 
 

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
+from indexer.compact import compact
+from indexer.request import VersionRequest
 from indexer.update import UpdateRequest, update
 from models.bundle.manifest import BundleManifest
 from models.bundle.staging import staged
@@ -211,8 +213,9 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
 
 def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path, tiny_corpus: Path,
                                                               tmp_path: Path) -> None:
-    """Imported vectors record no precision: an update (or a follower) encodes its texts in fp32 by default and, with
-    auto, in what this CPU picks (bf16 where it has native bf16), recorded on the new segment."""
+    """Imported vectors record no precision, nor does their compaction: an update (or a follower) encodes its texts
+    in fp32 by default and, with auto, in what this CPU picks (bf16 where it has native bf16), recorded on the new
+    segment."""
     docs = read_corpus(tiny_corpus)
     vecs = np.random.default_rng(0).standard_normal((len(docs), 768)).astype(np.float32)
     np.save(tmp_path / "e.npy", vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
@@ -222,11 +225,14 @@ def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path,
     changes = tmp_path / "changes.jsonl"
     changes.write_text(json.dumps({"_id": "fresh", "title": "Fresh", "text": "A new text about tides."}) + "\n")
     picked = "bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags(Path("/proc/cpuinfo").read_text()) else "fp32"
-    for requested, out, expected in ((None, "default", "fp32"), ("auto", "auto", picked)):
-        manifest = update(UpdateRequest(changes=changes, base=tmp_path / "imported", out=tmp_path / out,
-                                        precision=requested, device="cpu"))
-        assert manifest.segments is not None and manifest.segments[-1].embeddings is not None
-        assert manifest.segments[-1].embeddings.precision == expected
+    compacted = compact(VersionRequest(base=tmp_path / "imported", out=tmp_path / "compacted"))
+    assert compacted.embeddings.kind == "imported"  # still none of the teacher's precisions of ours
+    for base in ("imported", "compacted"):
+        for requested, out, expected in ((None, "default", "fp32"), ("auto", "auto", picked)):
+            manifest = update(UpdateRequest(changes=changes, base=tmp_path / base, out=tmp_path / f"{base}-{out}",
+                                            precision=requested, device="cpu"))
+            assert manifest.segments is not None and manifest.segments[-1].embeddings is not None
+            assert manifest.segments[-1].embeddings.precision == expected
 
 
 def test_an_update_encodes_in_the_precision_its_base_records(teacher_dir: Path, tiny_corpus: Path, tmp_path: Path,
