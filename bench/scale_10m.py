@@ -369,17 +369,18 @@ def update_stage(inputs: Path, root: Path, run: Path, home: Path) -> Stage:
 def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, every_s: float) -> dict[str, Any]:
     """`tandem index follow` on `root` while a change file of FOLLOW_DOCS new documents arrives every `every_s`:
     each file's lag from its arrival (its rename into place) to CURRENT naming a version that holds it."""
-    from servers import start_process, stop
+    from servers import rss_mib, start_process, stop
 
     changes = run / "follow"
     changes.mkdir()
     env = {"TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "INFO"}
-    cmd = [TIME, "-f", "maxrss-kib %M", sys.executable, "-m", "tandem", "index", "follow", "--root", str(root),
+    cmd = [sys.executable, "-m", "tandem", "index", "follow", "--root", str(root),
            "--changes-dir", str(changes), "--interval", "2", "--precision", "auto"]
     process = start_process(cmd, run / "follow.log", env, cwd=REPO)
     vocab = np.asarray(words(VOCAB))
     rng = np.random.default_rng(5)
     lags: list[float] = []
+    peak_mib: float | None = None
     try:
         for i in range(files):
             slot = time.perf_counter() + every_s
@@ -399,11 +400,11 @@ def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, ev
             lags.append(time.perf_counter() - arrived)
             log.info("follow: %s applied %.1f s after it arrived", name, lags[-1])
             time.sleep(max(0.0, slot - time.perf_counter()))
+        peak_mib = rss_mib(process.pid, "VmHWM")  # the follower's high-water mark, read before it stops
     finally:
         stop(process)
-    text = (run / "follow.log").read_text(errors="replace")
-    kib = int(text.rsplit("maxrss-kib ", 1)[1].split()[0]) if "maxrss-kib " in text else 0
-    return {"files": files, "every_s": every_s, "docs": FOLLOW_DOCS, "lags_s": lags, "peak_rss_gb": kib / 1024**2}
+    return {"files": files, "every_s": every_s, "docs": FOLLOW_DOCS, "lags_s": lags,
+            "peak_rss_gb": (peak_mib or 0.0) / 1024}
 
 
 def _followed(root: Path) -> str:
@@ -495,9 +496,9 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
         if r.follow:
             fw = r.follow
             lags = fw["lags_s"]
-            lines += ["", f"Follow: `tandem index follow --interval 2 --precision auto` on the compacted root, a change file of "
-                      f"{fw['docs']:,} new documents every {fw['every_s']:.0f} s, {fw['files']} files: lag from a "
-                      f"file's arrival to CURRENT holding it {', '.join(f'{x:.1f}' for x in lags)} s (max "
+            lines += ["", "Follow: `tandem index follow --interval 2 --precision auto` on the compacted root, a change "
+                      f"file of {fw['docs']:,} new documents every {fw['every_s']:.0f} s, {fw['files']} files: lag "
+                      f"from a file's arrival to CURRENT holding it {', '.join(f'{x:.1f}' for x in lags)} s (max "
                       f"{max(lags):.1f} s); the follower's peak RSS {fw['peak_rss_gb']:.2f} GB."]
         if r.phases:
             lines += ["", "Build phases (RSS sampled every 20 ms in the build's own process; a phase's peak includes "
