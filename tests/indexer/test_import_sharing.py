@@ -142,13 +142,13 @@ def test_deleting_the_import_after_a_shared_build_is_safe(
     store = EmbeddingStore(tmp_path / "store")
     assert np.array_equal(store.take(manifest.embeddings.store_key or "", np.r_[N - 1, 0, 5]),
                           vecs[[N - 1, 0, 5]].astype(np.float32))
-    (tmp_path / "gone.txt").write_text("doc-3\ndoc-9000\n")
+    (tmp_path / "gone.txt").write_text("doc-3\ndoc-8999\n")
     update(UpdateRequest(delete_ids=tmp_path / "gone.txt", root=tmp_path / "root", version="v2",
                          store=tmp_path / "store"))
     compact(VersionRequest(root=tmp_path / "root", version="v3", store=tmp_path / "store"))
     out = tmp_path / "export.jsonl"
     assert export(tmp_path / "root" / "v3", out, ExportFormat.JSONL, store) == N - 2
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    keep = [i for i in range(N) if ids[i] not in {"doc-3", "doc-9000"}]
+    keep = [i for i in range(N) if ids[i] not in {"doc-3", "doc-8999"}]
     assert [r["id"] for r in lines] == [ids[i] for i in keep]
     assert np.array_equal(np.asarray([r["vector"] for r in lines], dtype=np.float32), vecs[keep].astype(np.float32))
