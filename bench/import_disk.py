@@ -52,7 +52,7 @@ def main() -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     started = time.perf_counter()
-    rc = subprocess.call([sys.executable, "-m", "tandem.cli", *args])
+    rc = subprocess.call([sys.executable, "-m", "tandem", *args])
     wall = time.perf_counter() - started
     done.set()
     sampler.join()
