@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.encode import TeacherRun, encode_into, local_device, local_teacher
-from indexer.imported import ImportSpec, scatter_import, source_digest
+from indexer.imported import ImportSpec, import_into, source_digest
 from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
@@ -122,9 +122,8 @@ def import_vectors(
     assert req.embeddings is not None
     key = store_key(card.fingerprint, card.max_seq_length, corpus.key)
     spec = ImportSpec(Path(req.embeddings), req.ids, req.id_column, req.vector_column)
-    with scatter_import(spec, docstore, corpus.count, card.dim, store.root) as chunks:
-        store.put_stream(key, chunks, {"source": "imported", "path": str(req.embeddings),
-                                       "teacher": card.fingerprint})
+    import_into(spec, docstore, corpus.count, card.dim, store, key,
+                {"source": "imported", "path": str(req.embeddings), "teacher": card.fingerprint})
     return EmbeddingSource(kind="imported", path=str(Path(req.embeddings).resolve()), sha256=source_digest(spec),
                            store_key=key)
 

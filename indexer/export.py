@@ -43,27 +43,17 @@ def stored_key(segment: SegmentInfo, store: EmbeddingStore) -> str | None:
 
 class StoredRows:
     """Rows of a complete embedding-store entry picked by number (an update's unchanged texts, a rewrite's kept
-    rows): the rows of one shard are taken from one load of it, and the last shard loaded is kept for the next
-    call, whose rows are usually in it."""
+    rows), gathered from the entry's memory-mapped files (EmbeddingStore.take): memory grows with the rows asked
+    for, not with the entry's shard size (an import is one file of all the rows)."""
 
     def __init__(self, store: EmbeddingStore, key: str, dim: int) -> None:
         self.store, self.key, self.dim = store, key, dim
-        self.shard_size = int(store.meta(key)["shard_size"])
-        self._cache: tuple[int, np.ndarray] | None = None
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The float32 vectors of `rows` (any order), in that order."""
-        out = np.empty((len(rows), self.dim), dtype=np.float32)
-        shard_of = rows // self.shard_size
-        for shard in np.unique(shard_of):
-            pick = shard_of == shard
-            out[pick] = self._shard(int(shard))[rows[pick] - shard * self.shard_size]
-        return out
-
-    def _shard(self, index: int) -> np.ndarray:
-        if self._cache is None or self._cache[0] != index:
-            self._cache = (index, self.store.shard(self.key, index))
-        return self._cache[1]
+        if not len(rows):
+            return np.empty((0, self.dim), dtype=np.float32)
+        return self.store.take(self.key, rows)
 
 
 def _index_holds_vectors(manifest: BundleManifest) -> bool:

@@ -4,17 +4,17 @@ Accepted: one `.npy` file or a directory of `.npy` shards (rows in file-name ord
 naming each row's document; or Parquet files (one, or a directory) with an id column and a
 vector column. They are streamed chunk by chunk and checked before anything trusts them: shape,
 finiteness, unit norm and exact id coverage of the corpus. Rows are scattered into corpus order
-through a temporary float16 file beside the embedding store, then stored as its shards.
+straight into the embedding-store entry's one float16 file (EmbeddingStore.put_file): one copy on
+disk. An import that already is that file (one float16 .npy whose rows are in corpus order) is
+shared with the entry by a hard link instead: no copy at all.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from models.bundle.docstore import DocstoreWriter
+from models.embeddings.store import EmbeddingStore
 from models.encoders.registry import sha256_file
 from models.errors import InputError
 
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 NORM_TOLERANCE = 1e-2  # float16 storage of unit vectors is accurate to ~1e-3
 CHUNK_ROWS = 8192
+COPY_BYTES = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -163,47 +165,98 @@ def _check_rows(where: str, first: int, ids: list[str], rows: np.ndarray) -> Non
                          f"has norm {norms[i]:.4f}")
 
 
-@contextlib.contextmanager
-def scatter_import(spec: ImportSpec, docstore: DocstoreWriter, count: int, dim: int,
-                   scratch: Path) -> Iterator[Iterator[np.ndarray]]:
-    """Check the import against the corpus in `docstore`; yield its vectors in corpus order, chunk by chunk.
+def import_into(spec: ImportSpec, docstore: DocstoreWriter, count: int, dim: int, store: EmbeddingStore, key: str,
+                meta: dict) -> None:
+    """Check the import against the corpus in `docstore` and store it as entry `key`, in corpus order.
 
-    The rows are written at their corpus positions into a float16 scratch file in `scratch`
-    (removed afterwards), so memory holds one chunk and a position per document.
+    Memory holds one chunk and a position per document. While every chunk lands on its own rows, a shareable
+    import (`_shareable`) is only read; the first chunk that does not copies the rows so far and scatters on.
     """
+    shared = _shareable(spec, dim)
+    store.put_file(key, count, meta, lambda scratch: _scatter_checked(spec, docstore, count, dim, scratch, shared))
+
+
+def _shareable(spec: ImportSpec, dim: int) -> Path | None:
+    """The import file if it could be the store's file as it is: one C-ordered float16 [n, dim] .npy."""
+    path = Path(spec.path)
+    if not path.is_file() or path.suffix != ".npy":
+        return None
+    shape, dtype, _ = _npy_header(path)
+    return path.resolve() if dtype == np.dtype(np.float16) and len(shape) == 2 and shape[1] == dim else None
+
+
+def _scatter_checked(spec: ImportSpec, docstore: DocstoreWriter, count: int, dim: int, scratch: Path,
+                     shared: Path | None) -> Path:
+    """Check every row and write it at its corpus row of `scratch` (a float16 .npy); return `shared` instead if
+    its rows turned out to be in corpus order already (nothing written)."""
     chunks = _parquet_chunks(spec, dim) if is_parquet(Path(spec.path)) else _npy_chunks(spec, dim)
     where_ids = str(spec.ids) if spec.ids is not None and not is_parquet(Path(spec.path)) else None
-    scratch.mkdir(parents=True, exist_ok=True)
-    tmp = scratch / f".import-{uuid.uuid4().hex[:8]}.f16"
     first_seen = np.full(count, -1, dtype=np.int64)  # import position of each corpus row's vector
     row_bytes = dim * 2
+    in_order = shared is not None
+    out: _DataFile | None = None
     try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.ftruncate(fd, count * row_bytes)
-            position = 0
-            for where, first, ids, rows in chunks:
-                _check_rows(where, first, ids, rows)
-                found = docstore.rows_of(ids)
-                stranger = [i for i in ids if i not in found]
-                if stranger:
-                    raise InputError(f"{where_ids or where}: ids not in the corpus, e.g. {stranger[:3]} "
-                                     "(every corpus id needs exactly one embedding)")
-                target = np.fromiter((found[i] for i in ids), dtype=np.int64, count=len(ids))
-                _claim(first_seen, target, position, ids, where_ids or where)
-                _scatter(fd, target, rows.astype(np.float16), row_bytes)
+        position = 0
+        for where, first, ids, rows in chunks:
+            _check_rows(where, first, ids, rows)
+            found = docstore.rows_of(ids)
+            stranger = [i for i in ids if i not in found]
+            if stranger:
+                raise InputError(f"{where_ids or where}: ids not in the corpus, e.g. {stranger[:3]} "
+                                 "(every corpus id needs exactly one embedding)")
+            target = np.fromiter((found[i] for i in ids), dtype=np.int64, count=len(ids))
+            _claim(first_seen, target, position, ids, where_ids or where)
+            if in_order and np.array_equal(target, np.arange(position, position + len(ids))):
                 position += len(ids)
-            missing = np.flatnonzero(first_seen < 0)
-            if len(missing):
-                examples = docstore.ids_at(missing[:3].tolist())
-                raise InputError(f"{where_ids or spec.path}: {len(missing)} corpus ids have no embedding "
-                                 f"(e.g. {examples})")
-        finally:
-            os.close(fd)
-        del first_seen
-        yield _read_scratch(tmp, count, dim)
+                continue
+            if out is None:
+                out = _DataFile(scratch, count, dim)
+            if in_order:
+                assert shared is not None
+                log.info("%s: rows leave corpus order at row %d; writing the store's own copy", shared, position)
+                out.copy_prefix(shared, position * row_bytes)
+                in_order = False
+            _scatter(out.fd, target, rows.astype(np.float16), row_bytes, out.base)
+            position += len(ids)
+        missing = np.flatnonzero(first_seen < 0)
+        if len(missing):
+            examples = docstore.ids_at(missing[:3].tolist())
+            raise InputError(f"{where_ids or spec.path}: {len(missing)} corpus ids have no embedding "
+                             f"(e.g. {examples})")
+        if in_order:
+            assert shared is not None
+            return shared
+        if out is None:
+            out = _DataFile(scratch, count, dim)
+        os.fsync(out.fd)
+        return scratch
     finally:
-        tmp.unlink(missing_ok=True)
+        if out is not None:
+            os.close(out.fd)
+
+
+class _DataFile:
+    """A float16 [count, dim] .npy opened for writing rows at their offsets (np.lib.format writes its header)."""
+
+    def __init__(self, path: Path, count: int, dim: int) -> None:
+        with path.open("wb") as fh:
+            np.lib.format.write_array_header_2_0(fh, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.float16)),
+                                                      "fortran_order": False, "shape": (count, dim)})
+            self.base = fh.tell()
+            fh.truncate(self.base + count * dim * 2)  # sparse until written
+        self.fd = os.open(path, os.O_RDWR)
+
+    def copy_prefix(self, source: Path, length: int) -> None:
+        """Copy the first `length` data bytes of the .npy `source` (same dtype and row size) to the same rows."""
+        _, _, offset = _npy_header(source)
+        with source.open("rb") as fh:
+            done = 0
+            while done < length:
+                block = os.pread(fh.fileno(), min(COPY_BYTES, length - done), offset + done)
+                if not block:
+                    raise InputError(f"{source}: ends before its header's shape says it does")
+                os.pwrite(self.fd, block, self.base + done)
+                done += len(block)
 
 
 def _claim(first_seen: np.ndarray, target: np.ndarray, position: int, ids: list[str], where: str) -> None:
@@ -220,17 +273,10 @@ def _claim(first_seen: np.ndarray, target: np.ndarray, position: int, ids: list[
     first_seen[target] = position + np.arange(len(target))
 
 
-def _scatter(fd: int, target: np.ndarray, rows: np.ndarray, row_bytes: int) -> None:
+def _scatter(fd: int, target: np.ndarray, rows: np.ndarray, row_bytes: int, base: int) -> None:
     """pwrite each run of consecutive corpus rows at once (one call per chunk when the order matches)."""
     order = np.argsort(target, kind="stable")
     target, rows = target[order], rows[order]
     breaks = np.flatnonzero(np.diff(target) != 1) + 1
     for lo, hi in zip(np.r_[0, breaks], np.r_[breaks, len(target)], strict=True):
-        os.pwrite(fd, rows[lo:hi].tobytes(), int(target[lo]) * row_bytes)
-
-
-def _read_scratch(tmp: Path, count: int, dim: int) -> Iterator[np.ndarray]:
-    with tmp.open("rb") as fh:
-        for start in range(0, count, CHUNK_ROWS):
-            n = min(CHUNK_ROWS, count - start)
-            yield np.fromfile(fh, dtype=np.float16, count=n * dim).reshape(n, dim)
+        os.pwrite(fd, rows[lo:hi].tobytes(), base + int(target[lo]) * row_bytes)

@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 SHARD_LOG = "shards.jsonl"
 
 # encoded: computed by the teacher now; stored: vectors computed elsewhere (an import, an update);
-# adopted: a complete shard file found on resume that a kill kept out of the log.
-ShardEvent = Literal["encoded", "stored", "adopted"]
+# adopted: a complete shard file found on resume that a kill kept out of the log; linked: an import file shared
+# with the entry by a hard link (models.embeddings.store.EmbeddingStore.put_file).
+ShardEvent = Literal["encoded", "stored", "adopted", "linked"]
 
 
 class ShardRecord(BaseModel):
@@ -37,6 +38,9 @@ class ShardRecord(BaseModel):
     shard_size: int
     at: str
     pid: int
+    # the file's size and st_mtime_ns when it was stored: a single-file entry (put_file) is checked against them
+    size: int | None = None
+    mtime_ns: int | None = None
 
 
 def now() -> str:

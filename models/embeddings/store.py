@@ -5,14 +5,22 @@ hash). Index builds at any dim or quantization and the distiller read them inste
 re-encoding. Shards are written atomically as they finish and recorded in an append-only
 shard log (models.embeddings.shard_log), so an interrupted encode resumes where it stopped and the log
 shows that no shard was encoded twice.
+
+An import is stored as one float16 file (put_file): written in place by the import's scatter,
+or, when the import already is that file, shared with it by a hard link. Such an entry records
+the file's size and mtime, and a read refuses the entry if they changed (the import was
+rewritten in place). Readers memory-map the files and hold a bounded slice at a time.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import logging
 import os
+import shutil
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from models.atomic import atomic_write
+from models.atomic import atomic_write, fsync_dir
 from models.embeddings.shard_log import ShardEvent, ShardLog, ShardRecord, entry_lock, now
 from models.encoders.registry import sha256_file
 from models.errors import ContractMismatch
@@ -30,6 +38,8 @@ log = logging.getLogger(__name__)
 
 SHARD_SIZE = 512
 META_FILE = "meta.json"
+READ_ROWS = 8192  # rows a reader holds at a time, whatever the shard size
+LINK_FAILURES = (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EACCES)
 
 # encode(texts, on_progress) -> vectors; on_progress(n) is called as batches finish.
 Encode = Callable[[Sequence[str], Callable[[int], object]], np.ndarray]
@@ -43,6 +53,10 @@ class Shard:
     start: int
     end: int
 
+
+# write(scratch) fills `scratch`, a new path inside the entry, with the entry's float16 [count, dim] .npy and returns
+# it, or returns another file that already holds exactly that (an import in corpus order) to be shared with the entry.
+FileWriter = Callable[[Path], Path]
 
 # run(shards, on_progress) yields (shard, vectors) as each finishes, in any order: the local
 # engine encodes them in turn, the Ray engine (indexer.ray_engine) across a cluster.
@@ -86,7 +100,7 @@ class EmbeddingStore:
         """An entry keeps the shard size it was started with, whatever this store was asked for."""
         records = ShardLog(entry).read()
         if records:
-            return records[0].shard_size
+            return records[-1].shard_size  # put_file restarts an entry with one shard of all its rows
         meta_path = entry / META_FILE
         if meta_path.is_file():
             return int(json.loads(meta_path.read_text()).get("shard_size", SHARD_SIZE))
@@ -99,7 +113,11 @@ class EmbeddingStore:
         meta = json.loads(meta_path.read_text())
         size = int(meta.get("shard_size", SHARD_SIZE))
         paths = [_shard_path(self.entry(key), s.index) for s in shards_of(int(meta["count"]), size)]
-        return paths if all(p.is_file() for p in paths) else None
+        if not all(p.is_file() for p in paths):
+            return None
+        if "file" in meta:
+            _check_unchanged(paths[0], meta)
+        return paths
 
     def complete(self, key: str) -> bool:
         return self._complete_shards(key) is not None
@@ -111,16 +129,38 @@ class EmbeddingStore:
         return np.concatenate(list(self.iter_chunks(key)))
 
     def iter_chunks(self, key: str) -> Iterator[np.ndarray]:
-        """A complete entry's vectors as float32, one shard at a time, in row order: bounded memory."""
+        """A complete entry's vectors as float32 in row order, at most READ_ROWS at a time from memory-mapped
+        shards: bounded memory, one 512-row shard or one file of all the rows alike."""
+        for path in self._paths(key):
+            rows = np.load(path, mmap_mode="r")
+            for start in range(0, len(rows), READ_ROWS):
+                yield np.asarray(rows[start : start + READ_ROWS], dtype=np.float32)
+
+    def take(self, key: str, rows: np.ndarray) -> np.ndarray:
+        """The float32 vectors of entry rows `rows` (any order), in that order, gathered from memory-mapped shards:
+        memory and reads grow with len(rows), not with the shard size (random access for updates and rewrites)."""
+        paths = self._paths(key)
+        size = int(self.meta(key)["shard_size"])
+        rows = np.asarray(rows, dtype=np.int64)
+        out: np.ndarray | None = None
+        shard_of = rows // size
+        for index in np.unique(shard_of):
+            pick = shard_of == index
+            mapped = np.load(paths[int(index)], mmap_mode="r")
+            if out is None:
+                out = np.empty((len(rows), mapped.shape[1]), dtype=np.float32)
+            out[pick] = mapped[rows[pick] - index * size]
+        return out if out is not None else np.empty((0, 0), dtype=np.float32)
+
+    def shard(self, key: str, index: int) -> np.ndarray:
+        """One shard of an entry as float32 (its whole file: for 512-row shards; `take` reads bounded rows)."""
+        return np.load(_shard_path(self.entry(key), index)).astype(np.float32)
+
+    def _paths(self, key: str) -> list[Path]:
         paths = self._complete_shards(key)
         if paths is None:
             raise FileNotFoundError(f"embedding store entry {key} is absent or unfinished")
-        for path in paths:
-            yield np.load(path).astype(np.float32)
-
-    def shard(self, key: str, index: int) -> np.ndarray:
-        """One shard of an entry as float32 (random access for updates)."""
-        return np.load(_shard_path(self.entry(key), index)).astype(np.float32)
+        return paths
 
     def meta(self, key: str) -> dict:
         return json.loads((self.entry(key) / META_FILE).read_text())
@@ -185,6 +225,39 @@ class EmbeddingStore:
             self._write_meta(key, {**meta, "count": count, "shard_size": size})
         return count
 
+    def put_file(self, key: str, count: int, meta: dict, write: FileWriter) -> None:
+        """Store an entry as one float16 file of all `count` rows, replacing what the entry held.
+
+        `write` (FileWriter) fills a scratch file in the entry, renamed to the entry's only shard once fsynced, or
+        returns an existing file to share: hard-linked into the entry (no copy), copied where a link is refused
+        (another filesystem). The file's size and mtime are kept in the meta and shard log; reads refuse the entry
+        if they change, so an import rewritten in place is never served.
+        """
+        entry = self.entry(key)
+        entry.mkdir(parents=True, exist_ok=True)
+        with entry_lock(entry):
+            scratch = entry / f".data-{uuid.uuid4().hex[:8]}.npy.tmp"
+            try:
+                source = write(scratch)  # a refused import raises here and leaves the entry as it was
+                (entry / META_FILE).unlink(missing_ok=True)  # unfinished from here until the new meta is written
+                for old in entry.glob("shard-*.npy"):
+                    old.unlink()
+                event: ShardEvent = "stored"
+                if source != scratch:
+                    event = _link_or_copy(source, scratch)
+                path = _shard_path(entry, 0)
+                os.replace(scratch, path)
+            finally:
+                scratch.unlink(missing_ok=True)
+            fsync_dir(entry)
+            stat = path.stat()
+            ShardLog(entry).append(ShardRecord(shard=0, start=0, end=count, sha256=sha256_file(path), event=event,
+                                               shard_size=max(count, 1), at=now(), pid=os.getpid(),
+                                               size=stat.st_size, mtime_ns=stat.st_mtime_ns))
+            self._write_meta(key, {**meta, "count": count, "shard_size": max(count, 1),
+                                   "file": {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+                                            "linked": event == "linked"}})
+
     def shard_log(self, key: str) -> list[ShardRecord]:
         return ShardLog(self.entry(key)).read()
 
@@ -221,6 +294,35 @@ class EmbeddingStore:
     def _write_meta(self, key: str, meta: dict) -> None:
         text = (json.dumps(meta, indent=2) + "\n").encode()
         atomic_write(self.entry(key) / META_FILE, lambda fh: fh.write(text))
+
+
+def _link_or_copy(source: Path, target: Path) -> ShardEvent:
+    """Hard-link `source` to `target` (the same inode: no disk used); copy it where the filesystem refuses."""
+    try:
+        os.link(source, target)
+        log.info("embedding store: %s shared by a hard link (no copy)", source)
+        return "linked"
+    except OSError as exc:
+        if exc.errno not in LINK_FAILURES:
+            raise
+        log.info("embedding store: cannot hard-link %s (%s); copying it", source, exc.strerror or exc)
+        with source.open("rb") as src, target.open("wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 24)
+            dst.flush()
+            os.fsync(dst.fileno())
+        return "stored"
+
+
+def _check_unchanged(path: Path, meta: dict) -> None:
+    """A single-file entry is served only while its file is the one stored (a linked import rewritten in place
+    is not): ContractMismatch naming the file otherwise."""
+    stat = path.stat()
+    want = meta["file"]
+    if (stat.st_size, stat.st_mtime_ns) != (want["size"], want["mtime_ns"]):
+        shared = f", shared by a hard link with the import {meta.get('path')}" if want.get("linked") else ""
+        raise ContractMismatch(f"{path}{shared}: changed since it was stored (size {stat.st_size}, mtime_ns "
+                               f"{stat.st_mtime_ns}; stored {want['size']}, {want['mtime_ns']}); its vectors are "
+                               "not served: import them again (tandem index build --embeddings ...)")
 
 
 def local_runner(texts: Sequence[str], encode: Encode) -> ShardRunner:
