@@ -10,8 +10,15 @@ import pytest
 
 from models.bundle import lexical_pruning
 from models.bundle.docstore import DocStore, write_docstore
-from models.bundle.lexical import LEXICAL_DIR, MAX_TF_FILE, MIN_LENGTH_FILE, Lexical, LexicalPart, PostingsIndex, \
-    build_lexical
+from models.bundle.lexical import (
+    LEXICAL_DIR,
+    MAX_TF_FILE,
+    MIN_LENGTH_FILE,
+    Lexical,
+    LexicalPart,
+    PostingsIndex,
+    build_lexical,
+)
 from models.corpus import Document
 
 VOCAB = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(300)]  # words the stemmer keeps as they are
@@ -49,7 +56,7 @@ def _queries(rng: np.random.Generator) -> list[str]:
     for _ in range(25):
         ranks = list(rng.integers(0, 5, 2)) + list(rng.integers(5, len(VOCAB), rng.integers(0, 4)))
         out.append(" ".join(VOCAB[r] for r in ranks))
-    return out + [f"{VOCAB[0]} {VOCAB[0]} {VOCAB[150]}", f"{VOCAB[1]} zzzunseen", VOCAB[2], "zzzunseen"]
+    return [*out, f"{VOCAB[0]} {VOCAB[0]} {VOCAB[150]}", f"{VOCAB[1]} zzzunseen", VOCAB[2], "zzzunseen"]
 
 
 def _same(a: list[tuple[np.ndarray, np.ndarray]], b: list[tuple[np.ndarray, np.ndarray]]) -> None:
