@@ -16,6 +16,7 @@ documents and queries: bm25s's own Tokenizer caches every word a query ever used
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -23,6 +24,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import bm25s
@@ -32,6 +34,7 @@ from bm25s.stopwords import STOPWORDS_EN
 
 from models.bundle.dictionary import Dictionary, sorted_dictionary
 from models.bundle.docstore import DocStore
+from models.bundle.lexical_pruning import QueryTerm, Scorer, exhaustive_top_k, pruned_top_k, top_k
 from models.bundle.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
 from models.bundle.spill import CodeSpill, new_array, release, save_array
 
@@ -50,8 +53,12 @@ POSTING_OFFSETS_FILE = "postings.offsets.npy"  # int64 [terms + 1]: where each s
 POSTING_ROWS_FILE = "postings.rows.npy"  # int32: rows holding the stem, ascending per stem
 POSTING_TF_FILE = "postings.tf.npy"  # float32: how often the stem occurs in that row
 LENGTHS_FILE = "lengths.npy"  # int32 [rows]: stems per row (1 for a passage with none)
+MAX_TF_FILE = "terms.max_tf.npy"  # float32 [terms]: each stem's largest tf (what bounds its score when pruning)
+MIN_LENGTH_FILE = "terms.min_length.npy"  # int32 [terms]: the shortest row holding each stem (segments before
+# these two files compute a stem's pair when a query first needs it)
 POSTINGS_FILES = (TERMS_FILE, TERM_OFFSETS_FILE, POSTING_OFFSETS_FILE, POSTING_ROWS_FILE, POSTING_TF_FILE,
-                  LENGTHS_FILE)
+                  LENGTHS_FILE, MAX_TF_FILE, MIN_LENGTH_FILE)
+BOUNDS_CHUNK = 1 << 22  # postings per pass when computing the bounds at build (bounded memory)
 
 
 class Analyzer:
@@ -119,7 +126,31 @@ def _write_postings(out: Path, vocab: dict[str, int], spill: CodeSpill) -> list[
     save_array(out / POSTING_ROWS_FILE, rows)
     save_array(out / POSTING_TF_FILE, tf)
     np.save(out / POSTING_OFFSETS_FILE, offsets)
+    max_tf, min_length = term_bounds(offsets, rows, tf, np.load(out / LENGTHS_FILE, mmap_mode="r"))
+    np.save(out / MAX_TF_FILE, max_tf)
+    np.save(out / MIN_LENGTH_FILE, min_length)
     return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES)
+
+
+def term_bounds(offsets: np.ndarray, rows: np.ndarray, tf: np.ndarray,
+                lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per stem, its largest tf and the shortest row holding it (0 and the int32 maximum for a stem with no
+    postings), a chunk of postings at a time."""
+    terms = len(offsets) - 1
+    max_tf = np.zeros(terms, dtype=np.float32)
+    min_length = np.full(terms, np.iinfo(np.int32).max, dtype=np.int32)
+    total = int(offsets[-1])
+    for a in range(0, total, BOUNDS_CHUNK):
+        b = min(a + BOUNDS_CHUNK, total)
+        first, last = int(np.searchsorted(offsets, a, side="right")) - 1, int(np.searchsorted(offsets, b))
+        starts = np.maximum(offsets[first:last], a) - a
+        ends = np.minimum(offsets[first + 1:last + 1], b) - a
+        held = ends > starts  # the stems with postings in [a, b): their runs tile it
+        ids, starts = np.arange(first, last)[held], starts[held]
+        max_tf[ids] = np.maximum(max_tf[ids], np.maximum.reduceat(np.asarray(tf[a:b]), starts))
+        lens = np.asarray(lengths)[np.asarray(rows[a:b])]
+        min_length[ids] = np.minimum(min_length[ids], np.minimum.reduceat(lens, starts))
+    return max_tf, min_length
 
 
 class PostingsIndex:
@@ -141,6 +172,29 @@ class PostingsIndex:
             raise ValueError(f"{base}: the postings files do not agree with each other")
         if info.documents is not None and info.documents != self.count:
             raise ValueError(f"{base}: {self.count} document lengths, the manifest says {info.documents}")
+        bounded = (base / MAX_TF_FILE).exists() and (base / MIN_LENGTH_FILE).exists()
+        self.max_tf = np.load(base / MAX_TF_FILE, mmap_mode="r") if bounded else None
+        self.min_length = np.load(base / MIN_LENGTH_FILE, mmap_mode="r") if bounded else None
+        if bounded and not len(self.max_tf) == len(self.min_length) == len(self.terms):  # type: ignore[arg-type]
+            raise ValueError(f"{base}: the term bounds do not agree with the terms")
+        self._bounds: dict[int, tuple[float, int]] = {}  # a segment built before the bounds files: computed once
+
+    def term(self, stem: str) -> QueryTerm | None:
+        """A stem's postings with the bounds of its score (idf and count left for the caller to set); None when the
+        segment never saw it or holds no row of it."""
+        i = self.terms.find(stem)
+        if i is None:
+            return None
+        start, end = int(self.offsets[i]), int(self.offsets[i + 1])
+        if start == end:
+            return None
+        rows, tf = self.rows[start:end], self.tf[start:end]
+        if self.max_tf is not None and self.min_length is not None:
+            bound = float(self.max_tf[i]), int(self.min_length[i])
+        else:
+            bound = self._bounds.get(i) or (float(np.max(tf)), int(np.asarray(self.lengths)[rows].min()))
+            self._bounds[i] = bound
+        return QueryTerm(0.0, np.float32(1), rows, tf, *bound)
 
     def postings(self, stem: str) -> tuple[np.ndarray, np.ndarray]:
         """(rows, term frequencies) of a stem; empty when the segment never saw it."""
@@ -160,6 +214,19 @@ class LexicalPart:
 
     index: PostingsIndex
     deleted: np.ndarray | None  # bool [rows], or None when no row of the segment is deleted
+
+    @cached_property
+    def deleted_rows(self) -> np.ndarray:
+        """The deleted rows, ascending (few, next to the segment's size)."""
+        return np.zeros(0, dtype=np.int64) if self.deleted is None else np.flatnonzero(self.deleted)
+
+    def deleted_in(self, rows: np.ndarray) -> int:
+        """How many of `rows` (ascending) are deleted: O(deleted · log rows), not O(rows)."""
+        if not len(self.deleted_rows) or not len(rows):
+            return 0
+        pos = np.searchsorted(rows, self.deleted_rows)
+        inside = pos < len(rows)
+        return int(np.count_nonzero(rows[pos[inside]] == self.deleted_rows[inside]))
 
     @property
     def live(self) -> int:
@@ -193,46 +260,47 @@ class Lexical:
             return self._scored
 
     def search(self, query: str, k: int, allowed: Sequence[np.ndarray | None],
-               check: Callable[[], None] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per part, its top-k (scores, rows) among its `allowed` rows (live ones: the caller has left the deleted
-        rows out), or among all its live rows when None, best first; documents that share no stem with the query
-        are not hits. Each distinct stem is scored once, weighted by its count in the query; `check` runs before
-        each part (it raises to stop a search past its deadline)."""
+               check: Callable[[], None] | None = None,
+               exhaustive: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per part, its top-k (scores, rows) among its `allowed` rows (live ones, ascending: the caller has left the
+        deleted rows out), or among all its live rows when None, best first; documents that share no stem with the
+        query are not hits. Each distinct stem is scored once, weighted by its count in the query; `check` runs
+        before each part (it raises to stop a search past its deadline). Postings that cannot change the top k are
+        skipped (models.bundle.lexical_pruning); `exhaustive` scores every one instead, the reference for tests."""
         terms = self.analyzer.terms(query)
         stems, counts = list(terms), [np.float32(c) for c in terms.values()]
-        found = [[p.index.postings(s) for s in stems] for p in self.parts]
+        found = [[p.index.term(s) for s in stems] for p in self.parts]
         idf = self._idf(stems, found)
-        k1, b = self.info.k1, self.info.b
         out = []
         scored = 0
         for part, postings, rows_allowed in zip(self.parts, found, allowed, strict=True):
             if check is not None:
                 check()
-            scores = np.zeros(part.index.count, dtype=np.float32)
-            lengths = part.index.lengths
-            for weight, count, (rows, tf) in zip(idf, counts, postings, strict=True):
-                if len(rows) == 0:
-                    continue
-                # bm25s's arithmetic, so that its ties stay ties: each term's score in float64 from a float32 idf,
-                # rounded to float32, then summed in float32 in the query's order; a repeated stem's score times its
-                # count, where bm25s adds it again (equal within a float32 rounding)
-                norm = k1 * ((1 - b) + b * np.asarray(lengths[rows], dtype=np.float64) / self.avg_length)
-                term = (np.float64(np.float32(weight)) * (tf / (norm + tf))).astype(np.float32)
-                scores[rows] += term if count == 1 else term * count
-                scored += len(rows)
-            out.append(_best(scores, part.deleted, rows_allowed, k))
+            # bm25s's arithmetic, so that its ties stay ties (lexical_pruning.Scorer); stems in the query's order
+            query_terms = [dataclasses.replace(t, weight=w, count=c)
+                           for w, c, t in zip(idf, counts, postings, strict=True) if t is not None]
+            scorer = Scorer(part.index.lengths, self.info.k1, self.info.b, self.avg_length)
+            if exhaustive:
+                scores, rows, read = exhaustive_top_k(query_terms, scorer, part.index.count, part.deleted,
+                                                      rows_allowed, k)
+            else:
+                scores, rows, read = pruned_top_k(query_terms, scorer, part.deleted, rows_allowed, k)
+            out.append((scores, rows))
+            scored += read
         with self._scored_lock:
             self._scored += scored
         return out
 
-    def _idf(self, stems: list[str], found: list[list[tuple[np.ndarray, np.ndarray]]]) -> list[float]:
+    def _idf(self, stems: list[str], found: list[list[QueryTerm | None]]) -> list[float]:
         """Lucene's idf of each query stem over the live documents of every part."""
         weights = []
         for i in range(len(stems)):
             df = 0
             for part, postings in zip(self.parts, found, strict=True):
-                rows = postings[i][0]
-                df += len(rows) - (int(part.deleted[rows].sum()) if part.deleted is not None and len(rows) else 0)
+                term = postings[i]
+                if term is None:
+                    continue
+                df += len(term.rows) - part.deleted_in(term.rows)
             weights.append(math.log(1 + (self.documents - df + 0.5) / (df + 0.5)) if df else 0.0)
         return weights
 
@@ -272,14 +340,3 @@ class Bm25sIndex:
         return [_best(scores, None, rows_allowed, k)]
 
 
-def top_k(scores: np.ndarray, rows: np.ndarray, k: int, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (scores, rows), best first, ties by row; `positive` drops scores ≤ 0."""
-    if positive:
-        keep = scores > 0
-        scores, rows = scores[keep], rows[keep]
-    if len(scores) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]  # the k-th best; ties at it all stay
-        keep = scores >= kth
-        scores, rows = scores[keep], rows[keep]
-    order = np.lexsort((rows, -scores))[:k]
-    return scores[order], rows[order]

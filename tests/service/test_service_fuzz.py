@@ -192,8 +192,9 @@ def test_hostile_search_bodies_never_cost_a_5xx_nor_unbounded_work(meta_app_serv
         assert response.headers["content-type"] == "application/json"
         lexical_ran = response.status_code == 200 and body.get("mode", "dense") != "dense"
         stems = lexical.analyzer.terms(str(body["query"])) if lexical_ran else {}
-        # each distinct stem's postings once per segment, however often the query repeats it; nothing on a 422
-        assert lexical.postings_scored - scored == sum(len(p.index.postings(s)[0]) for p in lexical.parts
+        # at most each distinct stem's postings once per segment (pruning and filters read fewer), however often
+        # the query repeats it; nothing on a 422
+        assert lexical.postings_scored - scored <= sum(len(p.index.postings(s)[0]) for p in lexical.parts
                                                        for s in stems)
         assert _looked_up(bundle) - looked_up <= (max_values if response.status_code == 200 else 0) * len(
             bundle.segments)
