@@ -16,7 +16,8 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
    910 to 34 in 35), p50/p99 as the client sees them, and recall@10 of the unfiltered ones against exact float
    search over the same vectors (the service's own query vectors, from /v1/embeddings). The queries are
    SciFact's *train* queries: no default is chosen here by its test queries.
-4. Update: 100 changes (50 replaced documents, 50 deletes) with `tandem index update` into the root; compact.
+4. Update: 100 changes (50 replaced documents, 50 deletes) with `tandem index update --precision auto` into the
+   root (as an operator on a CPU: bf16 where it has native bf16, and so the version's precision after it); compact.
 5. Follow: `tandem index follow` on the compacted root while a change file of 1,000 new documents arrives every
    minute (`--follow-files` of them): each file's lag from its arrival to the version that holds it, and the
    follower's peak RSS.
@@ -361,7 +362,8 @@ def update_stage(inputs: Path, root: Path, run: Path, home: Path) -> Stage:
                                  "metadata": {"year": 2000, "tag": "z", "date": "2000-06-01T00:00:00Z"}}) + "\n")
         for i in picked[50:]:
             fh.write(json.dumps({"_id": f"doc{i}", "delete": True}) + "\n")
-    stage = timed("update (100 changes)", ["index", "update", "--root", str(root), "--changes", str(changes)], home)
+    stage = timed("update (100 changes)", ["index", "update", "--root", str(root), "--changes", str(changes),
+                                           "--precision", "auto"], home)
     stage.disk_gb = disk_gb(root)
     return stage
 
