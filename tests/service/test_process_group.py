@@ -10,8 +10,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from pydantic import ValidationError
 
+from models.errors import InputError
 from service.core.processes import CHANGE, PROCS, ProcessGroup, remove_process
 from service.main import create_worker_app
 from service.server import GuardedConfig, GuardedProtocol, server_config
@@ -121,5 +121,5 @@ def test_a_worker_process_holds_the_gil_switch_interval_of_its_settings(tmp_path
     done = subprocess.run([sys.executable, "-c", SWITCH, str(tmp_path)], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[2])
     assert float(done.stdout.split()[-1]) == pytest.approx(0.0005)
-    with pytest.raises(ValidationError, match="gil_switch_ms"):
+    with pytest.raises(InputError, match="TANDEM_GIL_SWITCH_MS"):
         ServiceSettings(index=tmp_path / "b", student=tmp_path / "s", gil_switch_ms=0)
