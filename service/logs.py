@@ -26,7 +26,7 @@ request_id_var: ContextVar[str | None] = ContextVar("tandem_request_id", default
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 # LogRecord attributes that are not user-supplied `extra` fields.
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "request_id"}
-# orjson writes what json.dumps(default=str) wrote: dataclasses and datetimes go to `default`, as before.
+# Dataclasses and datetimes go to `default=str`, as with json.dumps; orjson writes no spaces between items.
 _ORJSON = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
