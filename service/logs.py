@@ -16,6 +16,8 @@ from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+import orjson
+
 LogFormat = Literal["json", "text"]
 
 request_id_var: ContextVar[str | None] = ContextVar("tandem_request_id", default=None)
@@ -24,6 +26,8 @@ request_id_var: ContextVar[str | None] = ContextVar("tandem_request_id", default
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 # LogRecord attributes that are not user-supplied `extra` fields.
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "request_id"}
+# Dataclasses and datetimes go to `default=str`, as with json.dumps; orjson writes no spaces between items.
+_ORJSON = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
 
 
 def valid_request_id(value: str | None) -> str | None:
@@ -62,7 +66,10 @@ class JsonFormatter(logging.Formatter):
             entry["exception"] = self.formatException(record.exc_info)
         if record.stack_info:
             entry["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        try:  # the access log formats one line per request: orjson, the cheaper encoder, on the hot path
+            return orjson.dumps(entry, default=str, option=_ORJSON).decode()
+        except (orjson.JSONEncodeError, TypeError):  # an integer past 64 bits, a key that is not a string
+            return json.dumps(entry, default=str, ensure_ascii=False)
 
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"

@@ -4,6 +4,7 @@ supervisor and TANDEM_PROCESSES workers: service.workers, each making its app wi
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 
 import uvicorn
@@ -26,6 +27,7 @@ def run_server(settings: ServiceSettings) -> None:
     """Raises ContractMismatch (exit 2 from the CLI) before binding the port, or starting any worker process, if
     the pair does not match."""
     configure_logging(settings.log_format, settings.log_level)
+    sys.setswitchinterval(settings.gil_switch_ms / 1e3)
     raise_descriptor_limit()  # before any worker starts: they inherit it (service.descriptors)
     specs = settings.collection_specs()
     for spec in specs:
@@ -57,6 +59,7 @@ def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
     """The app of one worker process of `--processes N` (called in the worker: its logging is configured here, as
     in the parent); service.workers pickles it by name into each worker."""
     configure_logging(settings.log_format, settings.log_level)
+    sys.setswitchinterval(settings.gil_switch_ms / 1e3)  # a spawned interpreter starts with Python's default
     app = create_app(settings, ProcessGroup(runtime))
     freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
     return app

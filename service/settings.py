@@ -77,6 +77,9 @@ class ServiceSettings(BaseSettings):
     query_cache: int = Field(1024, ge=0, description="Query vectors kept for repeated queries, per process (LRU, "
                              "keyed by the student and the query as its tokenizer normalizes it; about 3 KB each at "
                              "768-d); 0: no cache, every query is encoded.")
+    gil_switch_ms: float = Field(1.0, gt=0, le=1000, description="How long a thread may hold the GIL while another "
+                                 "waits for it (sys.setswitchinterval; Python's default is 5): the event loop and the "
+                                 "batch workers of a process share one GIL.")
     batch_wait_ms: float = Field(2.0, ge=0, description="Longest a batch waits for company while others are pending.")
     max_pending: int = Field(64, ge=1, description="Queries queued or running before new requests get 429.")
     max_queue_ms: float = Field(

@@ -102,9 +102,11 @@ class RequestContextMiddleware:
             self.metrics.observe_stage("total", seconds)
         path = printable(scope["path"][:_MAX_LOGGED_PATH])  # no control characters: one request, one line
         level = logging.DEBUG if path in QUIET_PATHS and status < 400 else logging.INFO
-        access_log.log(level, "%s %s %d", scope["method"], path, status, extra={
-            "method": scope["method"], "path": path, "status": status, "duration_ms": round(seconds * 1e3, 3),
-        })
+        if access_log.isEnabledFor(level):  # the record as `access_log.log` makes it, less the caller's frame lookup
+            access_log.handle(access_log.makeRecord(
+                access_log.name, level, __file__, 0, "%s %s %d", (scope["method"], path, status), None, extra={
+                    "method": scope["method"], "path": path, "status": status, "duration_ms": round(seconds * 1e3, 3),
+                }))
 
 
 class _BodyTooLarge(Exception):

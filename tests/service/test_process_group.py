@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import functools
 import pickle
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
+import pytest
+
+from models.errors import InputError
 from service.core.processes import CHANGE, PROCS, ProcessGroup, remove_process
 from service.main import create_worker_app
 from service.server import GuardedConfig, GuardedProtocol, server_config
@@ -97,3 +102,24 @@ def test_settings_warn_when_encoding_threads_outnumber_the_cores(tmp_path: Path)
     warning = plan(processes=2).oversubscribed(cores=2)  # two worker threads in each of two processes
     assert warning is not None and "= 4 on 2 core(s)" in warning and "TANDEM_WORKERS" in warning
     assert plan(workers=1, encode_threads=4).oversubscribed(cores=2) is not None
+
+
+SWITCH = """
+import sys
+from pathlib import Path
+from service.main import create_worker_app
+from service.settings import ServiceSettings
+where = Path(sys.argv[1])
+create_worker_app(ServiceSettings(index=where / "b", student=where / "s", gil_switch_ms=0.5), where)
+print(sys.getswitchinterval())
+"""
+
+
+def test_a_worker_process_holds_the_gil_switch_interval_of_its_settings(tmp_path: Path) -> None:
+    """A spawned worker starts with Python's 5 ms; its app factory sets TANDEM_GIL_SWITCH_MS (a process of its own
+    here, since the interval is process-wide)."""
+    done = subprocess.run([sys.executable, "-c", SWITCH, str(tmp_path)], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert float(done.stdout.split()[-1]) == pytest.approx(0.0005)
+    with pytest.raises(InputError, match="TANDEM_GIL_SWITCH_MS"):
+        ServiceSettings(index=tmp_path / "b", student=tmp_path / "s", gil_switch_ms=0)

@@ -172,9 +172,12 @@ INLINE_RENDER_HITS = 100  # answers with more hits are serialized on a worker th
 
 
 def _hit(h: Hit, fields: Sequence[str]) -> dict[str, Any]:
-    values: dict[str, Any] = {"id": h.doc.id, "score": h.score, "title": h.doc.title, "text": h.doc.text}
+    doc = h.doc
+    values: dict[str, Any] = {"id": doc.id, "score": h.score, "title": doc.title, "text": doc.text}
+    if fields is DEFAULT_FIELDS:  # most requests: the hit as it is, no fields to pick
+        return values
     if "metadata" in fields:
-        values["metadata"] = h.doc.meta()
+        values["metadata"] = doc.meta()
     return {f: values[f] for f in fields}
 
 
