@@ -18,33 +18,18 @@ from pathlib import Path
 import faiss
 import numpy as np
 from benchdoc import cpu_line, start_logging
-from first_stage_scale import K, recall, student_queries
+from first_stage_scale import K, measure_index, student_queries
 
 from models.bundle.first_stage import empty_first_stage
 from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.quantize import int8_encode
 from models.bundle.space import Space
-from models.bundle.vector_index import VectorIndex, set_search_threads
+from models.bundle.vector_index import VectorIndex
 
 log = logging.getLogger("bench.first_stage_10m")
 CHUNK = 65_536
 FIT_ROWS = 1_000_000
 DEPTHS = (16, 32, 64, 128, 256)
-
-
-def measure(index: VectorIndex, name: str, q: np.ndarray, truth: np.ndarray, latency: int) -> None:
-    """Recall of every query and one-thread latency of the first `latency`, at each depth."""
-    set_search_threads(1)
-    for depth in DEPTHS:
-        rows = index.search(q, K, depth)[1]
-        times = []
-        for i in range(latency):
-            began = time.perf_counter()
-            index.search(q[i : i + 1], K, depth)
-            times.append(time.perf_counter() - began)
-        log.info("%s ×%d: recall@10 %.3f, p50 %.1f ms, p99 %.1f ms", name, depth, recall(rows, truth),
-                 1e3 * np.percentile(times, 50), 1e3 * np.percentile(times, 99))
-    set_search_threads(2)
 
 
 def main() -> None:
@@ -79,9 +64,11 @@ def main() -> None:
         rescore[start : start + len(x)] = int8_encode(x, space.calibration)
     flat = faiss.IndexBinaryFlat(768)
     flat.add(codes)
-    measure(VectorIndex(Quantization.BINARY, 768, flat, space, rescore, IndexSpec()), f"flat at {n:,}", q, best_r,
-            args.latency)
+    log.info("flat at %d", n)
+    measure_index(VectorIndex(Quantization.BINARY, 768, flat, space, rescore, IndexSpec()), q, best_r, DEPTHS,
+                  args.latency)
     del flat
+    faiss.omp_set_num_threads(2)  # measure_index left one thread for the latencies; k-means and adds use both
     spec = IndexSpec(type=IndexType.IVF, ivf_nlist=args.nlist, ivf_nprobe=args.nlist // 8)
     index = empty_first_stage(768, Quantization.BINARY, spec, space.calibration)
     began = time.perf_counter()
@@ -91,8 +78,8 @@ def main() -> None:
     index.add(codes)
     log.info("ivf nlist %d at %d: train %.0f s, add %.0f s", args.nlist, n, trained, time.perf_counter() - began)
     index.nprobe = spec.ivf_nprobe
-    measure(VectorIndex(Quantization.BINARY, 768, index, space, rescore, spec), f"ivf {args.nlist} at {n:,}", q,
-            best_r, args.latency)
+    measure_index(VectorIndex(Quantization.BINARY, 768, index, space, rescore, spec), q, best_r, DEPTHS,
+                  args.latency)
 
 
 if __name__ == "__main__":

@@ -12,24 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.bundle.docstore import DocStore, write_docstore
-from models.bundle.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
+from models.bundle.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex
 from models.bundle.manifest import LexicalInfo
 from models.corpus import Document
+from tests.fixtures.lexical import postings_index
 
 WORDS = ["tide", "tides", "moon", "bread", "yeast", "rising", "lava", "chess", "code", "the", "of", "bee", "sun"]
 texts = st.lists(st.sampled_from(WORDS), min_size=0, max_size=8).map(" ".join)
 
 
 def _index(directory: Path, docs: list[Document]) -> PostingsIndex:
-    directory.mkdir(parents=True)
-    write_docstore(directory / "docs.sqlite", docs)
-    store = DocStore(directory / "docs.sqlite")
-    try:
-        info, _ = build_lexical(directory, store, len(docs))
-    finally:
-        store.close()
-    return PostingsIndex(directory, info)
+    return postings_index(directory, docs)
 
 
 def _scores(lexical: Lexical, query: str) -> list[dict[int, float]]:

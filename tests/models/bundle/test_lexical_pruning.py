@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from models.bundle import lexical_pruning
-from models.bundle.docstore import DocStore, write_docstore
 from models.bundle.lexical import (
     LEXICAL_DIR,
     MAX_TF_FILE,
@@ -17,9 +16,9 @@ from models.bundle.lexical import (
     Lexical,
     LexicalPart,
     PostingsIndex,
-    build_lexical,
 )
 from models.corpus import Document
+from tests.fixtures.lexical import postings_index
 
 VOCAB = [f"w{chr(97 + i // 26)}{chr(97 + i % 26)}" for i in range(300)]  # words the stemmer keeps as they are
 
@@ -31,14 +30,7 @@ def _zipf_texts(rng: np.random.Generator, n: int) -> list[str]:
 
 
 def _index(directory: Path, texts: list[str]) -> PostingsIndex:
-    directory.mkdir(parents=True)
-    write_docstore(directory / "docs.sqlite", [Document(id=str(i), title="", text=t) for i, t in enumerate(texts)])
-    store = DocStore(directory / "docs.sqlite")
-    try:
-        info, _ = build_lexical(directory, store, len(texts))
-    finally:
-        store.close()
-    return PostingsIndex(directory, info)
+    return postings_index(directory, [Document(id=str(i), title="", text=t) for i, t in enumerate(texts)])
 
 
 def _lexical(tmp: Path, seed: int, sizes: tuple[int, ...], deleted_share: float) -> Lexical:
