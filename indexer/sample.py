@@ -15,6 +15,7 @@ sample that follows the version's size, not the change's (TANDEM_AGREEMENT_SAMPL
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import os
 import random
@@ -32,6 +33,7 @@ from models.bundle.sample import Sample, SampleRecord, read_sample, sample_names
 from models.bundle.version import Bundle, in_segment
 from models.encoders.registry import ModelCard, sha256_file
 from models.errors import InputError
+from models.heap import return_freed_heap
 from models.search.query import dense_hits
 
 if TYPE_CHECKING:
@@ -66,9 +68,11 @@ def _teacher(path: str, device: str | None) -> TeacherEncoder:
 
 
 def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str], card: ModelCard,
-                device: str | None = None) -> BundleManifest:
+                device: str | None = None, keep_teacher: bool = False) -> BundleManifest:
     """Write the sample of each segment of `manifest` named in `names` into `staging`; the manifest listing them
-    (the caller writes it)."""
+    (the caller writes it). The teacher is let go once it has encoded the queries, before the staged version is
+    loaded for their top-10, so that a build's peak memory holds one of the two, not both (a 10M version's first
+    stage is 1 GB, the teacher about as much); `keep_teacher` keeps it loaded for the next call (a follower)."""
     size = sample_size()
     segments = [s for s in manifest.parts if s.name in names]
     if not size or not segments:
@@ -82,6 +86,10 @@ def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str],
             store.close()
     texts = [q for queries, _ in drawn.values() for q in queries]
     vectors = _teacher(card.path, device).encode_queries(texts) if texts else np.zeros((0, card.dim), np.float32)
+    if not keep_teacher:
+        _teacher.cache_clear()
+        gc.collect()
+        return_freed_heap()
     samples: dict[str, Drawn] = {}
     start = 0
     for name, (queries, sources) in drawn.items():

@@ -6,8 +6,6 @@ tokenizes, runs the session and returns unit vectors in the teacher's space.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import logging
 import tempfile
 import time
@@ -24,6 +22,7 @@ from models.contract import TeacherRef
 from models.encoders.graph import split_skip_layer_norms
 from models.encoders.precision import StudentPrecision
 from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
+from models.heap import return_freed_heap
 from models.manifest_io import read_manifest
 from models.timing import StageObserver
 
@@ -147,14 +146,14 @@ def open_graph(path: Path, opts: ort.SessionOptions) -> ort.InferenceSession:
     """
     model = split_graph(path)
     if model is None:
-        _return_freed_heap()
+        return_freed_heap()
         return _session(path, opts)
     with tempfile.TemporaryDirectory(prefix="tandem-graph-") as scratch:
         graph = Path(scratch) / path.name
         onnx.save(model, str(graph))
         del model
         session = _session(graph, opts)
-    _return_freed_heap()
+    return_freed_heap()
     return session
 
 
@@ -178,9 +177,3 @@ def _session(path: Path, opts: ort.SessionOptions) -> ort.InferenceSession:
     return ort.InferenceSession(
         str(path), sess_options=opts, providers=["CPUExecutionProvider"], disabled_optimizers=KEEP_SPLIT
     )
-
-
-def _return_freed_heap() -> None:
-    """glibc keeps a freed parse's pages in the process; malloc_trim returns them (a no-op elsewhere)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").malloc_trim(0)

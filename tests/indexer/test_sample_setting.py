@@ -29,3 +29,12 @@ def test_a_build_refuses_a_bad_setting_before_reading_anything(monkeypatch: pyte
     with pytest.raises(InputError, match=SAMPLE_SETTING):
         build(BuildRequest(corpus=tmp_path / "absent.jsonl", out=tmp_path / "out"))
     assert not (tmp_path / "out").exists()
+
+
+def test_a_build_lets_the_teacher_go_after_its_sample(tandem_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    """A one-shot writer (build, update) frees the teacher once the sample's queries are encoded, before the staged
+    version loads for their top-10: its peak memory holds one of the two. (A follower keeps it for its next step.)"""
+    from indexer import sample
+
+    manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "out"))
+    assert manifest.parts[0].name and sample._teacher.cache_info().currsize == 0
