@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_SETTING = "TANDEM_AGREEMENT_SAMPLE"
 TOP_K = 10
+SEARCH_BATCH = 8  # sample queries searched at a time (VectorIndex.unmap_pages after each)
 
 
 def sample_size() -> int:
@@ -138,7 +139,11 @@ def _written(staging: Path, manifest: BundleManifest, drawn: dict[str, Drawn]) -
     try:
         for name, d in drawn.items():
             x = d.vectors.astype(np.float16).astype(np.float32)
-            hits = dense_hits(bundle, x, TOP_K) if len(x) else []
+            hits = []
+            for start in range(0, len(x), SEARCH_BATCH):  # a batch at a time, its mapped pages let go after it
+                hits += dense_hits(bundle, x[start : start + SEARCH_BATCH], TOP_K)
+                for segment in bundle.segments:
+                    segment.vectors.unmap_pages()
             record = SampleRecord(teacher_fingerprint=manifest.teacher.fingerprint, version=manifest.version,
                                   queries=d.queries, sources=d.sources,
                                   teacher_top=[[h.doc.id for h in found] for found in hits])

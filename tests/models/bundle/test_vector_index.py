@@ -173,3 +173,15 @@ def test_an_ivf_keeps_its_codes_by_row_and_its_exact_pass_ranks_as_flat_does(tmp
             np.testing.assert_array_equal(a, b)
     (tmp_path / "codes.u8.npy").unlink()  # an IVF written before its codes were kept by row still loads
     assert VectorIndex.load(tmp_path, DIM, Quantization.BINARY, ivf.spec, space=ivf.space).codes_by_row() is None
+
+
+def test_unmapping_the_codes_pages_keeps_every_answer(tmp_path: Path, vectors: np.ndarray,
+                                                      queries: np.ndarray) -> None:
+    """A writer lets go of the rescoring codes' mapped pages between batches of sample queries: the pages come back
+    from the file on the next read, so the answers stay the same."""
+    _build(vectors, "ivf", Quantization.BINARY).save(tmp_path)
+    loaded = VectorIndex.load(tmp_path, DIM, Quantization.BINARY, resolve_spec("ivf", Quantization.BINARY, N))
+    before = loaded.search(queries, 10)
+    loaded.unmap_pages()
+    for a, b in zip(before, loaded.search(queries, 10), strict=True):
+        np.testing.assert_array_equal(a, b)
