@@ -48,7 +48,7 @@ def test_bundle_round_trip(tiny_bundle: Path, tiny_corpus: Path, probe_vectors: 
     assert manifest.lexical is not None and manifest.fusion is not None  # every new bundle has a lexical index
     assert {n for n in manifest.files if n.startswith("lexical/")} == {
         f"lexical/{name}" for name in ("terms.bin", "terms.offsets.npy", "postings.offsets.npy", "postings.rows.npy",
-                                       "postings.tf.npy", "lengths.npy")}
+                                       "postings.tf.npy", "lengths.npy", "terms.max_tf.npy", "terms.min_length.npy")}
     bundle = Bundle(tiny_bundle)
     assert bundle.ids() == [d.id for d in read_corpus(tiny_corpus)]
     hits = dense_hits(bundle, probe_vectors, k=3)
