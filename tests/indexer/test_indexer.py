@@ -220,17 +220,18 @@ def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path,
     vecs = np.random.default_rng(0).standard_normal((len(docs), 768)).astype(np.float32)
     np.save(tmp_path / "e.npy", vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
     (tmp_path / "ids.json").write_text(json.dumps([d.id for d in docs]))
+    store = tmp_path / "store"  # not the session's: these random vectors must never stand for the teacher's
     build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "imported", embeddings=tmp_path / "e.npy",
-                       ids=tmp_path / "ids.json"))
+                       ids=tmp_path / "ids.json", store=store))
     changes = tmp_path / "changes.jsonl"
     changes.write_text(json.dumps({"_id": "fresh", "title": "Fresh", "text": "A new text about tides."}) + "\n")
     picked = "bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags(Path("/proc/cpuinfo").read_text()) else "fp32"
-    compacted = compact(VersionRequest(base=tmp_path / "imported", out=tmp_path / "compacted"))
+    compacted = compact(VersionRequest(base=tmp_path / "imported", out=tmp_path / "compacted", store=store))
     assert compacted.embeddings.kind == "imported"  # still none of the teacher's precisions of ours
     for base in ("imported", "compacted"):
         for requested, out, expected in ((None, "default", "fp32"), ("auto", "auto", picked)):
             manifest = update(UpdateRequest(changes=changes, base=tmp_path / base, out=tmp_path / f"{base}-{out}",
-                                            precision=requested, device="cpu"))
+                                            precision=requested, device="cpu", store=store))
             assert manifest.segments is not None and manifest.segments[-1].embeddings is not None
             assert manifest.segments[-1].embeddings.precision == expected
 
