@@ -31,9 +31,9 @@ from models.bundle.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.manifest import BundleManifest, SegmentInfo
 from models.bundle.sample import Sample, SampleRecord, read_sample, sample_names, write_sample
 from models.bundle.version import Bundle, in_segment
+from models.encoders.heap import return_freed_heap
 from models.encoders.registry import ModelCard, sha256_file
 from models.errors import InputError
-from models.heap import return_freed_heap
 from models.search.query import dense_hits
 
 if TYPE_CHECKING:

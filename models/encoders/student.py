@@ -20,9 +20,9 @@ from tokenizers.pre_tokenizers import BertPreTokenizer, Whitespace, WhitespaceSp
 
 from models.contract import TeacherRef
 from models.encoders.graph import split_skip_layer_norms
+from models.encoders.heap import return_freed_heap
 from models.encoders.precision import StudentPrecision
 from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
-from models.heap import return_freed_heap
 from models.manifest_io import read_manifest
 from models.timing import StageObserver
 
