@@ -85,9 +85,9 @@ def required_files(manifest: BundleManifest) -> list[str]:
     return names
 
 
-def _lexical_files(directory: Path, manifest: BundleManifest) -> list[str]:
-    """The files of the segments' lexical indexes on disk, and an IVF's codes by row where present: the loader reads
-    them, so each must be listed."""
+def _present_files(directory: Path, manifest: BundleManifest) -> list[str]:
+    """The optional files on disk that the loader reads (the segments' lexical indexes, an IVF's codes by row):
+    each must be listed, or it would never be checksummed."""
     names = []
     for segment in manifest.parts:
         if (directory / segment.path / ROW_CODES_FILE).is_file():
@@ -99,7 +99,7 @@ def _lexical_files(directory: Path, manifest: BundleManifest) -> list[str]:
 
 
 def _check_listed(directory: Path, manifest: BundleManifest) -> None:
-    unlisted = [name for name in required_files(manifest) + _lexical_files(directory, manifest)
+    unlisted = [name for name in required_files(manifest) + _present_files(directory, manifest)
                 if name not in manifest.files]
     if unlisted:
         raise ContractMismatch(f"{directory}: the manifest does not list {', '.join(unlisted)}, which the loader "
