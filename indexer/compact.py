@@ -1,11 +1,14 @@
-"""`tandem index compact`: a version's segments merged into one, as a fresh build of its live documents would be.
+"""`tandem index compact`: a version's segments merged as a merge policy plans (indexer.merge_policy).
 
-The live documents are read segment by segment in row order into a new docstore and corpus.jsonl, their
-teacher vectors from each segment's embedding-store entry into one entry of the compacted corpus, and the
-streaming build's writer (indexer.writer) makes the rest from that entry: what the first segment fixed (the
-PCA rotation, the int8 calibration, the binary center) is fitted again on the live documents, the lexical
-postings are rebuilt, tombstones are gone. Memory is the streaming build's: the first stage and a chunk.
-A segment whose vectors are not in the store is encoded again by the teacher (logged).
+By default large segments with few deleted rows are kept and the rest merged into one new segment in the version's
+space (indexer.merge); when the first segment is not kept, or with `--all`, every segment is merged into one, as a
+fresh build of the live documents would be, which this module writes: the live documents are read segment by
+segment in row order into a new docstore and corpus.jsonl, their teacher vectors from each segment's
+embedding-store entry into one entry of the compacted corpus, and the streaming build's writer (indexer.writer)
+makes the rest from that entry: what the first segment fixed (the PCA rotation, the int8 calibration, the binary
+center) is fitted again on the live documents, the lexical postings are rebuilt, tombstones are gone. Memory is
+the streaming build's: the first stage and a chunk. A merged segment whose vectors are not in the store is encoded
+again by the teacher (logged).
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ from indexer.encode import TeacherRun, encode_into, local_teacher
 from indexer.export import has_vectors, live_documents, live_vectors
 from indexer.ingest import CHUNK as INGEST_CHUNK
 from indexer.ingest import Passages
-from indexer.next_version import base_info, with_segments
+from indexer.merge import merge
+from indexer.merge_policy import MergePolicy
+from indexer.next_version import base_info, stored_precision, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest, base_dir
 from indexer.rootlock import writer_step
@@ -29,6 +34,7 @@ from indexer.sample import merge_samples
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
 from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
+from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
 from models.bundle.version import in_segment, read_bundle_manifest
 from models.corpus import CorpusHasher, Document, corpus_key
@@ -38,20 +44,34 @@ from models.encoders.registry import ModelCard, sha256_file
 log = logging.getLogger(__name__)
 
 
-def compact(req: VersionRequest) -> BundleManifest:
-    """Publish the base version's live documents as one segment; into a root, under its writer lock from reading
-    the base to moving CURRENT (indexer.rootlock)."""
+def compact(req: VersionRequest, policy: MergePolicy | None = None) -> BundleManifest | None:
+    """Publish the base version compacted as `policy` plans (indexer.merge_policy; by default large clean segments
+    kept, the rest merged; `MergePolicy(full=True)`: every segment merged into one); None, publishing nothing,
+    when the plan has nothing to do. Into a root, under its writer lock from reading the base to moving CURRENT
+    (indexer.rootlock)."""
     req.check()
+    policy = policy or MergePolicy()
+    policy.check()
     with writer_step(req.root):
-        return _compact(req)
+        source_dir = base_dir(req)
+        base = read_bundle_manifest(source_dir)
+        # a bundle built before segments takes none: it is rewritten whole
+        plan = policy.plan(base) if takes_segments(base) else MergePolicy(full=True).plan(base)
+        if plan.idle:
+            log.info("nothing to compact in %s: %d segments, %d deleted rows; %s", source_dir, len(base.parts),
+                     base.deleted, plan.describe())
+            return None
+        started = time.perf_counter()
+        card, store, run = req.teacher_for(base)
+        sourced, encoded = with_stored_vectors(source_dir, with_segments(base, plan.merged), store, card, run)
+        if not plan.full:
+            return merge(req, source_dir, base, plan, card, store, sourced.parts, encoded)
+        return _compact(req, source_dir, base, card, store, sourced, encoded, started)
 
 
-def _compact(req: VersionRequest) -> BundleManifest:
-    started = time.perf_counter()
-    source_dir = base_dir(req)
-    base = read_bundle_manifest(source_dir)
-    card, store, run = req.teacher_for(base)
-    sourced, encoded = with_stored_vectors(source_dir, base, store, card, run)
+def _compact(req: VersionRequest, source_dir: Path, base: BundleManifest, card: ModelCard, store: EmbeddingStore,
+             sourced: BundleManifest, encoded: int, started: float) -> BundleManifest:
+    """Every segment merged into one, the space fitted again on the live documents."""
     with publish(req.target, what="compaction") as (staging, version):
         hasher = CorpusHasher()
         with (staging / CORPUS_FILE).open("w", encoding="utf-8") as corpus:
@@ -62,7 +82,7 @@ def _compact(req: VersionRequest) -> BundleManifest:
         if not store.complete(key):
             store.put_stream(key, live_vectors(source_dir, sourced, store), {
                 "source": "compacted", "teacher": card.fingerprint, "max_seq_length": card.max_seq_length,
-                "precision": _precision(sourced)})
+                "precision": stored_precision(sourced.parts)})
         index = _index_spec(base, count)
         names = write_vectors(staging, count, lambda: store.iter_chunks(key), dim=base.dim,
                               quantization=base.quantization, rotation=base.rotation, index=index,
@@ -74,7 +94,7 @@ def _compact(req: VersionRequest) -> BundleManifest:
         corpus_info = CorpusInfo(path=CORPUS_FILE, sha256=sha256_file(staging / CORPUS_FILE), count=count,
                                  metadata_extra=base.corpus.metadata_extra)
         info = base_info(base, source_dir, "compact", deleted=base.deleted, encoded=encoded)
-        precision = _precision(sourced)
+        precision = stored_precision(sourced.parts)
         source = EmbeddingSource(kind="imported", store_key=key) if precision is None else EmbeddingSource(
             kind="encoded", store_key=key, precision=precision, device=base.embeddings.device,
             engine=base.embeddings.engine)
@@ -126,16 +146,6 @@ def with_stored_vectors(directory: Path, base: BundleManifest, store: EmbeddingS
         parts.append(segment.model_copy(update={"embeddings": EmbeddingSource(
             kind="encoded", store_key=key, precision=precision, device=run.device or "cpu", engine="local")}))
     return with_segments(base, parts), encoded
-
-
-def _precision(manifest: BundleManifest) -> str | None:
-    """The precision the teacher encoded the segments' vectors in; None when every segment's were imported (they
-    have none of ours: a later update's or follower's `--precision auto` then picks its own)."""
-    sources = [s.embeddings for s in manifest.parts]
-    kinds = {"fp32" if e is None else e.precision or "fp32" for e in sources if e is None or e.kind != "imported"}
-    if not kinds:
-        return None
-    return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
 def _index_spec(base: BundleManifest, count: int) -> IndexSpec:

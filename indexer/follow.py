@@ -13,7 +13,9 @@ A backlog is applied in batches, one version each, published one after another w
 at most `max_files` files (`--batch-files`, 16), and while the follower compacts, no more than the segments its
 base has room for under `max_segments`. When the segments would pass `max_segments`, the follower compacts
 (indexer.compact) before publishing the batch, and after it when the segments or the deleted rows (`max_deleted`
-of all rows) pass their bounds; so a version it publishes has at most max(`max_segments`, 2) segments. With
+of all rows) pass their bounds; so a version it publishes has at most max(`max_segments`, 2) segments. It
+compacts by the default merge policy (`merge_policy`: the large clean segments kept, the rest merged), with a
+segment's deleted share bounded by `max_deleted` and a full merge when the kept segments leave no room. With
 `compact=False` it never compacts: each version adds at most `max_files` segments and they accumulate until an
 operator runs `tandem index compact`. The trade-off is in docs/decisions.md#when-to-compact.
 
@@ -35,6 +37,7 @@ from pathlib import Path
 
 from indexer.changes import read_changes
 from indexer.compact import compact
+from indexer.merge_policy import MergePolicy
 from indexer.next_version import finish, teacher_vectors, with_changes, with_segments
 from indexer.publish import publish
 from indexer.request import VersionRequest
@@ -205,10 +208,17 @@ def _compact(req: FollowRequest, report: FollowReport) -> tuple[Path, BundleMani
     base = read_bundle_manifest(read_current(req.root))
     log.info("compacting %s: %d segments, %d of %d rows deleted", req.root, len(base.parts), base.deleted,
              sum(s.count for s in base.parts))
-    compact(req.version_request)
-    report.versions += 1
+    if compact(req.version_request, merge_policy(req)) is not None:
+        report.versions += 1
     current = read_current(req.root)
     return current, read_bundle_manifest(current)
+
+
+def merge_policy(req: FollowRequest) -> MergePolicy:
+    """How the follower compacts: the default merge policy, a segment rewritten once its deleted share reaches the
+    follower's bound (so that a compaction due to deletions drops them), and every segment merged when the kept ones
+    would leave no room for the next batch's segment under `max_segments`."""
+    return MergePolicy(deleted_share=req.max_deleted, max_segments=max(1, req.max_segments - 1))
 
 
 def due(manifest: BundleManifest, req: FollowRequest) -> bool:

@@ -78,6 +78,17 @@ def finish(manifest: BundleManifest, base: BundleManifest, source_dir: Path, ver
         "build_seconds": round(time.perf_counter() - started, 3), **more})
 
 
+def stored_precision(segments: list[SegmentInfo]) -> str | None:
+    """The precision the teacher encoded the segments' vectors in (a compaction's new entry records it); None when
+    every segment's were imported (they have none of ours: a later update's or follower's `--precision auto` then
+    picks its own)."""
+    sources = [s.embeddings for s in segments]
+    kinds = {"fp32" if e is None else e.precision or "fp32" for e in sources if e is None or e.kind != "imported"}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "mixed"
+
+
 def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> Vectors:
     """How a new segment gets its vectors: the teacher encodes the fresh texts; a document whose text did not
     change keeps its vector from its segment's embedding-store entry (else the teacher encodes it again).

@@ -99,14 +99,20 @@ def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str],
     return _written(staging, manifest, samples)
 
 
-def merge_samples(source: Path, base: BundleManifest, staging: Path, manifest: BundleManifest) -> BundleManifest:
-    """A compaction's sample: the base segments' queries whose source document is live in the compacted version
-    (`manifest`, one segment), subsampled to the sample size; the manifest listing it (the caller writes it)."""
+def merge_samples(source: Path, base: BundleManifest, staging: Path, manifest: BundleManifest,
+                  merged: list[SegmentInfo] | None = None, into: SegmentInfo | None = None) -> BundleManifest:
+    """A compaction's sample: the queries of the base's `merged` segments (all of them by default) whose source
+    document is live in the segment `into` of the compacted version (`manifest`; by default its one segment),
+    subsampled to the sample size; the manifest listing it (the caller writes it)."""
     size = sample_size()
-    samples = [s for s in (read_sample(source, base, info) for info in base.parts) if s is not None]
+    inputs = base.parts if merged is None else merged
+    samples = [s for s in (read_sample(source, base, info) for info in inputs) if s is not None]
     if not size or not samples:
         return manifest
-    (info,) = manifest.parts
+    if into is None:
+        (info,) = manifest.parts
+    else:
+        info = into
     queries = [q for s in samples for q in s.record.queries]
     sources = [src for s in samples for src in s.record.sources]
     vectors = np.concatenate([s.vectors for s in samples])

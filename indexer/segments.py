@@ -27,7 +27,7 @@ from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.lexical import build_lexical
 from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
 from models.bundle.payload_writer import write_payload
-from models.bundle.space import Space
+from models.bundle.space import Space, VectorSource
 from models.bundle.version import check_own_directories, in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
 from models.encoders.registry import sha256_file
@@ -222,23 +222,31 @@ def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, ma
     open (the caller closes it)."""
     directory.mkdir(parents=True)
     write_docstore(directory / DOCSTORE_FILE, docs)
-    spec = segment_spec(manifest, len(docs))
-    names = write_index(directory, len(docs), lambda: [vectors], dim=manifest.dim,
-                        quantization=manifest.quantization, index=spec, space=space)
+    return segment_indexes(directory, len(docs), lambda: [vectors], manifest, space, name, source)
+
+
+def segment_indexes(directory: Path, count: int, vectors: VectorSource, manifest: BundleManifest, space: Space,
+                    name: str, source: EmbeddingSource) -> tuple[SegmentInfo, list[str], DocStore]:
+    """The rest of a segment whose docstore (`count` rows) is written in `directory`: its first stage over the
+    streamed `vectors` in the version's `space`, its lexical and payload indexes; as `write_segment` returns.
+    A compaction's merged segment is written by this too, its vectors streamed from the embedding store."""
+    spec = segment_spec(manifest, count)
+    names = write_index(directory, count, vectors, dim=manifest.dim, quantization=manifest.quantization,
+                        index=spec, space=space)
     names.append(DOCSTORE_FILE)
     lexical = payload = None
     store = DocStore(directory / DOCSTORE_FILE)
     try:
         if manifest.lexical is not None:
-            lexical, lexical_names = build_lexical(directory, store, len(docs), manifest.lexical)
+            lexical, lexical_names = build_lexical(directory, store, count, manifest.lexical)
             names += lexical_names
         if manifest.payload is not None:  # the version's fields keep their types; new keys are inferred
-            payload, payload_names = write_payload(directory, store, len(docs), manifest.payload.fields,
+            payload, payload_names = write_payload(directory, store, count, manifest.payload.fields,
                                                    manifest.payload.unindexed)
             names += payload_names
     except BaseException:
         store.close()
         raise
-    log.info("segment %s: %d documents", name, len(docs))
-    return SegmentInfo(name=name, path=f"{SEGMENTS_DIRECTORY}/{name}", count=len(docs), index=spec, lexical=lexical,
+    log.info("segment %s: %d documents", name, count)
+    return SegmentInfo(name=name, path=f"{SEGMENTS_DIRECTORY}/{name}", count=count, index=spec, lexical=lexical,
                        payload=payload, embeddings=source, build_time=utc_now()), names, store

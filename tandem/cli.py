@@ -341,18 +341,32 @@ def index_compact(
     shard_size: ShardSizeOpt = 512,
     device: DeviceOpt = None,
     force: ForceOpt = False,
+    merge_all: Annotated[bool, typer.Option("--all", help="Merge every segment into one and refit the rotation and "
+                                                          "quantization (the root written again: about twice its "
+                                                          "disk).")] = False,
+    large_share: Annotated[float, typer.Option(help="A segment with at least this share of the biggest segment's "
+                                                    "rows is large: kept unless too many of its rows are deleted."
+                                               )] = 0.5,
+    deleted_share: Annotated[float, typer.Option(help="A segment with more than this share of its rows deleted is "
+                                                      "rewritten.")] = 0.2,
 ) -> None:
-    """Merge a version's segments into one, dropping deleted rows and refitting its rotation and quantization."""
+    """Merge the small segments of a version, and those with many deleted rows, into one (--all: every segment)."""
     from indexer.compact import compact
+    from indexer.merge_policy import MergePolicy
     from indexer.request import VersionRequest
 
     req = VersionRequest(base=base, root=root, out=out, version=version, keep=keep, force=force, teacher=teacher,
                          batch_size=batch_size, shard_size=shard_size, device=device)
-    manifest = compact(req)
+    manifest = compact(req, MergePolicy(full=merge_all, large_share=large_share, deleted_share=deleted_share))
+    if manifest is None:
+        typer.echo("nothing to compact: every segment is large with few deleted rows, or one small clean segment "
+                   "is all there is to merge (--all merges every segment); published nothing")
+        return
     b = manifest.base
     assert b is not None
-    typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs in one segment "
-               f"(compacted from {b.version}, {b.deleted} deleted rows dropped)")
+    n = len(manifest.parts)
+    typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs in {n} "
+               f"segment{'s' if n > 1 else ''} (compacted from {b.version}, {b.deleted} deleted rows dropped)")
 
 
 @index_app.command("follow")

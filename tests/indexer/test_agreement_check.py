@@ -16,6 +16,7 @@ import pytest
 from indexer.check import check
 from indexer.compact import compact
 from indexer.demo_corpus import write_demo_corpus
+from indexer.merge_policy import MergePolicy
 from indexer.request import VersionRequest
 from indexer.update import UpdateRequest, update
 from models.bundle.manifest import BUNDLE_MANIFEST
@@ -115,7 +116,7 @@ def test_compaction_keeps_its_inputs_samples_for_live_documents(drift_root: Path
     deletes = tmp_path / "deletes.jsonl"
     deletes.write_text(json.dumps({"_id": "bake", "delete": True}) + "\n")
     update(UpdateRequest(changes=deletes, root=root, version="v3"))
-    compact(VersionRequest(root=root, version="v4"))
+    compact(VersionRequest(root=root, version="v4"), MergePolicy(full=True))
     version = read_current(root)
     manifest = read_bundle_manifest(version)
     (info,) = manifest.parts

@@ -15,6 +15,7 @@ from indexer.build import BuildRequest, build
 from indexer.compact import compact
 from indexer.export import export
 from indexer.imported import CHUNK_ROWS
+from indexer.merge_policy import MergePolicy
 from indexer.options import ExportFormat
 from indexer.request import UpdateRequest, VersionRequest
 from indexer.update import update
@@ -145,7 +146,7 @@ def test_deleting_the_import_after_a_shared_build_is_safe(
     (tmp_path / "gone.txt").write_text("doc-3\ndoc-8999\n")
     update(UpdateRequest(delete_ids=tmp_path / "gone.txt", root=tmp_path / "root", version="v2",
                          store=tmp_path / "store"))
-    compact(VersionRequest(root=tmp_path / "root", version="v3", store=tmp_path / "store"))
+    compact(VersionRequest(root=tmp_path / "root", version="v3", store=tmp_path / "store"), MergePolicy(full=True))
     out = tmp_path / "export.jsonl"
     assert export(tmp_path / "root" / "v3", out, ExportFormat.JSONL, store) == N - 2
     lines = [json.loads(line) for line in out.read_text().splitlines()]

@@ -12,6 +12,7 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.compact import compact
+from indexer.merge_policy import MergePolicy
 from indexer.request import VersionRequest
 from indexer.update import UpdateRequest, update
 from models.bundle.manifest import BundleManifest
@@ -226,7 +227,9 @@ def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path,
     changes = tmp_path / "changes.jsonl"
     changes.write_text(json.dumps({"_id": "fresh", "title": "Fresh", "text": "A new text about tides."}) + "\n")
     picked = "bf16" if {"avx512_bf16", "amx_bf16"} & cpu_flags(Path("/proc/cpuinfo").read_text()) else "fp32"
-    compacted = compact(VersionRequest(base=tmp_path / "imported", out=tmp_path / "compacted", store=store))
+    compacted = compact(VersionRequest(base=tmp_path / "imported", out=tmp_path / "compacted", store=store),
+                        MergePolicy(full=True))
+    assert compacted is not None
     assert compacted.embeddings.kind == "imported"  # still none of the teacher's precisions of ours
     for base in ("imported", "compacted"):
         for requested, out, expected in ((None, "default", "fp32"), ("auto", "auto", picked)):

@@ -14,6 +14,7 @@ import pytest
 from indexer.build import BuildRequest, build
 from indexer.compact import compact
 from indexer.follow import FollowRequest, follow
+from indexer.merge_policy import MergePolicy
 from indexer.request import VersionRequest
 from indexer.sample import SAMPLE_SETTING
 from indexer.update import UpdateRequest, update
@@ -108,8 +109,9 @@ def test_compaction_is_a_fresh_build_of_the_live_documents(tandem_home: Path, wo
     """With the space refitted: binary codes centered and spun, a PCA rotation, all fitted on the live rows."""
     root = work / "root"
     ids = _segmented(root, work, quantization="binary", rotation="pca", dim=256)
-    manifest = compact(VersionRequest(root=root, version="v5"))
-    assert manifest.segments is None and manifest.count == len(ids) and manifest.base is not None
+    manifest = compact(VersionRequest(root=root, version="v5"), MergePolicy(full=True))
+    assert manifest is not None and manifest.base is not None
+    assert manifest.segments is None and manifest.count == len(ids)
     assert (manifest.base.action, manifest.base.version, manifest.base.deleted) == ("compact", "v4", 5)
     fresh = work / "fresh"
     build(BuildRequest(corpus=root / "v5" / "corpus.jsonl", out=fresh, metadata_extra=True, quantization="binary",
@@ -137,7 +139,8 @@ def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: 
     changes = _lines(work / "changes.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "de"},
                                              {"_id": "tides", "delete": True}])
     jobs = {"update": lambda: update(UpdateRequest(changes=changes, root=root, version="v5")),
-            "compact": lambda: compact(VersionRequest(root=root, version="v5"))}
+            "compact": lambda: compact(VersionRequest(root=root, version="v5"), MergePolicy(full=True)),
+            "merge": lambda: compact(VersionRequest(root=root, version="v5"))}  # the policy: v1 kept, the rest merged
     for name, job in jobs.items():
         def reset() -> None:
             shutil.rmtree(root, ignore_errors=True)

@@ -152,7 +152,7 @@ def test_a_compaction_and_an_update_racing_both_land(root: Path, tmp_path: Path)
     update(UpdateRequest(delete_ids=tmp_path / "tides.txt", root=root, version="v2"))
     fifo = _fifo(tmp_path)
     (tmp_path / "gone.txt").write_text("git\n")
-    compaction = _start("compact", "--root", str(root), fifo=fifo)
+    compaction = _start("compact", "--root", str(root), "--all", fifo=fifo)
     (rc1, log1), (rc2, log2) = _race(compaction, fifo, ["update", "--root", str(root), "--delete-ids",
                                                         str(tmp_path / "gone.txt")])
     assert (rc1, rc2) == (0, 0), log1 + log2

@@ -12,6 +12,7 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.compact import compact
+from indexer.merge_policy import MergePolicy
 from indexer.request import VersionRequest
 from indexer.update import UpdateRequest, update
 from models.bundle.versions import set_current
@@ -55,7 +56,7 @@ def test_reloads_share_loaded_segments_and_load_only_new_ones(tiny_corpus: Path,
         assert _lexical(server, "kite beach")[0] == "kites"
         assert "git" not in _lexical(server, "git rebase replays commits")
 
-        compact(VersionRequest(root=root, version="v3"))
+        compact(VersionRequest(root=root, version="v3"), MergePolicy(full=True))
         assert _reloaded(server) == ("v3", 1, 0, 0)
         assert _lexical(server, "kite beach")[0] == "kites"
 
