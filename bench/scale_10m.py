@@ -434,6 +434,12 @@ def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, ev
             "peak_rss_gb": (peak_mib or 0.0) / 1024}
 
 
+def _segments(root: Path) -> list[str]:
+    """The segment names of the version CURRENT names (its own for a manifest that lists none)."""
+    manifest = json.loads((root / (root / "CURRENT").read_text().strip() / "manifest.json").read_text())
+    return [s["name"] for s in manifest.get("segments") or [{"name": manifest.get("version")}]]
+
+
 def _followed(root: Path) -> str:
     """The last change file the version CURRENT names has applied ('' if none)."""
     manifest = json.loads((root / (root / "CURRENT").read_text().strip() / "manifest.json").read_text())
@@ -477,8 +483,11 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
         result.stages.append(result.service.pop("update"))
     else:
         result.stages.append(update_stage(inputs, root, run, home))
-    compact = timed("compact", ["index", "compact", "--root", str(root)], home)
+    before = _segments(root)
+    compact = timed("compact", ["index", "compact", "--root", str(root)], home)  # the default: the merge policy
     compact.disk_gb = disk_gb(root)
+    kept = len(set(before) & set(_segments(root)))
+    compact.note = f"{len(before)} segments: {kept} kept, {len(before) - kept} merged; {compact.note}"
     result.stages.append(compact)
     result.stages.append(Stage("embedding store (after compaction)", 0.0, 0.0, disk_gb(store)))
     if args.follow_files:

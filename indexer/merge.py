@@ -11,7 +11,9 @@ build's (the first stage of the merged segment and a chunk).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -71,9 +73,10 @@ def merge(req: VersionRequest, source_dir: Path, base: BundleManifest, plan: Mer
             docs.close()
             parts.append(segment)
             files.update({f"{segment.path}/{n}": sha256_file(directory / n) for n in names})
-        else:
-            (directory / DOCSTORE_FILE).unlink()
-            directory.rmdir()
+        else:  # every merged row was deleted: the segments are dropped, no segment replaces them
+            shutil.rmtree(directory)
+            with contextlib.suppress(OSError):  # empty unless a kept segment lives there too
+                (staging / SEGMENTS_DIRECTORY).rmdir()
         live = sum(s.count - s.deleted for s in parts)
         manifest = with_segments(base, parts, count=live, files=files)
         changed = {"deleted": sum(s.deleted for s in plan.merged), "encoded": encoded}
