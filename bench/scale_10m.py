@@ -18,10 +18,11 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
    /v1/embeddings); the inputs' pages are dropped from the page cache after that exact search, so the service
    is measured on its own files. The queries are SciFact's *train* queries: no default is chosen by its test ones.
 4. Update: 100 changes (50 replaced documents, 50 deletes) with `tandem index update --precision auto` into the
-   root (as an operator on a CPU: bf16 where it has native bf16, and so the version's precision after it); compact.
-5. Follow: `tandem index follow` on the compacted root while a change file of 1,000 new documents arrives every
+   root (as an operator on a CPU: bf16 where it has native bf16, and so the version's precision after it).
+5. Follow: `tandem index follow` on the updated root while a change file of 1,000 new documents arrives every
    minute (`--follow-files` of them): each file's lag from its arrival to the version that holds it, and the
-   follower's peak RSS.
+   follower's peak RSS. Then `tandem index compact` with its default merge policy, which merges the update's and
+   the follower's small segments and keeps the build's (indexer/merge_policy.py).
 6. Disk: each component's size at the end of its stage, and the peak over the whole size's run of the
    filesystem's used bytes above what it used before (the inputs added), sampled every second: what the run
    needed at its worst, temporary files and compaction's two versions included.
@@ -483,15 +484,16 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
         result.stages.append(result.service.pop("update"))
     else:
         result.stages.append(update_stage(inputs, root, run, home))
+    if args.follow_files:
+        result.follow = follow_stage(inputs, root, run, home, args.follow_files, args.follow_every)
+    # after the update and the follower: their small segments are what the default merge policy merges
     before = _segments(root)
-    compact = timed("compact", ["index", "compact", "--root", str(root)], home)  # the default: the merge policy
+    compact = timed("compact", ["index", "compact", "--root", str(root)], home)
     compact.disk_gb = disk_gb(root)
     kept = len(set(before) & set(_segments(root)))
     compact.note = f"{len(before)} segments: {kept} kept, {len(before) - kept} merged; {compact.note}"
     result.stages.append(compact)
     result.stages.append(Stage("embedding store (after compaction)", 0.0, 0.0, disk_gb(store)))
-    if args.follow_files:
-        result.follow = follow_stage(inputs, root, run, home, args.follow_files, args.follow_every)
     result.disk_peak_gb = disk.stop() + result.inputs_gb
     if args.phases:
         result.phases = build_phases(inputs, run / "phases", home, args.index)
@@ -517,8 +519,9 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
         lines += [f"## {r.n:,} documents", "", f"Index (`--index {args.index}`): `{json.dumps(r.index)}`. Inputs "
                   f"(vectors + corpus): {r.inputs_gb:.2f} GB; inputs, root as built and embedding store together: "
                   f"{run_disk:.2f} GB.", "",
-                  "| stage | wall | peak RSS | disk |", "|---|---:|---:|---:|"]
-        lines += [f"| {s.name} | {s.seconds:.1f} s | {s.peak_rss_gb:.2f} GB | {s.disk_gb:.2f} GB |" for s in r.stages]
+                  "| stage | wall | peak RSS | disk | note |", "|---|---:|---:|---:|---|"]
+        lines += [f"| {s.name} | {s.seconds:.1f} s | {s.peak_rss_gb:.2f} GB | {s.disk_gb:.2f} GB | "
+                  f"{s.note.replace('|', '/')[:160]} |" for s in r.stages]
         if r.service:
             sv = r.service
             lines += ["", f"Service (`tandem serve --index ROOT --student {args.student}`, default settings): ready in "
@@ -537,7 +540,7 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
         if r.follow:
             fw = r.follow
             lags = fw["lags_s"]
-            lines += ["", "Follow: `tandem index follow --interval 2 --precision auto` on the compacted root, a change "
+            lines += ["", "Follow: `tandem index follow --interval 2 --precision auto` on the updated root, a change "
                       f"file of {fw['docs']:,} new documents every {fw['every_s']:.0f} s, {fw['files']} files: lag "
                       f"from a file's arrival to CURRENT holding it {', '.join(f'{x:.1f}' for x in lags)} s (max "
                       f"{max(lags):.1f} s); the follower's peak RSS {fw['peak_rss_gb']:.2f} GB."]
