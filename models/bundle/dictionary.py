@@ -38,8 +38,8 @@ def sorted_dictionary(codes: Mapping[str, int]) -> tuple[np.ndarray, bytes, np.n
     """Strings coded 0..n-1 in any order (as they were first met) → (`remap`: code → its string's rank in sorted
     order, the sorted strings' UTF-8 bytes, their offsets): what a writer stores, whatever its file format.
 
-    The strings are encoded ENCODE_STEP at a time: a list of every encoded string at once cost as much again as
-    the dictionary (0.5 GB at 10M stems), the spike at the end of a large lexical build."""
+    The strings are encoded ENCODE_STEP at a time: a list of every encoded string at once (a bytes object and a
+    pointer each, about 50 bytes a string) was part of the spike at the end of the 10M lexical build."""
     ordered = sorted(codes)
     remap = np.empty(len(ordered), dtype=np.int64)
     sizes = np.empty(len(ordered), dtype=np.int64)

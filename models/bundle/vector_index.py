@@ -397,8 +397,8 @@ class IndexWriter:
 def fill_inverted_lists(index: Any, lists: np.ndarray, codes_path: Path) -> None:
     """Add every row to a trained binary IVF whose list of each row is known (`lists`, row order), the codes read
     back from the row-order codes file `codes_path`: what `index.add` of the rows in order gives, each list sized
-    once, exactly. Adding chunk by chunk grows each list's buffer by doubling, a third more than the codes on
-    average (0.4 GB at 10M rows)."""
+    once, exactly. Adding chunk by chunk grows each list's buffer by doubling (the 10M build's IVF phase held
+    1.42 GB for 1.04 GB of codes and ids: docs/lab/2026-11-26-build-memory.md)."""
     invlists = index.invlists
     counts = np.bincount(lists, minlength=index.nlist)
     for i in np.flatnonzero(counts).tolist():
