@@ -12,7 +12,6 @@ shared with the entry by a hard link instead: no copy at all.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.import_ids import IdStream
 from models.bundle.docstore import DocstoreWriter
 from models.embeddings.store import EmbeddingStore
 from models.encoders.registry import sha256_file
@@ -83,18 +83,9 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
     return shape, dtype, offset
 
 
-def _read_ids(path: Path) -> list[str]:
-    try:
-        ids = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a readable JSON list of ids ({exc})") from exc
-    if not isinstance(ids, list) or not all(isinstance(i, str | int) and not isinstance(i, bool) for i in ids):
-        raise InputError(f"{path}: expected a JSON list of document ids")
-    return [str(i) for i in ids]
-
-
 def _npy_chunks(spec: ImportSpec, dim: int) -> Iterator[tuple[str, int, list[str], np.ndarray]]:
-    """(file, first row in that file, ids, vectors) chunks of .npy files read with plain reads (no mmap)."""
+    """(file, first row in that file, ids, vectors) chunks of .npy files read with plain reads (no mmap), the ids
+    streamed from their file alongside (indexer.import_ids: never the whole list in memory)."""
     if spec.ids is None:
         raise InputError("--embeddings as .npy needs --ids (a JSON list of document ids, one per row)")
     files = _files(Path(spec.path), ".npy")
@@ -102,20 +93,22 @@ def _npy_chunks(spec: ImportSpec, dim: int) -> Iterator[tuple[str, int, list[str
     for f, (shape, _, _) in zip(files, headers, strict=True):
         if len(shape) != 2 or shape[1] != dim:
             raise InputError(f"{f}: shape {shape}, expected [n, {dim}] for this teacher")
-    ids = _read_ids(spec.ids)
     total = sum(h[0][0] for h in headers)
-    if total != len(ids):
-        where = spec.path if len(files) == 1 else f"{spec.path} ({len(files)} files)"
-        raise InputError(f"{where}: {total} rows but {spec.ids} lists {len(ids)} ids")
-    position = 0
-    for f, (shape, dtype, offset) in zip(files, headers, strict=True):
-        with f.open("rb") as fh:
-            fh.seek(offset)
-            for start in range(0, shape[0], CHUNK_ROWS):
-                n = min(CHUNK_ROWS, shape[0] - start)
-                rows = np.fromfile(fh, dtype=dtype, count=n * dim).reshape(n, dim)
-                yield str(f), start, ids[position : position + n], rows
-                position += n
+    where = spec.path if len(files) == 1 else f"{spec.path} ({len(files)} files)"
+    with IdStream(spec.ids) as stream:
+        for f, (shape, dtype, offset) in zip(files, headers, strict=True):
+            with f.open("rb") as fh:
+                fh.seek(offset)
+                for start in range(0, shape[0], CHUNK_ROWS):
+                    n = min(CHUNK_ROWS, shape[0] - start)
+                    ids = stream.take(n)
+                    if len(ids) < n:
+                        raise InputError(f"{where}: {total} rows but {spec.ids} lists {stream.count} ids")
+                    rows = np.fromfile(fh, dtype=dtype, count=n * dim).reshape(n, dim)
+                    yield str(f), start, ids, rows
+        if extra := stream.rest():
+            raise InputError(f"{where}: {total} rows but {spec.ids} lists {stream.count} ids ({extra} more ids "
+                             "than rows)")
 
 
 def _parquet_chunks(spec: ImportSpec, dim: int) -> Iterator[tuple[str, int, list[str], np.ndarray]]:

@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+ENCODE_STEP = 1 << 16  # strings encoded at a time by sorted_dictionary
+
 
 class Dictionary(Sequence[str]):
     """The sorted strings, decoded from the mapped bytes only when a search reads them: RAM holds none of them."""
@@ -34,12 +36,22 @@ class Dictionary(Sequence[str]):
 
 def sorted_dictionary(codes: Mapping[str, int]) -> tuple[np.ndarray, bytes, np.ndarray]:
     """Strings coded 0..n-1 in any order (as they were first met) → (`remap`: code → its string's rank in sorted
-    order, the sorted strings' UTF-8 bytes, their offsets): what a writer stores, whatever its file format."""
+    order, the sorted strings' UTF-8 bytes, their offsets): what a writer stores, whatever its file format.
+
+    The strings are encoded ENCODE_STEP at a time: a list of every encoded string at once (a bytes object and a
+    pointer each, about 50 bytes a string) was part of the spike at the end of the 10M lexical build."""
     ordered = sorted(codes)
     remap = np.empty(len(ordered), dtype=np.int64)
-    remap[[codes[s] for s in ordered]] = np.arange(len(ordered))
-    encoded = [s.encode() for s in ordered]
-    return remap, b"".join(encoded), run_offsets([len(b) for b in encoded])
+    sizes = np.empty(len(ordered), dtype=np.int64)
+    blob = bytearray()
+    for lo in range(0, len(ordered), ENCODE_STEP):
+        part = ordered[lo : lo + ENCODE_STEP]
+        remap[np.fromiter((codes[s] for s in part), dtype=np.int64, count=len(part))] = \
+            np.arange(lo, lo + len(part))
+        encoded = [s.encode() for s in part]
+        sizes[lo : lo + len(part)] = np.fromiter(map(len, encoded), dtype=np.int64, count=len(part))
+        blob += b"".join(encoded)
+    return remap, bytes(blob), run_offsets(sizes)
 
 
 def run_offsets(sizes: Sequence[int] | np.ndarray) -> np.ndarray:

@@ -106,18 +106,21 @@ def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo |
             spill.append(unique & 0xFFFFFFFF, unique >> 32, tf=tf)
             release(lengths)
         save_array(out / LENGTHS_FILE, lengths)
+        stems = len(vocab)
         names = _write_postings(out, vocab, spill)
     finally:
         spill.remove()
         del lengths
-    info = info.model_copy(update={"vocab": len(vocab), "documents": count, "total_length": total})
-    log.info("lexical index: %d documents, %d stems", count, len(vocab))
+    info = info.model_copy(update={"vocab": stems, "documents": count, "total_length": total})
+    log.info("lexical index: %d documents, %d stems", count, stems)
     return info, names
 
 
 def _write_postings(out: Path, vocab: dict[str, int], spill: CodeSpill) -> list[str]:
-    """The stems in order and each one's postings, rows ascending (the spill was appended in row order)."""
+    """The stems in order and each one's postings, rows ascending (the spill was appended in row order). `vocab`
+    is emptied once its stems are written: its memory (a dict entry per stem) goes back before the layout."""
     rank, blob, term_offsets = sorted_dictionary(vocab)  # rank: provisional id → position in sorted order
+    vocab.clear()
     (out / TERMS_FILE).write_bytes(blob)
     np.save(out / TERM_OFFSETS_FILE, term_offsets)
     rows, tf = new_array(out / POSTING_ROWS_FILE, np.int32, spill.total), new_array(out / POSTING_TF_FILE,
@@ -150,6 +153,8 @@ def term_bounds(offsets: np.ndarray, rows: np.ndarray, tf: np.ndarray,
         max_tf[ids] = np.maximum(max_tf[ids], np.maximum.reduceat(np.asarray(tf[a:b]), starts))
         lens = np.asarray(lengths)[np.asarray(rows[a:b])]
         min_length[ids] = np.minimum(min_length[ids], np.minimum.reduceat(lens, starts))
+        for mapped in (rows, tf, lengths):  # a pass over mapped postings keeps their pages resident otherwise
+            release(mapped)
     return max_tf, min_length
 
 

@@ -24,7 +24,7 @@ import mmap
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, cast
 
 import faiss
 import numpy as np
@@ -49,6 +49,7 @@ from models.timing import StageObserver
 
 INDEX_FILE = "index.faiss"
 RESCORE_FILE = "rescore.u8.npy"
+FILL_ROWS = 1 << 18  # rows of codes read back at a time when an IVF's lists are filled
 ROW_CODES_FILE = "codes.u8.npy"  # an IVF's sign codes in row order (binary IVF only)
 DEFAULT_OVERSAMPLE = 4
 EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
@@ -324,8 +325,10 @@ class IndexWriter:
         if quantization is Quantization.BINARY and spec.type is IndexType.FLAT:
             self._codes = (self.directory / INDEX_FILE).open("wb")
             self._codes.write(binary_flat_header(dim, count))
+        self._lists: np.ndarray | None = None  # binary IVF: each row's inverted list, the lists filled at finish
         if quantization is Quantization.BINARY and spec.type is IndexType.IVF:
             self._row_codes = _npy_writer(self.directory / ROW_CODES_FILE, (count, dim // 8))
+            self._lists = np.zeros(count, dtype=np.int32)
         if quantization is Quantization.BINARY:
             self._rescore = _npy_writer(self.directory / RESCORE_FILE, (count, dim))
 
@@ -348,9 +351,14 @@ class IndexWriter:
 
     def add(self, x: np.ndarray) -> None:
         """Append MRL-truncated unit vectors (float32 [n, dim]) in row order."""
+        if self.added + len(x) > self.count:
+            raise ValueError(f"index writer got more than the {self.count} vectors expected")
         codes = first_stage_codes(x, self.quantization, self.space.center, self.space.spin)
         if self._codes is not None:
             self._codes.write(codes.tobytes())
+        elif self._lists is not None:
+            _, nearest = cast(Any, self.index).quantizer.search(codes, 1)  # what IndexBinaryIVF.add assigns
+            self._lists[self.added : self.added + len(codes)] = nearest[:, 0]
         else:
             self.index.add(codes)
         if self._row_codes is not None:
@@ -370,11 +378,13 @@ class IndexWriter:
         if self._codes is not None:
             self._codes.close()
             return [INDEX_FILE, RESCORE_FILE]
+        if self._lists is not None and self._row_codes is not None:
+            self._row_codes.close()
+            fill_inverted_lists(self.index, self._lists, self.directory / ROW_CODES_FILE)
         apply_search_params(self.index, self.spec)
         names = VectorIndex(self.quantization, self.dim, self.index, self.space, None, self.spec).save(
             self.directory, space=False)
         if self._row_codes is not None:
-            self._row_codes.close()
             names.append(ROW_CODES_FILE)
         return names + ([RESCORE_FILE] if self._rescore is not None else [])
 
@@ -382,6 +392,38 @@ class IndexWriter:
         for fh in (self._rescore, self._codes, self._row_codes):
             if fh is not None and not fh.closed:
                 fh.close()
+
+
+def fill_inverted_lists(index: Any, lists: np.ndarray, codes_path: Path) -> None:
+    """Add every row to a trained binary IVF whose list of each row is known (`lists`, row order), the codes read
+    back from the row-order codes file `codes_path`: what `index.add` of the rows in order gives, each list sized
+    once, exactly. Adding chunk by chunk grows each list's buffer by doubling (the 10M build's IVF phase held
+    1.42 GB for 1.04 GB of codes and ids: docs/lab/2026-11-26-build-memory.md)."""
+    invlists = index.invlists
+    counts = np.bincount(lists, minlength=index.nlist)
+    for i in np.flatnonzero(counts).tolist():
+        invlists.resize(i, int(counts[i]))
+    cursor = np.zeros(index.nlist, dtype=np.int64)
+    size = index.code_size
+    with codes_path.open("rb") as fh:
+        np.lib.format.read_magic(fh)
+        np.lib.format.read_array_header_1_0(fh)
+        for start in range(0, len(lists), FILL_ROWS):
+            n = min(FILL_ROWS, len(lists) - start)
+            codes = np.fromfile(fh, dtype=np.uint8, count=n * size)
+            if len(codes) != n * size:
+                raise ValueError(f"{codes_path}: ends before its {len(lists)} rows")
+            part = lists[start : start + n]
+            order = np.argsort(part, kind="stable")
+            grouped, ids = part[order], (start + order).astype(np.int64)
+            codes = np.ascontiguousarray(codes.reshape(n, size)[order])
+            bounds = np.flatnonzero(np.diff(grouped)) + 1
+            for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), n], strict=True):
+                i = int(grouped[lo])
+                invlists.update_entries(i, int(cursor[i]), hi - lo, faiss.swig_ptr(ids[lo:hi]),
+                                        faiss.swig_ptr(codes[lo:hi]))
+                cursor[i] += hi - lo
+    index.ntotal = len(lists)
 
 
 def _npy_writer(path: Path, shape: tuple[int, int]) -> BinaryIO:

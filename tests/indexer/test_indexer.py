@@ -136,6 +136,10 @@ def test_import_checks_shape_norm_and_ids(tandem_home: Path, tiny_corpus: Path, 
         attempt(vecs[:-1].copy(), ids[:-1])
     with pytest.raises(InputError, match="duplicate id"):
         attempt(vecs, [*ids[:-1], ids[0]])
+    with pytest.raises(InputError, match=f"{len(ids) - 1} rows but .*ids.json lists {len(ids)} ids \\(1 more"):
+        attempt(vecs[:-1].copy(), ids)
+    with pytest.raises(InputError, match=f"{len(ids)} rows but .*ids.json lists {len(ids) - 1} ids"):
+        attempt(vecs, ids[:-1])
     reversed_ids = ids[::-1]
     manifest = attempt(vecs[::-1].copy(), reversed_ids)
     assert manifest.embeddings.kind == "imported"
