@@ -14,8 +14,10 @@ Then each graph runs under onnxruntime's profiler (per operator type: time per q
 pooling, head and normalization after the last layer norm apart), the served encode's stages are timed one by one
 (tokenize, inputs, session, Python around), and, with --index, the served and stored int8 vectors are compared:
 cosine to the fp32 graph (the export's parity gate) and SciFact asymmetric nDCG@10 (queries alone, as served).
+`--also DIR` (repeatable) times more students, served as `tandem serve` loads them, in the same blocks (say, a
+shallower student against the 6-layer one and the plain way); the profile and quality stay --student's.
 
-    python bench/encode_profile.py --student DIR --index BUNDLE
+    python bench/encode_profile.py --student DIR --index BUNDLE [--also DIR ...]
 """
 
 from __future__ import annotations
@@ -193,6 +195,8 @@ def stages(encoder: object, queries: Sequence[str], rounds: int = 3) -> dict[str
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--student", type=Path, required=True)
+    parser.add_argument("--also", type=Path, action="append", default=[],
+                        help="another student timed served in the same blocks (repeatable)")
     parser.add_argument("--backbone", type=Path, default=None, help="plain way's model (default: provisioned)")
     parser.add_argument("--queries", type=Path, default=Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT)))
     parser.add_argument("--index", type=Path, default=None, help="bundle of the queries' corpus: nDCG@10 too")
@@ -227,6 +231,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             "stored student graph, batch path (before)": lambda t: stored._encode_batches(t, 64),
             "plain: all-MiniLM-L6-v2, torch export, quantize_dynamic defaults": plain.encode,
         }
+        for other in args.also:
+            extra = StudentEncoder(other, "int8", threads=1)
+            encoders[f"served student `{other}`"] = extra.encode
         _, load_before = load_average()
         results = measure(encoders, queries * args.passes, args.warmup, args.rounds, 1)
         load_after = load_average()[1]
