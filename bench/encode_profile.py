@@ -14,8 +14,11 @@ Then each graph runs under onnxruntime's profiler (per operator type: time per q
 pooling, head and normalization after the last layer norm apart), the served encode's stages are timed one by one
 (tokenize, inputs, session, Python around), and, with --index, the served and stored int8 vectors are compared:
 cosine to the fp32 graph (the export's parity gate) and SciFact asymmetric nDCG@10 (queries alone, as served).
+`--also DIR` (repeatable) times more students, served as `tandem serve` loads them, in the same blocks (say, a
+shallower student against the 6-layer one and the plain way), and with --index scores each as served and in fp32;
+the profile stays --student's.
 
-    python bench/encode_profile.py --student DIR --index BUNDLE
+    python bench/encode_profile.py --student DIR --index BUNDLE [--also DIR ...]
 """
 
 from __future__ import annotations
@@ -193,6 +196,8 @@ def stages(encoder: object, queries: Sequence[str], rounds: int = 3) -> dict[str
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--student", type=Path, required=True)
+    parser.add_argument("--also", type=Path, action="append", default=[],
+                        help="another student timed served in the same blocks (repeatable)")
     parser.add_argument("--backbone", type=Path, default=None, help="plain way's model (default: provisioned)")
     parser.add_argument("--queries", type=Path, default=Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT)))
     parser.add_argument("--index", type=Path, default=None, help="bundle of the queries' corpus: nDCG@10 too")
@@ -227,6 +232,9 @@ def main(argv: Sequence[str] | None = None) -> None:
             "stored student graph, batch path (before)": lambda t: stored._encode_batches(t, 64),
             "plain: all-MiniLM-L6-v2, torch export, quantize_dynamic defaults": plain.encode,
         }
+        for other in args.also:
+            extra = StudentEncoder(other, "int8", threads=1)
+            encoders[f"served student `{other}`"] = extra.encode
         _, load_before = load_average()
         results = measure(encoders, queries * args.passes, args.warmup, args.rounds, 1)
         load_after = load_average()[1]
@@ -322,6 +330,8 @@ def parity_and_ndcg(args: argparse.Namespace, served: object, stored: object) ->
         "int8, as loaded (split), served": served.encode,  # type: ignore[attr-defined]
         "int8, as stored (before)": lambda t: stored._encode_batches(t, 64)[0],  # type: ignore[attr-defined]
     }
+    others = {other: (StudentEncoder(other, "fp32", threads=1).encode, StudentEncoder(other, "int8", threads=1).encode)
+              for other in args.also}
     bundle = Bundle(args.index)
     lines: list[str] = []
     try:
@@ -333,6 +343,14 @@ def parity_and_ndcg(args: argparse.Namespace, served: object, stored: object) ->
             qids = [q for q in qrels if q in all_queries]
             texts = [all_queries[q] for q in qids]
             vectors = {name: np.concatenate([encode([t]) for t in texts]) for name, encode in encoders.items()}
+            other_rows = []
+            for other, (other_fp32, other_int8) in others.items():
+                own = np.concatenate([other_fp32([t]) for t in texts])
+                for name, v in ((f"`{other}` fp32", own),
+                                (f"`{other}` int8 served", np.concatenate([other_int8([t]) for t in texts]))):
+                    cos = np.sum(v * own, axis=1)
+                    ndcg = score_run(qrels, bundle_search_run(bundle, qids, v))[NDCG]
+                    other_rows.append(f"| {name} | {cos.mean():.5f} (own fp32) | {cos.min():.4f} | | {ndcg:.4f} |")
             reference = vectors["fp32, as loaded (split)"]
             before = vectors["int8, as stored (before)"]
             lines += ["", f"{split}: {len(texts)} queries with qrels, each encoded alone; bundle `{args.index}`", "",
@@ -343,6 +361,7 @@ def parity_and_ndcg(args: argparse.Namespace, served: object, stored: object) ->
                 ndcg = score_run(qrels, bundle_search_run(bundle, qids, v))[NDCG]
                 lines.append(f"| {name} | {cos.mean():.5f} | {cos.min():.4f} | {np.sum(v * before, axis=1).mean():.5f} "
                              f"| {ndcg:.4f} |")
+            lines += other_rows
     finally:
         bundle.close()
     return ["Quality (SciFact):", *lines]

@@ -23,6 +23,7 @@ ridge init).
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,17 +36,28 @@ from models.encoders.encoder_setup import PoolingMode
 from models.encoders.pooling import pool
 
 
+def depth(hf_dir: Path) -> int:
+    """The transformer layers of the HF model at `hf_dir`, as its config says (a student may keep fewer)."""
+    return int(json.loads((Path(hf_dir) / "config.json").read_text())["num_hidden_layers"])
+
+
 class StudentModel(nn.Module):
     def __init__(
         self, backbone_dir: Path, teacher_dim: int, keep_layers: Sequence[int] | None = None, name: str = "",
-        pooling: PoolingMode = "mean", head: nn.Module | None = None,
+        pooling: PoolingMode = "mean", head: nn.Module | None = None, backbone_layers: Sequence[int] | None = None,
     ) -> None:
-        """`head`, with `keep_layers`: the teacher's own layers after pooling (models.encoders.pooling.Head)."""
+        """`head`, with `keep_layers`: the teacher's own layers after pooling (models.encoders.pooling.Head).
+
+        `backbone_layers`: a backbone student cut down to those of its layers (a shallower student), still with
+        its Linear projection; `keep_layers` is the teacher-layer student, whose head replaces the projection.
+        """
         super().__init__()
         self.name = name or Path(backbone_dir).name
         self.pooling: PoolingMode = pooling
         self.backbone = AutoModel.from_pretrained(str(backbone_dir), attn_implementation="eager")
         self.projection: nn.Module = nn.Linear(int(self.backbone.config.hidden_size), teacher_dim)
+        if backbone_layers is not None:
+            self._keep_layers(backbone_layers)
         if keep_layers is not None:
             self._keep_layers(keep_layers)
             self.projection = head if head is not None else nn.Identity()
@@ -55,7 +67,8 @@ class StudentModel(nn.Module):
         self._token_types = "token_type_ids" in inspect.signature(self.backbone.forward).parameters
 
     def _keep_layers(self, keep: Sequence[int]) -> None:
-        """Cut the encoder down to the layers `keep` (teacher-layer extraction); the width stays the teacher's."""
+        """Cut the encoder down to the layers `keep` (teacher-layer extraction, or a shallower backbone); the width
+        stays the model's."""
         encoder = getattr(self.backbone, "encoder", None)
         layers = getattr(encoder, "layer", None)
         if encoder is None or not isinstance(layers, nn.ModuleList):

@@ -32,7 +32,7 @@ from models.distill.data import TrainingData, build_training_data
 from models.distill.dataset import Examples
 from models.distill.export import export_student
 from models.distill.int8_emulation import int8_emulation
-from models.distill.model import StudentModel
+from models.distill.model import StudentModel, depth
 from models.distill.presets import Preset, resolve_preset
 from models.distill.queries import read_train_queries
 from models.distill.ridge import fit_ridge
@@ -127,14 +127,18 @@ def _starting_card(card: ModelCard, preset: Preset, backbone: Path | None) -> Mo
 
 def _student_model(start: ModelCard, card: ModelCard, preset: Preset) -> StudentModel:
     if preset.student == "teacher-layers":
-        total = int(json.loads((card.hf_dir / "config.json").read_text())["num_hidden_layers"])
+        total = depth(card.hf_dir)
         layers = preset.layer_indices(total)
         log.info("student: %s layers %s of %d (teacher-layer extraction), %s", card.name, layers, total,
                  card.summary())
         return StudentModel(card.hf_dir, card.dim, keep_layers=layers, name=f"{card.name} layers {layers}",
                             pooling=card.pooling, head=Head(card, Path(card.path)))
-    log.info("student: %s, pooling %s, + Linear to %d-d", start.name, start.pooling, card.dim)
-    return StudentModel(start.hf_dir, card.dim, name=start.name, pooling=start.pooling)
+    total = depth(start.hf_dir)
+    keep = preset.backbone_layer_indices(total)
+    log.info("student: %s%s, pooling %s, + Linear to %d-d", start.name,
+             f" layers {keep} of {total}" if keep is not None else "", start.pooling, card.dim)
+    return StudentModel(start.hf_dir, card.dim, name=start.name if keep is None else f"{start.name} layers {keep}",
+                        pooling=start.pooling, backbone_layers=keep)
 
 
 def checkpoint_dir(req: DistillRequest, preset: Preset, *fingerprints: str) -> Path:

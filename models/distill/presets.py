@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from models.errors import InputError
 
@@ -25,6 +25,11 @@ class Preset(BaseModel):
         "embeddings and its first and last `teacher_layers` layers (Wang & Lyu)",
     )
     teacher_layers: int = Field(default=2, ge=1, description="with student=teacher-layers: k first and k last layers")
+    backbone_layers: int | None = Field(
+        default=None, ge=1,
+        description="with student=backbone: keep only this many of the backbone's layers, evenly spaced from its "
+        "first to its last (None: all); fewer layers, fewer multiply-adds per query",
+    )
     queries_per_doc: int = Field(default=3, ge=1, description="pseudo-queries per document (title included)")
     max_queries: int | None = Field(
         default=None, ge=1, description="cap on training pseudo-queries: bounds the teacher's encoding time"
@@ -77,6 +82,25 @@ class Preset(BaseModel):
         """The first and last `teacher_layers` of a `total`-layer teacher (all of them if they overlap)."""
         k = self.teacher_layers
         return sorted(set(range(min(k, total))) | set(range(max(total - k, 0), total)))
+
+    @model_validator(mode="after")
+    def _layers_of_its_family(self) -> Preset:
+        if self.backbone_layers is not None and self.student != "backbone":
+            raise ValueError("backbone_layers cuts a backbone student; a teacher-layers student takes teacher_layers")
+        return self
+
+    def backbone_layer_indices(self, total: int) -> list[int] | None:
+        """`backbone_layers` of a `total`-layer backbone, evenly spaced with its first and last kept (None: all).
+
+        The last layer stays because the backbone's pooling was trained on its output, the first because it is
+        the one that reads the embeddings (DistilBERT-style spacing, as in docs/lab/2026-11-26-shallow-student.md).
+        """
+        k = self.backbone_layers
+        if k is None or k >= total:
+            return None
+        if k == 1:
+            return [total - 1]
+        return sorted({int(i * (total - 1) / (k - 1) + 0.5) for i in range(k)})
 
     def epoch_passages(self, available: int) -> int:
         """How many of `available` training passages one epoch mixes in."""

@@ -38,7 +38,7 @@ from models.datasets.teacher_targets import TeacherTargets
 from models.distill.data import Split, TrainingData, build_training_data
 from models.distill.dataset import Examples
 from models.distill.export import FP32_MIN_COSINE, export_student
-from models.distill.model import StudentModel
+from models.distill.model import StudentModel, depth
 from models.distill.onnx_weights import load_onnx_weights
 from models.distill.pick import pick_segments
 from models.distill.presets import Preset, resolve_preset
@@ -90,6 +90,14 @@ def refresh_preset(student: StudentManifest) -> Preset:
     base = Preset.model_validate(recorded) if isinstance(recorded, dict) else resolve_preset("quick")
     return base.model_copy(update={"name": f"refresh of {base.name}", "epochs": 1, "members": 1, "patience": None,
                                    "int8_epochs": min(base.int8_epochs, 1), "lr_cycles": 1})
+
+
+def kept_layers(student: StudentManifest, backbone_dir: Path) -> list[int] | None:
+    """The backbone layers a shallower student kept (its first distillation's preset), so its graph's weights fit."""
+    recorded = first_training(student).get("preset")
+    if not isinstance(recorded, dict):
+        return None
+    return Preset.model_validate(recorded).backbone_layer_indices(depth(backbone_dir))
 
 
 def new_segments(version_dir: Path, bundle: BundleManifest, student: StudentManifest,
@@ -173,8 +181,8 @@ def _starting_model(req: RefreshRequest, student: StudentManifest, card: ModelCa
         raise ContractMismatch(f"{req.student} was trained from backbone {student.backbone!r} (fingerprint "
                                f"{student.backbone_fingerprint[:16]}…) but the backbone at {backbone.path} is "
                                f"{backbone.name!r} ({backbone.fingerprint[:16]}…); pass --backbone with that model")
-    model = StudentModel(backbone.hf_dir, card.dim, name=student.backbone,
-                         pooling=student.backbone_pooling)  # type: ignore[arg-type]
+    model = StudentModel(backbone.hf_dir, card.dim, name=student.backbone, pooling=student.backbone_pooling,  # type: ignore[arg-type]
+                         backbone_layers=kept_layers(student, backbone.hf_dir))
     kept = load_onnx_weights(model, req.student / student.onnx_fp32)
     if kept:
         log.info("kept the backbone's %s (the graph does not use them)", ", ".join(kept))
