@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 
 SAMPLE_SETTING = "TANDEM_AGREEMENT_SAMPLE"
 TOP_K = 10
-SEARCH_BATCH = 8  # sample queries searched at a time (VectorIndex.unmap_pages after each)
+SEARCH_BATCH = 1  # sample queries searched at a time (VectorIndex.unmap_pages after each)
 
 
 def sample_size() -> int:
