@@ -28,20 +28,6 @@ from scale_10m import FILTERS, K, train_queries
 log = logging.getLogger("ivf_crossover")
 
 
-def _kept_probes() -> type:
-    from models.search.planner import Planner
-
-    class Kept(Planner):
-        """The IVF plan probing the index's own nprobe cells under any filter (only the fetch over-fetches): what
-        the widening of nprobe by 1/share buys in recall, and costs."""
-
-        @staticmethod
-        def nprobe(nprobe: int, nlist: int, allowed: object) -> int:
-            return nprobe
-
-    return Kept
-
-
 def measure(root: Path, inputs: Path, student: Path, queries: int, rounds: int) -> list[dict[str, object]]:
     """One row per filter and plan: allowed rows, p50/p99 ms of `search`, recall@10 against exact float."""
     from models.bundle.version import Bundle
@@ -51,15 +37,13 @@ def measure(root: Path, inputs: Path, student: Path, queries: int, rounds: int) 
     from models.search.planner import Planner
 
     set_search_threads(1)
-    KeptProbes = _kept_probes()
     texts = train_queries(queries)
     encoder = StudentEncoder(student, "int8", 1)
     vectors = np.concatenate([encoder.encode([t], batch_size=1) for t in texts])
     columns = dict(np.load(inputs / "columns.npz"))
     masks = {name: None if allows is None else allows(columns) for name, _, allows in FILTERS}
     truth = exact_top(inputs / "vectors.f16.npy", vectors, masks, vectors.shape[1])
-    plans = [("none", Planner()), ("exact", Planner(exact_share=1.0)), ("index", Planner(exact_share=0.0)),
-             ("index, nprobe kept", KeptProbes(exact_share=0.0))]
+    plans = [("none", Planner()), ("exact", Planner(exact_share=1.0)), ("index", Planner(exact_share=0.0))]
     out: list[dict[str, object]] = []
     bundle = Bundle(root if (root / "manifest.json").is_file() else read_current(root), lexical=False)
     try:
