@@ -2,7 +2,7 @@
 
 In process (no HTTP), on a version built by `tandem index build --index ivf` from bench/scale_10m.py's inputs, each
 of scale_10m's filters is searched with each plan forced (`Planner(exact_share=1)`: the exact pass over the
-allowed rows' codes by row; `Planner(exact_share=0)`: the IVF with its widened nprobe and over-fetch), one student
+allowed rows' codes by row; `Planner(exact_share=0)`: the IVF with its own nprobe and its over-fetch), one student
 query at a time, each encoded just before its search as the service does. Reported per filter: allowed rows,
 p50/p99 of the search, and recall@10 against exact float search among the allowed rows. models.search.planner's
 IVF rule is set from where the exact plan stops being the faster one (docs/lab/2026-11-26-ivf-crossover.md).
