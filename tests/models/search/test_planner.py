@@ -45,8 +45,11 @@ def test_the_plan_follows_the_share_of_rows_allowed() -> None:
 def test_an_ivf_takes_the_exact_plan_by_rows_whatever_the_share() -> None:
     planner = Planner()
     for n in (10**5, 10**6, 10**7):
-        assert planner.exact(IndexType.IVF, _allowed(IVF_EXACT_ROWS / n, n))
-        assert not planner.exact(IndexType.IVF, _allowed((IVF_EXACT_ROWS + 1) / n, n))
+        mask = np.zeros(n, dtype=bool)
+        mask[:IVF_EXACT_ROWS] = True
+        assert planner.exact(IndexType.IVF, Allowed(mask))
+        mask[IVF_EXACT_ROWS] = True
+        assert not planner.exact(IndexType.IVF, Allowed(mask))
     assert planner.exact(IndexType.IVF, _allowed(0.3, 10**5))  # 30,000 rows: a large share of a small bundle
     assert not planner.exact(IndexType.IVF, _allowed(1 / 35, 10**7))  # 285,714 rows: a small share of a large one
     assert not planner.exact(IndexType.FLAT, _allowed(0.3, 10**5))  # flat keeps its share
