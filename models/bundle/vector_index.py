@@ -12,8 +12,9 @@ Those are the flat (exact) first stages; models.bundle.first_stage also builds H
 version's space (models.bundle.space: the calibration, center and spin, shared by the version's segments).
 
 `VectorIndex` does every FAISS call a search makes: the first stage (restricted to allowed rows by an ID selector,
-HNSW's efSearch and IVF's nprobe widened by the numbers of models.search.planner, which it is handed as a
-`Widening`), the int8 rescoring of binary candidates, and the exact pass over stored vectors or sign codes.
+HNSW's efSearch widened and IVF's results over-fetched by the numbers of models.search.planner, which it is
+handed as a `Widening`), the int8 rescoring of binary candidates, and the exact pass over stored vectors or sign
+codes.
 models.search.query asks it, and never touches a FAISS object.
 """
 
@@ -70,10 +71,6 @@ class Widening(Protocol):
 
     def fetch(self, k: int, count: int, allowed: Allowed) -> int:
         """Results to ask of an index that takes no selector (binary IVF) for `k` allowed ones."""
-        ...
-
-    def nprobe(self, nprobe: int, nlist: int, allowed: Allowed) -> int:
-        """IVF's cells probed among `nlist`, from the index's own `nprobe`."""
         ...
 
 
@@ -266,18 +263,17 @@ class VectorIndex:
     def _restricted(self, allowed: Allowed | None, widening: Widening | None,
                     k: int) -> tuple[faiss.SearchParameters | None, Any, int]:
         """How FAISS searches for `k` results among `allowed` rows: its search parameters (the index's own kind,
-        widened for HNSW and IVF), the ID selector they hold (which the caller keeps alive while FAISS searches),
-        and how many results to ask for. FAISS's IVF over binary codes takes no selector: it over-fetches in
-        proportion to the rows filtered out, and the caller keeps the allowed ones."""
+        widened for HNSW), the ID selector they hold (which the caller keeps alive while FAISS searches), and how
+        many results to ask for. FAISS's IVF over binary codes takes no selector: it probes its own nprobe cells
+        and over-fetches in proportion to the rows filtered out, and the caller keeps the allowed ones."""
         if allowed is None:
             return None, None, k
         if widening is None:
             raise ValueError("a search restricted to some rows needs the planner's widening")
         lib: Any = faiss  # the SWIG classes take their fields as keywords, which the stubs do not know
         typed: Any = self.index
-        if hasattr(typed, "nprobe"):
-            nprobe = widening.nprobe(typed.nprobe, typed.nlist, allowed)
-            return lib.SearchParametersIVF(nprobe=nprobe), None, widening.fetch(k, self.count, allowed)
+        if hasattr(typed, "nprobe"):  # its own cells: more bought no recall (docs/lab/2026-11-26-ivf-crossover.md)
+            return None, None, widening.fetch(k, self.count, allowed)
         sel = lib.IDSelectorBitmap(len(allowed.mask), lib.swig_ptr(allowed.bitmap))
         if hasattr(typed, "hnsw"):
             ef = widening.ef_search(typed.hnsw.efSearch, k, allowed)

@@ -6,12 +6,14 @@ segment's deletions.
 `Planner` picks one of two plans for the dense side (docs/decisions.md#filtered-search-planned-by-cardinality):
 - few rows: score exactly the rows that match (their stored vectors; binary bundles their sign codes, then the
   int8 rescoring as usual), which costs what matches;
-- many: the index's own search restricted by an ID selector over the bitmap. A graph or cell index then
-  over-fetches: HNSW widens its candidate list and IVF probes more cells in proportion to the share of rows
-  filtered out, since the rows it visits are that much less likely to be allowed (FAISS's binary IVF takes
-  no selector: it asks for that many more results, and the search keeps the allowed ones).
-Where the first plan gives way to the second depends on the index type; the shares are set on measurements at
-1M documents (docs/BENCHMARKS.md#filtered-search).
+- many: the index's own search restricted by an ID selector over the bitmap. HNSW then widens its candidate list
+  in proportion to the share of rows filtered out, since the nodes it visits are that much less likely to be
+  allowed. FAISS's IVF takes no selector: it probes its own nprobe cells and asks for that many more results,
+  and the search keeps the allowed ones (probing more cells bought no recall: 2026-11-26-ivf-crossover).
+Where the first plan gives way to the second depends on the index type. Flat and HNSW by share: both plans'
+costs grow with the corpus. IVF by rows: the exact plan costs what matches (about 90 ns a row at 1M and 10M), the
+IVF's own search about the same whatever the filter, so the crossover is a row count that moves little with the
+corpus (docs/BENCHMARKS.md#filtered-search, docs/lab/2026-11-26-ivf-crossover.md).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from models.bundle.rows import Allowed
 # At or below this share of the bundle's rows, a filtered dense search scores the matching rows exactly. At 1M binary
 # documents, each search right after its query's encode as served, the exact pass was the faster up to 20% (flat)
 # and 3% (HNSW), the index search from 30% and 5%: the crossovers sit between
-# (docs/decisions.md#filtered-search-planned-by-cardinality). An IVF over binary codes ranks the matching rows by
-# Hamming distance over its codes by row, as flat does, while its own plan scans nprobe/share cells (all of them
-# below 1/8): its crossover is set lower than flat's, and checked at 10M (docs/lab/2026-11-26-scale-10m.md).
-EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04, IndexType.IVF: 0.15}
+# (docs/decisions.md#filtered-search-planned-by-cardinality).
+EXACT_SHARE = {IndexType.FLAT: 0.25, IndexType.HNSW: 0.04}
 EXACT_ROWS = 2048  # ... and always at or below this many rows, however large the bundle
+# An IVF's filtered search scores the matching rows exactly at or below this many, whatever the share. At 1M binary
+# documents the exact plan cost 3.4 ms at 28k rows and 7.8 ms at 77k, the IVF's own 3.5 and 3.0 ms at equal recall:
+# they cross near 28k rows. At 10M the IVF's unfiltered search took 6.8 ms and the exact plan 90 ns a row, which puts
+# the crossover near 75k there (an extrapolation); a bound between errs on the IVF's side, whose cost stays flat.
+IVF_EXACT_ROWS = 32_768
 MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan covers the shares below)
 
 
@@ -37,14 +42,16 @@ MAX_EF_SEARCH = 1024  # HNSW's widened candidate list stops here (the exact plan
 class Planner:
     """When a filtered dense search scores the matching rows exactly, and how far the index search over-fetches.
 
-    `exact_share` None takes the index type's measured share (EXACT_SHARE, or EXACT_ROWS rows); a share given
-    replaces both, so 0 and 1 force one plan or the other (tests, benchmarks)."""
+    `exact_share` None takes the index type's measured rule (EXACT_SHARE or EXACT_ROWS rows; IVF: IVF_EXACT_ROWS
+    rows); a share given replaces it, so 0 and 1 force one plan or the other (tests, benchmarks)."""
 
     exact_share: float | None = None
 
     def exact(self, kind: IndexType, allowed: Allowed) -> bool:
         if self.exact_share is not None:
             return self.exact_share > 0 and allowed.share <= self.exact_share
+        if kind is IndexType.IVF:
+            return allowed.count <= IVF_EXACT_ROWS
         return allowed.count <= EXACT_ROWS or allowed.share <= EXACT_SHARE[kind]
 
     @staticmethod
@@ -57,8 +64,3 @@ class Planner:
     def fetch(k: int, count: int, allowed: Allowed) -> int:
         """Results to ask of an index that cannot filter (FAISS's binary IVF) for `k` allowed ones among them."""
         return min(count, math.ceil(k / max(allowed.share, 1e-9)))
-
-    @staticmethod
-    def nprobe(nprobe: int, nlist: int, allowed: Allowed) -> int:
-        """IVF's cells probed when only `allowed.share` of each cell's rows may be returned."""
-        return max(nprobe, min(nlist, math.ceil(nprobe / max(allowed.share, 1e-9))))
