@@ -162,6 +162,24 @@ def exact_top(vectors: Path, queries: np.ndarray, masks: dict[str, np.ndarray | 
     return {name: np.where(np.isfinite(s), r, -1) for name, (s, r) in best.items()}
 
 
+def timed_plan(bundle: Any, encoder: Any, texts: Sequence[str], flt: Any, planner: Any,
+               rounds: int) -> tuple[list[float], list[list[int]]]:
+    """Each text encoded alone, then searched with `planner` (the search timed, not the encode), `rounds` times:
+    the seconds of each search and the rows of its hits."""
+    from models.search import SearchOptions, search
+
+    times: list[float] = []
+    found: list[list[int]] = []
+    for _ in range(rounds):
+        for text in texts:
+            vector = encoder.encode([text], batch_size=1)
+            began = time.perf_counter()
+            hits = search(bundle, vector, [text], SearchOptions(top_k=K, filter=flt), 4, planner).hits[0]
+            times.append(time.perf_counter() - began)
+            found.append([h.row for h in hits])
+    return times, found
+
+
 def recall(found: Sequence[Sequence[int]], truth: np.ndarray) -> float:
     """Mean share of each query's exact top K (fewer when fewer rows are allowed) among its hits."""
     shares = []
@@ -191,7 +209,7 @@ def measure_plans(bundle_dir: Path, index: str, encoder: Any, texts: list[str], 
     search, as the service does: right after an encode, FAISS's selector scan ran twice as slow as on its own,
     so timing searches back to back would misplace the crossover."""
     from models.bundle.version import Bundle
-    from models.search import SearchOptions, parse_filter, search, set_search_threads
+    from models.search import parse_filter, set_search_threads
     from models.search.planner import Planner
 
     set_search_threads(1)
@@ -202,14 +220,7 @@ def measure_plans(bundle_dir: Path, index: str, encoder: Any, texts: list[str], 
         for case in [Case("none", {}, lambda c: c["r"] >= 0), *cases()[: len(THRESHOLDS)]]:
             flt = parse_filter(case.body, bundle.filter_fields) if case.body else None
             for plan, planner in plans[:1] if flt is None else plans:
-                times, found = [], []
-                for _ in range(rounds):
-                    for text in texts:
-                        vector = encoder.encode([text], batch_size=1)
-                        began = time.perf_counter()
-                        hits = search(bundle, vector, [text], SearchOptions(top_k=K, filter=flt), 4, planner).hits[0]
-                        times.append(time.perf_counter() - began)
-                        found.append([h.row for h in hits])
+                times, found = timed_plan(bundle, encoder, texts, flt, planner, rounds)
                 row = PlanRow(index, case.name, shares[case.name], plan if flt is not None else "none",
                               1e3 * float(np.percentile(times, 50)), 1e3 * float(np.percentile(times, 99)),
                               recall(found[: len(texts)], truth[case.name]))

@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from benchdoc import cpu_line, load_average
-from filter_scale import exact_top, recall
-from scale_10m import FILTERS, K, train_queries
+from filter_scale import exact_top, recall, timed_plan
+from scale_10m import FILTERS, train_queries
 
 log = logging.getLogger("ivf_crossover")
 
@@ -33,7 +32,7 @@ def measure(root: Path, inputs: Path, student: Path, queries: int, rounds: int) 
     from models.bundle.version import Bundle
     from models.bundle.versions import read_current
     from models.encoders.student import StudentEncoder
-    from models.search import SearchOptions, parse_filter, search, set_search_threads
+    from models.search import parse_filter, set_search_threads
     from models.search.planner import Planner
 
     set_search_threads(1)
@@ -51,14 +50,7 @@ def measure(root: Path, inputs: Path, student: Path, queries: int, rounds: int) 
             flt = parse_filter(body, bundle.filter_fields) if body else None
             allowed = len(columns["year"]) if masks[name] is None else int(np.count_nonzero(masks[name]))
             for plan, planner in plans[:1] if flt is None else plans[1:]:
-                times, found = [], []
-                for _ in range(rounds):
-                    for text in texts:
-                        vector = encoder.encode([text], batch_size=1)
-                        began = time.perf_counter()
-                        hits = search(bundle, vector, [text], SearchOptions(top_k=K, filter=flt), 4, planner).hits[0]
-                        times.append(time.perf_counter() - began)
-                        found.append([h.row for h in hits])
+                times, found = timed_plan(bundle, encoder, texts, flt, planner, rounds)
                 row = {"case": name, "allowed": allowed, "plan": plan, "p50_ms": 1e3 * float(np.percentile(times, 50)),
                        "p99_ms": 1e3 * float(np.percentile(times, 99)), "recall": recall(found[: len(texts)],
                                                                                           truth[name])}
