@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from indexer.compact import compact
@@ -23,7 +22,7 @@ from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import read_current
 from models.encoders.teacher import TeacherEncoder
 from models.search import Mode, SearchOptions, parse_filter, search
-from tests.indexer.test_segments import QUERIES, _lines, _segmented, work  # noqa: F401  (work: a fixture)
+from tests.indexer.test_segments import QUERIES, _lines, _segmented, assert_same_hits, work  # noqa: F401  (work: a fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -48,10 +47,7 @@ def _same_search(base: Path, compacted: Path, teacher_dir: Path) -> None:
                 options = SearchOptions(top_k=10, mode=mode, filter=None if flt is None else parse_filter(flt, fields))
                 want = search(before, vectors, QUERIES, options, 4).hits
                 got = search(after, vectors, QUERIES, options, 4).hits
-                assert any(got), (mode, flt)
-                for a, b in zip(got, want, strict=True):
-                    assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, flt)
-                    np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5)
+                assert_same_hits(got, want, (mode, flt))
     finally:
         before.close()
         after.close()

@@ -97,10 +97,7 @@ def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, tea
                                 filter=None if flt is None else parse_filter(flt, fields))
         got = search(segmented, vectors, QUERIES, options, 4).hits
         want = search(whole, vectors, QUERIES, options, 4).hits
-        assert any(got), (mode, flt)
-        for a, b in zip(got, want, strict=True):
-            assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, flt)
-            np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5)
+        assert_same_hits(got, want, (mode, flt))
     segmented.close()
     whole.close()
 
@@ -317,3 +314,11 @@ def test_a_follower_keeps_the_vector_of_a_document_an_earlier_file_of_its_batch_
         assert (doc.id, doc.meta()["lang"]) == ("kites", "fr")
     finally:
         bundle.close()
+
+
+def assert_same_hits(got: list, want: list, context: object) -> None:
+    """Some hits, and per query the same documents in the same order with the same scores."""
+    assert any(got), context
+    for a, b in zip(got, want, strict=True):
+        assert [h.doc.id for h in a] == [h.doc.id for h in b], context
+        np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5)
