@@ -311,7 +311,7 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
             began = time.perf_counter()
             wait_ready(client, process, timeout_s=1800)
             out["ready_s"] = time.perf_counter() - began
-            out["rss_ready_mib"] = rss_mib(process.pid, "VmRSS")
+            out["rss_ready_mib"] = _memory(process.pid, rss_mib)
             vectors = np.asarray([client.post("/v1/embeddings", json={"input": t, "model": "x"}).json()["data"][0][
                 "embedding"] for t in texts], dtype=np.float32)
             truth = exact_top(inputs / "vectors.f16.npy", vectors,
@@ -336,7 +336,7 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
                        "recall": recall(found, truth[name]) if mode == "dense" else float("nan")}
                 log.info("serve %s", row)
                 out["rows"].append(row)
-            out["rss_served_mib"] = rss_mib(process.pid, "VmRSS")
+            out["rss_served_mib"] = _memory(process.pid, rss_mib)
             before = client.get("/index").json()["version"]
             out["update"] = update_stage(inputs, root, run, home)
             began = time.perf_counter()
@@ -346,10 +346,20 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
                 time.sleep(0.05)
             out["reload_s"] = time.perf_counter() - began
             client.post("/search", json={"query": texts[0], "top_k": K})
-            out["rss_reloaded_mib"] = rss_mib(process.pid, "VmRSS")
+            out["rss_reloaded_mib"] = _memory(process.pid, rss_mib)
     finally:
         stop(process)
     return out
+
+
+def _memory(pid: int, rss_mib: Callable[[int, str], float | None]) -> dict[str, float | None]:
+    """The server's resident set and its two parts: anonymous (its own memory) and file (mapped pages of the
+    version's files, which are the page cache's: shared, and reclaimed under pressure)."""
+    return {field: rss_mib(pid, field) for field in ("VmRSS", "RssAnon", "RssFile")}
+
+
+def _mib(memory: dict[str, float | None]) -> str:
+    return f"{memory['VmRSS']:.0f} MiB (anonymous {memory['RssAnon']:.0f}, file {memory['RssFile']:.0f})"
 
 
 def _split(queries: list[str], n: int) -> tuple[list[str], list[str]]:
@@ -525,9 +535,9 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
         if r.service:
             sv = r.service
             lines += ["", f"Service (`tandem serve --index ROOT --student {args.student}`, default settings): ready in "
-                      f"{sv['ready_s']:.1f} s, RSS {sv['rss_ready_mib']:.0f} MiB ready, {sv['rss_served_mib']:.0f} MiB "
+                      f"{sv['ready_s']:.1f} s, RSS {_mib(sv['rss_ready_mib'])} ready, {_mib(sv['rss_served_mib'])} "
                       f"after the searches; the update served {sv['reload_s']:.2f} s after `index update` returned, "
-                      f"RSS then {sv['rss_reloaded_mib']:.0f} MiB. {args.requests} sequential requests per row "
+                      f"RSS then {_mib(sv['rss_reloaded_mib'])}. {args.requests} sequential requests per row "
                       "(SciFact train queries, after a warm-up pass of as many others per row; lexical and "
                       "hybrid: each with three words of the corpus's vocabulary), recall@10 against exact float "
                       "search over the same vectors (the service's own "

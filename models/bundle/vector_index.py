@@ -175,17 +175,17 @@ class VectorIndex:
         return cls(quantization, dim, index, space, rescore, spec, row_codes)
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: Allowed | None = None,
-               widening: Widening | None = None) -> tuple[np.ndarray, np.ndarray]:
+               widening: Widening | None = None, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, rows) of full-dimension unit queries, already in the space's basis (Space.rotate); rows
         are -1 past the corpus size. Binary ranks by Hamming distance first, then rescores the top
-        `k × oversample` with the float query against the int8 vectors.
+        `rescore_pool(...)` with the float query against the int8 vectors.
 
-        `allowed` restricts the search to those rows before ranking, over-fetching as `widening` says."""
+        `allowed` restricts the search to those rows before ranking, over-fetching as `widening` says. `head`: how
+        many of the k best need the index's own rescoring depth (rescore_pool; None: all k)."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         k = max(1, min(k, self.count))
-        oversample = max(oversample, self.spec.oversample or 1)  # the depth the index's size needs, at least
         binary = self.quantization is Quantization.BINARY
-        depth = min(self.count, k * max(1, oversample)) if binary else k
+        depth = min(self.count, self.rescore_pool(k, oversample, head)) if binary else k
         params, selector, fetch = self._restricted(allowed, widening, depth)
         scores, rows = self.index.search(self.space.sign_codes(q) if binary else q, fetch, params=params)
         if allowed is not None and selector is None:  # over-fetched without a selector: keep the allowed rows
@@ -204,23 +204,34 @@ class VectorIndex:
             self.observe("rescore", time.perf_counter() - began)
         return out_scores, out_rows
 
+    def rescore_pool(self, k: int, oversample: int, head: int | None = None) -> int:
+        """How many Hamming candidates a binary search for the top k rescores: `oversample` per hit, and for the
+        first `head` hits (all k when None) the depth the index's size needs (`spec.oversample`), if deeper.
+
+        Why the head: that depth keeps recall@k of the hits a caller is given (×64 at 10M documents); a hybrid
+        search asks for 100 dense candidates to fuse but gives back 10, and rescoring 100 × 64 rows cost it 6,400
+        random reads of the int8 codes a query (docs/lab/2026-11-26-hybrid-depth.md)."""
+        deep = max(oversample, self.spec.oversample or 1)
+        head = k if head is None else min(head, k)
+        return max(k * max(1, oversample), head * max(1, deep))
+
     def hamming(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Binary only: (Hamming distances, rows) of the top k by the sign codes alone, no rescoring (what the first
         stage alone is worth: `tandem eval`'s matrix)."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         return self.index.search(self.space.sign_codes(q), min(k, self.count))
 
-    def exact(self, rotated: np.ndarray, depth: int, rows: np.ndarray,
-              oversample: int) -> tuple[np.ndarray, np.ndarray]:
+    def exact(self, rotated: np.ndarray, depth: int, rows: np.ndarray, oversample: int,
+              head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The top `depth` of `rows` (ascending) for one query in the space's basis, scored exactly, a chunk at a
         time: float and int8 by their stored vectors; binary by the Hamming distance of their sign codes, then the
-        int8 rescoring of the best `depth × oversample`, as a flat binary index ranks them (an IVF's from its codes
-        by row; one written without them scores every row by its int8 vector)."""
+        int8 rescoring of the best `rescore_pool(depth, oversample, head)`, as a flat binary index ranks them (an
+        IVF's from its codes by row; one written without them scores every row by its int8 vector)."""
         q = np.ascontiguousarray(truncate(rotated, self.dim), dtype=np.float32)
-        oversample = max(oversample, self.spec.oversample or 1)
+        pool = self.rescore_pool(depth, oversample, head)
         codes = self.codes_by_row() if self.quantization is Quantization.BINARY else None
-        if codes is not None and len(rows) > depth * max(1, oversample):
-            rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), depth * max(1, oversample),
+        if codes is not None and len(rows) > pool:
+            rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), pool,
                                        EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
         best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
         for start in range(0, len(rows), EXACT_CHUNK):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from models.bundle.legacy import has_payload_index
+from models.bundle.lexical import Lexical
 from models.bundle.manifest import FusionMethod, FusionSpec
 from models.bundle.rows import Allowed, row_mask
 from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
@@ -153,29 +154,30 @@ def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
 
 def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Sequence[Allowed | None],
                      oversample: int, planner: Planner | None = None,
-                     check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
+                     check: Check = _unbounded, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (scores, version rows) of one query vector over every segment, each restricted to its
-    `allowed` rows (models.search.planner chooses how); deleted rows are never candidates."""
+    `allowed` rows (models.search.planner chooses how); deleted rows are never candidates. `head`: how many of
+    them a binary index rescores at its own depth (VectorIndex.rescore_pool; None: all `depth`)."""
     q = bundle.space.rotate(query[None, :])
     found = []
     for segment, rows in zip(bundle.segments, allowed, strict=True):
         check()
-        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner()))
+        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner(), head))
     return merge(found, bundle.bases, depth)
 
 
 def _segment_candidates(index: VectorIndex, q: np.ndarray, depth: int, allowed: Allowed | None, oversample: int,
-                        planner: Planner) -> tuple[np.ndarray, np.ndarray]:
+                        planner: Planner, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (scores, segment rows) of one rotated query in one segment's index."""
     if allowed is not None and allowed.count == 0:
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     if allowed is not None and planner.exact(index.spec.type, allowed):
-        return index.exact(q, depth, allowed.rows, oversample)
-    scores, rows = index.search(q, depth, oversample, allowed, planner)
+        return index.exact(q, depth, allowed.rows, oversample, head)
+    scores, rows = index.search(q, depth, oversample, allowed, planner, head)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
     if allowed is not None and len(r) < min(depth, allowed.count):  # an approximate index came back short
-        return index.exact(q, depth, allowed.rows, oversample)
+        return index.exact(q, depth, allowed.rows, oversample, head)
     return s, r
 
 
@@ -195,8 +197,14 @@ def merge(found: Sequence[tuple[np.ndarray, np.ndarray]], bases: np.ndarray, dep
 def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence[Allowed | None],
                        check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
     """Top `depth` (BM25 scores, version rows) over every segment, scored with the version's statistics."""
-    rows = [None if a is None else a.rows for a in allowed]
-    return merge(bundle.require_lexical().search(query, depth, rows, check), bundle.bases, depth)
+    index = bundle.require_lexical()
+    # a segment's live rows (no filter) go as None: postings leave its deleted rows out by its mask, where the
+    # rows as an array (8 bytes a document) would be built, and held by every version kept loaded, for nothing;
+    # bm25s (a version of one segment built before segments) has no mask, and gets them
+    masks = isinstance(index, Lexical)
+    rows = [None if a is None or (masks and a is live) else a.rows
+            for a, live in zip(allowed, bundle.live, strict=True)]
+    return merge(index.search(query, depth, rows, check), bundle.bases, depth)
 
 
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
@@ -217,7 +225,8 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
         dense = lexical = None
         if opts.mode is not Mode.LEXICAL:
             assert vectors is not None
-            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample, planner, check)
+            # the fused list gives back `need` hits: only those need the index's full rescoring depth
+            dense = dense_candidates(bundle, vectors[i], depth, allowed, oversample, planner, check, head=need)
         if opts.mode is not Mode.DENSE:
             began = time.perf_counter()
             lexical = lexical_candidates(bundle, query, depth, allowed, check)

@@ -99,6 +99,13 @@ def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, tea
         want = search(whole, vectors, QUERIES, options, 4).hits
         assert_same_hits(got, want, (mode, flt))
     segmented.close()
+    # unfiltered BM25 leaves the deleted rows out by their masks: no array of every live row is built (and kept
+    # with the version)
+    lexical = Bundle(read_current(work / "root"))
+    search(lexical, None, QUERIES, SearchOptions(top_k=10, mode=Mode.LEXICAL), 4)
+    assert sum(live is not None for live in lexical.live) and all(
+        "rows" not in vars(live) for live in lexical.live if live is not None)
+    lexical.close()
     whole.close()
 
 

@@ -158,6 +158,23 @@ def test_the_rescoring_depth_an_index_records_is_a_floor(vectors: np.ndarray, qu
     assert np.array_equal(deep.search(queries, 10, oversample=1)[1], index.search(queries, 10, oversample=N)[1])
 
 
+def test_the_recorded_depth_is_spent_on_the_head_of_a_deeper_list(vectors: np.ndarray, queries: np.ndarray) -> None:
+    """A hybrid search takes 100 dense candidates and gives back 10: the index's recorded depth rescores for the
+    10 (`head`), the caller's own oversample for the rest; its 10 best are what a search for 10 returns."""
+    index = _build(vectors, "flat", Quantization.BINARY)
+    deep = VectorIndex(index.quantization, index.dim, index.index, index.space, index.rescore_codes,
+                       index.spec.model_copy(update={"oversample": 60}))
+    assert deep.rescore_pool(100, 4, head=10) == 600  # not 100 × 60 = 6,000
+    assert deep.rescore_pool(100, 4) == 6000 and deep.rescore_pool(100, 8, head=1) == 800
+    rows = deep.search(queries, 100, oversample=4, head=10)[1]
+    assert np.array_equal(rows[:, :10], deep.search(queries, 10, oversample=4)[1])
+    for q, found in zip(queries, rows, strict=True):  # 100 distinct rows, all among the 600 best by Hamming
+        assert len(set(found)) == 100 and set(found) <= set(deep.hamming(q[None, :], 600)[1][0])
+    every = np.arange(N)
+    assert np.array_equal(deep.exact(queries[:1], 100, every, 4, head=10)[1][:10],
+                          deep.exact(queries[:1], 10, every, 4)[1])
+
+
 def test_an_ivf_keeps_its_codes_by_row_and_its_exact_pass_ranks_as_flat_does(tmp_path: Path, vectors: np.ndarray,
                                                                             queries: np.ndarray) -> None:
     """An IVF holds its codes by cell; the codes it writes by row let a filtered search's exact plan rank the
