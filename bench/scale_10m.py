@@ -217,6 +217,12 @@ def _rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _anon_bytes() -> int:
+    """The resident set less the mapped file pages: the process's own memory."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("RssAnon:"))
+
+
 def profile_build(argv: list[str]) -> None:
     """Run `tandem ARGV` (a build) here, sampling RSS every 20 ms; print each phase's peak and time as JSON."""
     import importlib
@@ -225,12 +231,14 @@ def profile_build(argv: list[str]) -> None:
 
     current = ["outside the phases"]
     peaks: dict[str, int] = {}
+    anon: dict[str, int] = {}
     seconds: dict[str, float] = {}
     done = threading.Event()
 
     def sample() -> None:
         while not done.wait(0.02):
             peaks[current[0]] = max(peaks.get(current[0], 0), _rss_bytes())
+            anon[current[0]] = max(anon.get(current[0], 0), _anon_bytes())
 
     def wrap(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -253,7 +261,8 @@ def profile_build(argv: list[str]) -> None:
     finally:
         done.set()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    print(json.dumps({"phases": {k: {"peak_gb": v / 1e9, "seconds": seconds.get(k, 0.0)} for k, v in peaks.items()},
+    print(json.dumps({"phases": {k: {"peak_gb": v / 1e9, "anon_gb": anon.get(k, 0) / 1e9,
+                                     "seconds": seconds.get(k, 0.0)} for k, v in peaks.items()},
                       "peak_gb": peak / 1e9}))
 
 
@@ -556,8 +565,10 @@ def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> st
                       f"{max(lags):.1f} s); the follower's peak RSS {fw['peak_rss_gb']:.2f} GB."]
         if r.phases:
             lines += ["", "Build phases (RSS sampled every 20 ms in the build's own process; a phase's peak includes "
-                      "what earlier phases left allocated):", "", "| phase | peak RSS | time |", "|---|---:|---:|"]
-            lines += [f"| {k} | {v['peak_gb']:.2f} GB | {v['seconds']:.1f} s |" for k, v in r.phases["phases"].items()]
+                      "what earlier phases left allocated):", "", "| phase | peak RSS | of it anonymous | time |",
+                      "|---|---:|---:|---:|"]
+            lines += [f"| {k} | {v['peak_gb']:.2f} GB | {v.get('anon_gb', float('nan')):.2f} GB | "
+                      f"{v['seconds']:.1f} s |" for k, v in r.phases["phases"].items()]
         lines.append("")
     lines += ["```json", json.dumps([asdict(r) for r in results], indent=1, default=str)[:20000], "```"]
     return "\n".join(lines)

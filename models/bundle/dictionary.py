@@ -1,14 +1,19 @@
 """A sorted-strings dictionary on disk: distinct strings in order, their UTF-8 bytes concatenated, and int64
 offsets where each starts (one more than there are strings, the last the end). A keyword field's values in the
 payload index (models.bundle.payload_writer, .npy arrays) and a segment's stems in the lexical postings
-(models.bundle.lexical, raw bytes in terms.bin) are laid out so: both are written from `sorted_dictionary` and
-read through `Dictionary`.
+(models.bundle.lexical, raw bytes in terms.bin) are laid out so: written from `sorted_dictionary` (keywords) or
+`RunDictionary.merge` (stems, coded in runs of bounded memory), and read through `Dictionary`.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+import contextlib
+import heapq
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -60,3 +65,75 @@ def run_offsets(sizes: Sequence[int] | np.ndarray) -> np.ndarray:
     offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum(sizes)
     return offsets
+
+
+RUN_STRINGS = 1 << 19  # distinct strings a RunDictionary holds in memory before it writes them out as a run
+
+
+class RunDictionary:
+    """Codes strings as they are first met, in runs of about `run_strings` distinct ones: when a run is full
+    (`end_chunk`), its strings go to a scratch file, sorted, and a new run begins, in which a string met again gets
+    a new code. `merge` writes the sorted dictionary of every run's strings and returns each code's rank in it.
+
+    Why: one dict of every distinct string costs about 130–185 bytes a string: 1.4 GB for the 10M stems of a corpus
+    whose every document holds a word of its own (docs/lab/2026-11-26-build-memory.md). Runs hold one dict of
+    `run_strings` and 4 bytes a code (12 at the merge). The strings are stems (word characters): a run file keeps one
+    a line, so a string may hold no newline. The writer reads `codes` directly (a dict lookup per occurrence, no
+    call) and codes are `base + codes[s]`."""
+
+    def __init__(self, scratch: Path, run_strings: int = RUN_STRINGS) -> None:
+        self.scratch, self.run_strings = scratch, run_strings
+        self.codes: dict[str, int] = {}
+        self.base = 0  # codes taken by the runs written before this one
+        self.runs: list[tuple[Path, np.ndarray]] = []  # each run's file, and its codes' lines in it
+
+    def end_chunk(self) -> None:
+        """Write the run out if it is full: between two chunks, so that the codes of a chunk share one base."""
+        if len(self.codes) >= self.run_strings:
+            self._write_run()
+
+    def merge(self, blob: Path, offsets: Path) -> tuple[np.ndarray, int]:
+        """Write the sorted distinct strings of every run (UTF-8 bytes concatenated to `blob`, their run_offsets
+        to `offsets` as .npy, as `sorted_dictionary` lays them out) and return (code → rank, distinct strings)."""
+        if self.codes or not self.runs:
+            self._write_run()
+        ranks = [np.empty(len(order), dtype=np.int32) for _, order in self.runs]
+        sizes = array("q")
+        with contextlib.ExitStack() as stack, blob.open("wb") as out:
+            lines = [_lines(stack.enter_context(path.open("rb")), r) for r, (path, _) in enumerate(self.runs)]
+            previous, rank = None, -1
+            for value, run, line in heapq.merge(*lines):  # UTF-8's byte order is the strings' code point order
+                if value != previous:
+                    rank += 1
+                    out.write(value)
+                    sizes.append(len(value))
+                    previous = value
+                ranks[run][line] = rank
+        np.save(offsets, run_offsets(np.frombuffer(sizes, dtype=np.int64)))
+        code_rank = np.concatenate([ranks[r][order] for r, (_, order) in enumerate(self.runs)])
+        return code_rank, rank + 1
+
+    def remove(self) -> None:
+        for path, _ in self.runs:
+            path.unlink(missing_ok=True)
+
+    def _write_run(self) -> None:
+        ordered = sorted(self.codes)
+        if any("\n" in s for s in ordered):
+            raise ValueError("a RunDictionary's strings hold no newline")
+        path = self.scratch.with_name(f"{self.scratch.name}.{len(self.runs)}")
+        with path.open("wb") as fh:
+            for lo in range(0, len(ordered), ENCODE_STEP):
+                fh.write("".join(f"{s}\n" for s in ordered[lo : lo + ENCODE_STEP]).encode())
+        order = np.empty(len(ordered), dtype=np.int32)  # code → its line
+        order[np.fromiter((self.codes[s] for s in ordered), dtype=np.int64, count=len(ordered))] = \
+            np.arange(len(ordered), dtype=np.int32)
+        self.runs.append((path, order))
+        self.base += len(self.codes)
+        self.codes = {}
+
+
+def _lines(fh: BinaryIO, run: int) -> Iterator[tuple[bytes, int, int]]:
+    """(string, run, line) of a run file, in its (sorted) order."""
+    for line, value in enumerate(fh):
+        yield value[:-1], run, line

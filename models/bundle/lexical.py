@@ -32,7 +32,7 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from models.bundle.dictionary import Dictionary, sorted_dictionary
+from models.bundle.dictionary import RUN_STRINGS, Dictionary, RunDictionary
 from models.bundle.docstore import DocStore
 from models.bundle.lexical_pruning import QueryTerm, Scorer, exhaustive_top_k, pruned_top_k, top_k
 from models.bundle.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
@@ -80,59 +80,63 @@ class Analyzer:
         return Counter(s for s in self.stems(text) if s != _EMPTY)
 
 
-def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo | None = None) -> tuple[
-        LexicalInfo, list[str]]:
+def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo | None = None,
+                  run_stems: int = RUN_STRINGS, chunk: int = READ_CHUNK) -> tuple[LexicalInfo, list[str]]:
     """Index rows [0, count) of `docs` into staging/lexical/ as postings; returns the parameters (with this
     segment's document count and total length) and the file names. Postings spill to a scratch file as the
-    passages are read and are laid out by stem from it (models.bundle.spill): memory holds the vocabulary and
-    one chunk, whatever the corpus size."""
+    passages are read and are laid out by stem from it (models.bundle.spill); the stems are coded in runs of
+    about `run_stems` (models.bundle.dictionary.RunDictionary), a run ending between two `chunk`s of passages:
+    memory holds one run and one chunk, whatever the corpus size or its vocabulary's."""
     info = (info or LexicalInfo()).model_copy(update={"engine": "postings"})
     analyzer = Analyzer(info)
     out = staging / LEXICAL_DIR
     out.mkdir(exist_ok=True)
-    vocab: dict[str, int] = {_EMPTY: 0}
+    vocab = RunDictionary(out / ".stems", run_stems)
+    vocab.codes[_EMPTY] = 0  # every dictionary holds the empty stem, first in order
     lengths = new_array(out / LENGTHS_FILE, np.int32, count)
     spill = CodeSpill(out / ".postings.spill", np.int32, {"tf": np.float32})
     total = 0
     try:
-        for start in range(0, count, READ_CHUNK):
+        for start in range(0, count, chunk):
             keys: list[int] = []
-            for row, doc in enumerate(docs.range(start, min(start + READ_CHUNK, count)), start):
-                ids = [vocab.setdefault(s, len(vocab)) for s in analyzer.stems(doc.passage())] or [0]
+            codes, base = vocab.codes, vocab.base
+            for row, doc in enumerate(docs.range(start, min(start + chunk, count)), start):
+                ids = [codes.setdefault(s, len(codes)) for s in analyzer.stems(doc.passage())] or \
+                    [codes.setdefault(_EMPTY, len(codes))]
                 lengths[row] = len(ids)
                 total += len(ids)
-                keys.extend((row << 32) | i for i in ids)
+                key = (row << 32) + base
+                keys.extend(key + i for i in ids)
             unique, tf = np.unique(np.asarray(keys, dtype=np.int64), return_counts=True)
             spill.append(unique & 0xFFFFFFFF, unique >> 32, tf=tf)
             release(lengths)
+            vocab.end_chunk()
         save_array(out / LENGTHS_FILE, lengths)
-        stems = len(vocab)
-        names = _write_postings(out, vocab, spill)
+        names, stems = _write_postings(out, vocab, spill)
     finally:
         spill.remove()
+        vocab.remove()
         del lengths
     info = info.model_copy(update={"vocab": stems, "documents": count, "total_length": total})
     log.info("lexical index: %d documents, %d stems", count, stems)
     return info, names
 
 
-def _write_postings(out: Path, vocab: dict[str, int], spill: CodeSpill) -> list[str]:
-    """The stems in order and each one's postings, rows ascending (the spill was appended in row order). `vocab`
-    is emptied once its stems are written: its memory (a dict entry per stem) goes back before the layout."""
-    rank, blob, term_offsets = sorted_dictionary(vocab)  # rank: provisional id → position in sorted order
-    vocab.clear()
-    (out / TERMS_FILE).write_bytes(blob)
-    np.save(out / TERM_OFFSETS_FILE, term_offsets)
+def _write_postings(out: Path, vocab: RunDictionary, spill: CodeSpill) -> tuple[list[str], int]:
+    """The stems in order and each one's postings, rows ascending (the spill was appended in row order); returns
+    the file names and the number of distinct stems."""
+    rank, stems = vocab.merge(out / TERMS_FILE, out / TERM_OFFSETS_FILE)  # rank: code → position in sorted order
     rows, tf = new_array(out / POSTING_ROWS_FILE, np.int32, spill.total), new_array(out / POSTING_TF_FILE,
                                                                                    np.float32, spill.total)
-    offsets = spill.scatter(rank, {"row": rows, "tf": tf})
+    offsets = spill.scatter(rank, {"row": rows, "tf": tf}, groups=stems)
+    del rank
     save_array(out / POSTING_ROWS_FILE, rows)
     save_array(out / POSTING_TF_FILE, tf)
     np.save(out / POSTING_OFFSETS_FILE, offsets)
     max_tf, min_length = term_bounds(offsets, rows, tf, np.load(out / LENGTHS_FILE, mmap_mode="r"))
     np.save(out / MAX_TF_FILE, max_tf)
     np.save(out / MIN_LENGTH_FILE, min_length)
-    return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES)
+    return sorted(f"{LEXICAL_DIR}/{n}" for n in POSTINGS_FILES), stems
 
 
 def term_bounds(offsets: np.ndarray, rows: np.ndarray, tf: np.ndarray,

@@ -129,12 +129,13 @@ class CodeSpill:
                 self.counts = np.concatenate([self.counts, np.zeros(len(seen) - len(self.counts), dtype=np.int64)])
             self.counts[: len(seen)] += seen
 
-    def scatter(self, remap: np.ndarray, outputs: Mapping[str, np.ndarray]) -> np.ndarray:
+    def scatter(self, remap: np.ndarray, outputs: Mapping[str, np.ndarray], groups: int | None = None) -> np.ndarray:
         """Write every record's `row` and columns into `outputs` (`new_array`s `total` long; keys: "row" and the
         column names wanted), grouped by `remap[code]` ascending, in append order within a group; returns the
-        groups' offsets (run_offsets of their sizes)."""
-        sizes = np.zeros(len(remap), dtype=np.int64)
-        sizes[remap[: len(self.counts)]] = self.counts
+        groups' offsets (run_offsets of their sizes). `groups`: how many there are (default len(remap)); several
+        codes may share a group (a RunDictionary's codes of one string in different runs)."""
+        sizes = np.zeros(len(remap) if groups is None else groups, dtype=np.int64)
+        np.add.at(sizes, remap[: len(self.counts)], self.counts)
         offsets = run_offsets(sizes)
         cursor = offsets[:-1].copy()
         for step in self.records.steps():

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.bundle.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex
+from models.bundle.docstore import DocStore, write_docstore
+from models.bundle.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
 from models.bundle.manifest import LexicalInfo
 from models.corpus import Document
 from tests.fixtures.lexical import postings_index
@@ -73,6 +74,32 @@ def test_segments_with_deleted_rows_score_as_one_fresh_index(first: list[str], s
     assert by_id.keys() == expected.keys()
     for doc_id, score in by_id.items():
         assert abs(score - expected[doc_id]) <= 1e-5 * max(1.0, abs(expected[doc_id]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from([*WORDS, "zebra7", "quartz", "naïve", "ünïcode"]), max_size=6).map(" ".join),
+                min_size=1, max_size=25), st.integers(1, 4), st.integers(1, 5))
+def test_stems_coded_in_small_runs_write_the_files_one_dictionary_writes(texts_: list[str], run_stems: int,
+                                                                          chunk: int) -> None:
+    """The vocabulary in runs of a few stems (a run ends between chunks of a few passages, so a stem is met again in
+    later runs, empty passages too) lays out byte for byte the postings of one dictionary of every stem."""
+    docs = [Document(id=f"d{i}", title=f"t{i}" if i % 3 else "", text=t) for i, t in enumerate(texts_)]
+    with tempfile.TemporaryDirectory() as tmp:
+        one, runs = Path(tmp) / "one", Path(tmp) / "runs"
+        for out in (one, runs):
+            out.mkdir()
+            write_docstore(out / "docs.sqlite", docs)
+        store = DocStore(one / "docs.sqlite")
+        info, names = build_lexical(one, store, len(docs))
+        store.close()
+        store = DocStore(runs / "docs.sqlite")
+        info_runs, names_runs = build_lexical(runs, store, len(docs), run_stems=run_stems, chunk=chunk)
+        store.close()
+        assert (info_runs, names_runs) == (info, names)
+        for name in names:
+            assert (runs / name).read_bytes() == (one / name).read_bytes(), name
+        left = sorted(p.name for p in (runs / "lexical").iterdir())
+        assert left == sorted(p.name for p in (one / "lexical").iterdir())  # no scratch file left behind
 
 
 def test_a_repeated_word_is_scored_once_with_its_count(tmp_path: Path) -> None:
