@@ -11,7 +11,8 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
    draw 16 to 48 words from a Zipfian vocabulary of 100,000 made-up words (so BM25 sees realistic posting
    lengths), with payload fields `year` (integer, 35 values), `tag` (keyword, 26 letters) and `date` (datetime).
 2. Build: `tandem index build --index auto --quantization binary` importing the vectors (`--index` is a flag).
-   With `--phases`, the build runs again in a child that samples its own RSS, to say which stage holds what.
+   The build samples its own RSS every 20 ms (`--profile-build`, in the process GNU time measures), to say which
+   stage holds what.
 3. Serve: `tandem serve` with the `--student`; after a warm-up pass of 40 other queries per case, 40 sequential
    `/search` requests unfiltered and per filter (1 in 910 to 34 in 35), p50/p99 as the client sees them, and
    recall@10 against exact float search over the same vectors (the service's own query vectors, from
@@ -209,6 +210,7 @@ PHASES = {  # module attribute → phase name
     ("indexer.writer", "build_lexical"): "lexical",
     ("indexer.writer", "write_payload"): "payload",
     ("indexer.build", "write_vectors"): "vectors",
+    ("indexer.build", "add_samples"): "agreement sample",
 }
 
 
@@ -264,12 +266,6 @@ def profile_build(argv: list[str]) -> None:
     print(json.dumps({"phases": {k: {"peak_gb": v / 1e9, "anon_gb": anon.get(k, 0) / 1e9,
                                      "seconds": seconds.get(k, 0.0)} for k, v in peaks.items()},
                       "peak_gb": peak / 1e9}))
-
-
-def build_phases(inputs: Path, out: Path, home: Path, index: str) -> dict[str, Any]:
-    stage = timed("build (phases)", [str(Path(__file__).resolve()), "--profile-build", "--",
-                                     *build_args(inputs, index), "--out", str(out)], home, python=())
-    return dict(json.loads(stage.note))
 
 
 # --- serving ---------------------------------------------------------------------------------------------------
@@ -490,7 +486,9 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
     disk = DiskPeak(args.work)
     home = home_with_teacher(run / "home")
     root = run / "root"
-    build = timed("build", [*build_args(inputs, args.index), "--root", str(root)], home)
+    build = timed("build", [str(Path(__file__).resolve()), "--profile-build", "--", *build_args(inputs, args.index),
+                            "--root", str(root)], home, python=())
+    result.phases, build.note = dict(json.loads(build.note)), "RSS by phase below"
     build.disk_gb = disk_gb(root)
     result.stages.append(build)
     version = root / (root / "CURRENT").read_text().strip()
@@ -514,9 +512,6 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
     result.stages.append(compact)
     result.stages.append(Stage("embedding store (after compaction)", 0.0, 0.0, disk_gb(store)))
     result.disk_peak_gb = disk.stop() + result.inputs_gb
-    if args.phases:
-        result.phases = build_phases(inputs, run / "phases", home, args.index)
-        shutil.rmtree(run / "phases", ignore_errors=True)
     if not args.keep:
         logs = args.work / f"logs-{n}"  # the service's and follower's logs outlive the run directory
         logs.mkdir(exist_ok=True)
@@ -582,7 +577,6 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--student", type=Path, help="A student for the service stage (omitted: no service stage).")
     parser.add_argument("--index", default="auto", help="--index of the build.")
     parser.add_argument("--requests", type=int, default=40, help="Sequential /search requests per row.")
-    parser.add_argument("--phases", action="store_true", help="Build once more in a child sampling its RSS.")
     parser.add_argument("--keep", action="store_true", help="Keep each size's run directory.")
     parser.add_argument("--drop-inputs", action="store_true", help="Delete each size's inputs after its run.")
     parser.add_argument("--follow-files", type=int, default=3, help="Change files the follow stage sends (0: none).")
