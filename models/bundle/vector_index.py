@@ -43,6 +43,7 @@ from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.lexical import top_k
 from models.bundle.prefetch import prefetch
 from models.bundle.quantize import int8_decode, int8_encode
+from models.bundle.row_file import PreadRows
 from models.bundle.rows import Allowed
 from models.bundle.space import Space
 from models.contract import truncate
@@ -249,6 +250,17 @@ class VectorIndex:
             mapped = getattr(codes, "_mmap", None)  # np.memmap's mapping, when memory-mapped
             if mapped is not None:
                 mapped.madvise(mmap.MADV_DONTNEED)
+
+    def read_rows_unmapped(self) -> PreadRows | None:
+        """From now on read the rescoring rows by copying them from the file (models.bundle.row_file) instead of
+        through its memory map, so a search leaves nothing mapped; the reader, for the caller to close (None: no
+        memory-mapped rows). A writer's agreement sample does so; the service keeps the map, which is faster."""
+        codes = self.rescore_codes
+        if not isinstance(codes, np.memmap):
+            return None
+        reader = PreadRows.of(codes)
+        self.rescore_codes = reader  # type: ignore[assignment]  # indexable by rows, as the map is
+        return reader
 
     def codes_by_row(self) -> np.ndarray | None:
         """The sign codes [count, dim/8] addressable by row: the flat or HNSW first stage's own, else an IVF's file."""

@@ -4,6 +4,7 @@ where they are exact."""
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +174,29 @@ def test_the_recorded_depth_is_spent_on_the_head_of_a_deeper_list(vectors: np.nd
     every = np.arange(N)
     assert np.array_equal(deep.exact(queries[:1], 100, every, 4, head=10)[1][:10],
                           deep.exact(queries[:1], 10, every, 4)[1])
+
+
+def test_rows_read_unmapped_answer_as_the_map_does_and_map_nothing(tmp_path: Path, vectors: np.ndarray,
+                                                                     queries: np.ndarray) -> None:
+    """A writer's sample reads the rescoring rows with pread (models.bundle.row_file): the same answers, from the
+    search and the exact pass, and no page of the file left mapped."""
+    built = _build(vectors, "flat", Quantization.BINARY)
+    built.save(tmp_path)
+    index = VectorIndex.load(tmp_path, DIM, Quantization.BINARY, built.spec)
+    want = index.search(queries, 10, 8), index.exact(queries[:1], 10, np.arange(N), 8)
+    reader = index.read_rows_unmapped()
+    assert reader is not None and len(reader) == N
+    try:
+        got = index.search(queries, 10, 8), index.exact(queries[:1], 10, np.arange(N), 8)
+        for (ws, wr), (gs, gr) in zip(want, got, strict=True):
+            assert np.array_equal(wr, gr) and np.array_equal(ws, gs)
+        assert np.array_equal(reader[np.array([5, 0, N - 1])], np.load(tmp_path / "rescore.u8.npy")[[5, 0, N - 1]])
+        with pytest.raises(IndexError):
+            reader[np.array([N])]
+        gc.collect()  # the map the index was loaded with is let go
+        assert str(tmp_path / "rescore.u8.npy") not in Path("/proc/self/maps").read_text()
+    finally:
+        reader.close()
 
 
 def test_an_ivf_keeps_its_codes_by_row_and_its_exact_pass_ranks_as_flat_does(tmp_path: Path, vectors: np.ndarray,

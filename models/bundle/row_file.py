@@ -1,0 +1,49 @@
+"""Rows of a 2-d .npy array read with `os.preadv`: indexable by an array of rows, as its memory map is.
+
+Why: a read through the map leaves pages of the file mapped into the reader, and on a kernel that caches files in
+large folios (6.18 here) each row read maps its whole folio: 378 MB for one query's 640 int8 rows of a 10M version
+(docs/lab/2026-11-26-scale-10m-3.md). A writer's agreement sample searches the version it builds inside the build's
+memory bound, so it reads the rows it rescores by copying them (about a microsecond a row), and maps nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+class PreadRows:
+    """`shape` rows of `dtype` stored from byte `offset` of `path` (a .npy's data), read a row at a time."""
+
+    def __init__(self, path: Path, offset: int, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if len(shape) != 2:
+            raise ValueError(f"{path}: rows of a 2-d array, not of shape {shape}")
+        self.path, self.offset, self.shape, self.dtype = path, offset, shape, np.dtype(dtype)
+        self.row_bytes = shape[1] * self.dtype.itemsize
+        self.fd = os.open(path, os.O_RDONLY)
+
+    @classmethod
+    def of(cls, mapped: np.memmap) -> PreadRows:
+        """The rows of a memory-mapped .npy (np.load(mmap_mode='r')), read from its file instead."""
+        if mapped.filename is None:
+            raise ValueError("an array without a file has no rows to read")
+        return cls(Path(mapped.filename), mapped.offset, mapped.shape, mapped.dtype)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.shape[0]):
+            raise IndexError(f"{self.path}: rows outside 0..{self.shape[0] - 1}")
+        out = np.empty((len(rows), self.shape[1]), dtype=self.dtype)
+        view, size = out.data.cast("B"), self.row_bytes
+        for i, row in enumerate(rows.tolist()):
+            if os.preadv(self.fd, [view[i * size : (i + 1) * size]], self.offset + row * size) != size:
+                raise OSError(f"{self.path}: short read of row {row}")
+        return out
+
+    def close(self) -> None:
+        os.close(self.fd)
