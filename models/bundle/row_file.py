@@ -3,7 +3,7 @@
 Why: a read through the map leaves pages of the file mapped into the reader, and on a kernel that caches files in
 large folios (6.18 here) each row read maps its whole folio: 378 MB for one query's 640 int8 rows of a 10M version
 (docs/lab/2026-11-26-scale-10m-3.md). A writer's agreement sample searches the version it builds inside the build's
-memory bound, so it reads the rows it rescores by copying them (about a microsecond a row), and maps nothing.
+memory bound, so it reads the rows it rescores by copying them (a syscall a row), and maps nothing.
 """
 
 from __future__ import annotations

@@ -254,7 +254,7 @@ class VectorIndex:
     def read_rows_unmapped(self) -> PreadRows | None:
         """From now on read the rescoring rows by copying them from the file (models.bundle.row_file) instead of
         through its memory map, so a search leaves nothing mapped; the reader, for the caller to close (None: no
-        memory-mapped rows). A writer's agreement sample does so; the service keeps the map, which is faster."""
+        memory-mapped rows). A writer's agreement sample does so; the service keeps the map."""
         codes = self.rescore_codes
         if not isinstance(codes, np.memmap):
             return None
