@@ -44,7 +44,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -322,20 +322,10 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
             truth = exact_top(inputs / "vectors.f16.npy", vectors,
                               {name: None if allows is None else allows(columns) for name, _, allows in FILTERS}, 768)
             evict(inputs / "vectors.f16.npy")  # the truth's 15 GB read must not push the service's files out
-            cases = [(name, body, "dense") for name, body, _ in FILTERS] + [("none", None, m) for m in MODES]
-            for _, body, mode in cases:  # warm-up: other queries, once per case, not measured
-                for text in warm if mode == "dense" else lexical_texts(warm, seed=4):
-                    client.post("/search", json=_request(text, body, mode))
-            for name, body, mode in cases:
-                times, found, errors = [], [], 0
-                for text in texts if mode == "dense" else lexical_texts(texts):
-                    request = _request(text, body, mode)
-                    began = time.perf_counter()
-                    response = client.post("/search", json=request)
-                    times.append(time.perf_counter() - began)
-                    errors += response.status_code != 200
-                    hits = response.json()["results"] if response.status_code == 200 else []
-                    found.append([int(h["id"][3:]) for h in hits])
+            for name, mode, times, responses in timed_cases(client, texts, warm):
+                errors = sum(r.status_code != 200 for r in responses)
+                found = [[int(h["id"][3:]) for h in (r.json()["results"] if r.status_code == 200 else [])]
+                         for r in responses]
                 row = {"case": name, "mode": mode, "p50_ms": 1e3 * float(np.percentile(times, 50)),
                        "p99_ms": 1e3 * float(np.percentile(times, 99)), "errors": errors,
                        "recall": recall(found, truth[name]) if mode == "dense" else float("nan")}
@@ -355,6 +345,25 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
     finally:
         stop(process)
     return out
+
+
+def timed_cases(client: Any, texts: list[str],
+                warm: list[str]) -> Iterator[tuple[str, str, list[float], list[Any]]]:
+    """The serve stage's requests, on a running server: a warm-up pass of the `warm` queries once per case (not
+    measured), then per case (each FILTERS row in dense mode, then unfiltered in each of MODES) the `texts` sent one
+    at a time: (filter name, mode, seconds per request, responses). Lexical and hybrid send lexical_texts."""
+    cases = [(name, body, "dense") for name, body, _ in FILTERS] + [("none", None, m) for m in MODES]
+    for _, body, mode in cases:
+        for text in warm if mode == "dense" else lexical_texts(warm, seed=4):
+            client.post("/search", json=_request(text, body, mode))
+    for name, body, mode in cases:
+        times, responses = [], []
+        for text in texts if mode == "dense" else lexical_texts(texts):
+            request = _request(text, body, mode)
+            began = time.perf_counter()
+            responses.append(client.post("/search", json=request))
+            times.append(time.perf_counter() - began)
+        yield name, mode, times, responses
 
 
 def _memory(pid: int, rss_mib: Callable[[int, str], float | None]) -> dict[str, float | None]:

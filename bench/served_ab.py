@@ -20,24 +20,15 @@ import json
 import logging
 import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 import numpy as np
 from benchdoc import cpu_line
-from scale_10m import FILTERS, MODES, _request, _split, lexical_texts, train_queries
+from scale_10m import _split, timed_cases, train_queries
 from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.served_ab")
-Case = tuple[str, dict[str, Any] | None, str]
-
-
-def cases() -> list[Case]:
-    return [(name, body, "dense") for name, body, _ in FILTERS] + [("none", None, mode) for mode in MODES]
-
-
 def serve_once(tree: Path, root: Path, student: Path, texts: list[str], warm: list[str],
                logs: Path) -> dict[str, list[float]]:
     """One server of `tree` on `root`: the warm-up, then each case's requests; seconds per request by case."""
@@ -48,15 +39,8 @@ def serve_once(tree: Path, root: Path, student: Path, texts: list[str], warm: li
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0, trust_env=False) as client:
             wait_ready(client, process, timeout_s=600)
-            for _, body, mode in cases():
-                for text in warm if mode == "dense" else lexical_texts(warm, seed=4):
-                    client.post("/search", json=_request(text, body, mode))
-            for name, body, mode in cases():
-                times = []
-                for text in texts if mode == "dense" else lexical_texts(texts):
-                    began = time.perf_counter()
-                    response = client.post("/search", json=_request(text, body, mode))
-                    times.append(time.perf_counter() - began)
+            for name, mode, times, responses in timed_cases(client, texts, warm):
+                for response in responses:
                     if response.status_code != 200:
                         raise RuntimeError(f"{tree}: {mode} {name} answered {response.status_code}: {response.text}")
                 out[f"{mode} · {name}"] = times
