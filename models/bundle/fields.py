@@ -54,6 +54,8 @@ class PayloadField(BaseModel):
                            "else inferred from the corpus")
     documents: int = Field(default=0, description="documents with a value (not null)")
     values: int = Field(default=0, description="distinct values")
+    ranks: bool = Field(default=False, description="a `ranks` array gives each row's position in `rows` (absent in "
+                        "bundles written before it, and for keyword lists, whose rows repeat)")
 
     @property
     def origin(self) -> str:

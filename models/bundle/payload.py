@@ -4,7 +4,10 @@ row mask (one bool per row of the bundle).
 A condition is a few contiguous slices of a column's `rows` (models.bundle.payload_writer lays them out), found by
 binary search: equality and `in` on keywords take their values' posting lists, a range the run of sorted values
 between its bounds. The slices are scattered into the mask, or, when they hold most rows, what they leave out is
-cleared from a full mask instead; `and`, `or` and `not` are numpy's boolean operations. A condition on a key the
+cleared from a full mask instead; or, when even that would scatter a large share of the rows, the mask is a
+comparison of each row's rank with the slices' bounds (a scattered row costs about eight compared ones: random
+writes against a sequential pass; docs/lab/2026-11-27-rank-mask.md). `and`, `or` and `not` are numpy's boolean
+operations. A condition on a key the
 index leaves out (its values have no single type: `PayloadInfo.unindexed`) asks `fallback`, the docstore's SQL for
 that condition; a key the segment's schema lacks altogether (a field a later segment added) is absent from every
 row, answered without reading anything.
@@ -35,6 +38,7 @@ Fallback = Callable[[Leaf], np.ndarray]  # a condition on an unindexed key → i
 _INT64 = (-(2**63), 2**63 - 1)
 _LOWER = {"gte": "left", "gt": "right"}  # a lower bound's side in searchsorted / bisect
 _UPPER = {"lte": "right", "lt": "left"}
+SCATTER_COST = 8  # a row scattered into a mask costs about as much as this many rows compared (measured, E5)
 
 
 class Column:
@@ -43,8 +47,9 @@ class Column:
     def __init__(self, directory: Path, position: int, field: PayloadField, count: int) -> None:
         self.field, self.count, self.type = field, count, field.type
         arrays = {part: np.load(directory / part_name(position, part), mmap_mode="r")
-                  for part in field_parts(field.type)}
+                  for part in field_parts(field.type, field.ranks)}
         self.rows, self.absent = arrays["rows"], arrays["absent"]
+        self.ranks: np.ndarray | None = arrays.get("ranks")  # None: a bundle written before ranks, a keyword list
         self.keyword = field.type in KEYWORD_TYPES
         self.repeats = field.type is FieldType.KEYWORD_LIST  # a row may sit in several posting lists
         if self.keyword:
@@ -54,6 +59,7 @@ class Column:
         else:
             self.values = arrays["values"]
             sizes_ok = len(self.values) == len(self.rows)
+        sizes_ok = sizes_ok and (self.ranks is None or self.ranks.shape == (count,))
         if not sizes_ok or self.rows.ndim != 1 or self.absent.ndim != 1:
             raise ValueError(f"payload field {field.name!r}: its arrays do not match each other")
 
@@ -71,6 +77,10 @@ class Column:
             bad = bad or bool(np.any(np.diff(self.values) < 0))
         if not self.repeats:
             bad = bad or len(rows) + len(self.absent) != self.count
+        if self.ranks is not None and not bad:  # the inverse of `rows`, len(rows) where a row has no value
+            expected = np.full(self.count, len(rows), dtype=self.ranks.dtype)
+            expected[rows] = np.arange(len(rows))
+            bad = not np.array_equal(expected, self.ranks)
         if bad:
             raise ValueError(f"payload field {self.field.name!r}: its arrays are inconsistent")
 
@@ -139,20 +149,75 @@ class Column:
             mask = np.full(self.count, leaf[2], dtype=bool)
             mask[self.absent] = not leaf[2]
             return mask
-        spans = self.spans(leaf)
-        if not self.repeats and 2 * sum(b - a for a, b in spans) > len(self.rows):
-            mask = np.ones(self.count, dtype=bool)  # most rows match: clear the others, fewer writes
+        spans = _joined(self.spans(leaf))
+        plan = self._plan(spans)
+        if plan == "ranks":
+            return self._compared(spans)
+        if plan == "clear":
+            mask = np.ones(self.count, dtype=bool)
             mask[self.absent] = False
             start = 0
             for a, b in spans:
-                mask[self.rows[start:a]] = False
+                mask[_indices(self.rows[start:a])] = False
                 start = b
-            mask[self.rows[start:]] = False
+            mask[_indices(self.rows[start:])] = False
             return mask
         mask = np.zeros(self.count, dtype=bool)
         for a, b in spans:
-            mask[self.rows[a:b]] = True
+            mask[_indices(self.rows[a:b])] = True
         return mask
+
+    def mask_plan(self, leaf: Leaf) -> str:
+        """How `mask` writes a condition's mask (eq, in or range): 'scatter' its rows, 'clear' the others from a
+        full mask, or compare the rows' 'ranks'."""
+        return self._plan(_joined(self.spans(leaf)))
+
+    def _plan(self, spans: list[tuple[int, int]]) -> str:
+        selected = sum(b - a for a, b in spans)
+        clear = not self.repeats and 2 * selected > len(self.rows)  # most rows match: clear the others
+        scattered = len(self.rows) - selected + len(self.absent) if clear else selected
+        passes = sum(1 if a == 0 or b == len(self.rows) else 2 for a, b in spans)  # a one-sided span: one compare
+        if self.ranks is not None and SCATTER_COST * scattered > self.count * passes:
+            return "ranks"
+        return "clear" if clear else "scatter"
+
+    def _compared(self, spans: list[tuple[int, int]]) -> np.ndarray:
+        """The mask of `spans` from the rows' ranks: a sequential pass or two over them per span, however many rows
+        the spans hold (a row without a value ranks len(rows), past every span)."""
+        assert self.ranks is not None
+        mask = np.empty(self.count, dtype=bool)
+        part = np.empty(self.count, dtype=bool) if len(spans) > 1 else mask
+        for i, (a, b) in enumerate(spans):
+            into = mask if i == 0 else part
+            if a == 0:
+                np.less(self.ranks, b, out=into)
+            else:
+                np.greater_equal(self.ranks, a, out=into)
+                if b < len(self.rows):
+                    np.logical_and(into, np.less(self.ranks, b), out=into)
+            if i:
+                np.logical_or(mask, part, out=mask)
+        if not spans:
+            mask[:] = False
+        if spans and spans[-1][1] == len(self.rows):
+            mask[self.absent] = False  # ranked len(rows): not below the last span's end
+        return mask
+
+
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, apart spans with the touching ones joined (`in` on neighbouring values)."""
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return out
+
+
+def _indices(rows: np.ndarray) -> np.ndarray:
+    """Rows as numpy's own index type: indexing with int32 converts them on the way, slower (measured 1.7×)."""
+    return np.asarray(rows, dtype=np.intp)
 
 
 class PayloadIndex:

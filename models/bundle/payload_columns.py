@@ -9,7 +9,8 @@ three fields at 10M documents); instead the pairs go to scratch files beside the
 - an integer, float, boolean or datetime field: (value, row) records, then, once the range is known, a counting
   sort into 65,536 buckets of that range (order-preserving), each bucket sorted in RAM by a stable sort (a
   bucket of one value, however large, is already in order and is not sorted);
-- the rows without a value: appended to a raw file, then copied behind their .npy header.
+- the rows without a value: appended to a raw file, then copied behind their .npy header;
+- each row's rank (position in the sorted rows), but for a keyword list: the sorted rows scattered back by position.
 
 The arrays are those the in-memory sort wrote, byte for byte (tests/models/bundle/test_payload.py).
 """
@@ -43,6 +44,7 @@ class FieldColumns:
     def __init__(self, field: PayloadField, scratch: Path, position: int, count: int) -> None:
         self.field, self.count = field, count
         self.keyword = field.type in KEYWORD_TYPES
+        self.ranked = field.type is not FieldType.KEYWORD_LIST  # each row once in `rows`: it has a rank
         self.rows_type = np.dtype(row_dtype(count))
         self.codes: dict[str, int] = {}  # keyword types: value → code in order of first appearance
         self._keys: list[object] = []
@@ -102,8 +104,22 @@ class FieldColumns:
             distinct = len(remap)
         else:
             distinct = self._write_values(directory / names["values"], directory / names["rows"])
+        if self.ranked:
+            self._write_ranks(directory / names["ranks"], np.load(directory / names["rows"], mmap_mode="r"))
         # a row holding [] has a value (it exists) but no posting
-        return self.field.model_copy(update={"documents": self.count - self.absent.total, "values": distinct})
+        return self.field.model_copy(update={"documents": self.count - self.absent.total, "values": distinct,
+                                             "ranks": self.ranked})
+
+    def _write_ranks(self, path: Path, rows: np.ndarray) -> None:
+        """Each row's position in `rows`, len(rows) for a row without a value: the inverse of the sort, scattered
+        STEP_RECORDS positions at a time into an array of `new_array`'s."""
+        ranks = new_array(path, self.rows_type, self.count)
+        ranks[:] = len(rows)
+        for start in range(0, len(rows), STEP_RECORDS):
+            stop = min(start + STEP_RECORDS, len(rows))
+            ranks[np.asarray(rows[start:stop], dtype=np.intp)] = np.arange(start, stop, dtype=self.rows_type)
+            release(ranks)
+        save_array(path, ranks)
 
     def _write_absent(self, path: Path) -> None:
         held = self.absent.in_ram()

@@ -9,7 +9,9 @@ models.bundle.payload memory-maps:
   value's rows ascending, one posting list after another (`rows`, delimited by `offsets`);
 - integer, float, boolean, datetime: the values in order (`values`; datetimes as µs since the epoch) and the
   row of each (`rows`);
-- every field: the rows without a value (`absent`), for `exists` and the complement of a wide match.
+- every field: the rows without a value (`absent`), for `exists` and the complement of a wide match;
+- every field but a keyword list: each row's position in `rows` (`ranks`; a row without a value: len(rows)), so a
+  condition that selects a large share of the rows is a comparison over them instead of a scatter of its rows.
 
 A condition on a field is then a few contiguous slices of `rows`, found by binary search: nothing is parsed
 per row per request (docs/decisions.md#a-payload-index-of-sorted-columns).
@@ -42,13 +44,15 @@ def part_name(position: int, part: str) -> str:
     return f"{PAYLOAD_DIR}/{position}.{part}.npy"
 
 
-def field_parts(kind: FieldType) -> tuple[str, ...]:
-    return KEYWORD_PARTS if kind in KEYWORD_TYPES else VALUE_PARTS
+def field_parts(kind: FieldType, ranks: bool) -> tuple[str, ...]:
+    """A field's arrays: its type's, and `ranks` where it has them (PayloadField.ranks)."""
+    parts = KEYWORD_PARTS if kind in KEYWORD_TYPES else VALUE_PARTS
+    return (*parts, "ranks") if ranks else parts
 
 
 def payload_files(info: PayloadInfo) -> list[str]:
     """Every file of the payload index `info` describes (each is listed, and checksummed, in the manifest)."""
-    return [part_name(i, part) for i, f in enumerate(info.fields) for part in field_parts(f.type)]
+    return [part_name(i, part) for i, f in enumerate(info.fields) for part in field_parts(f.type, f.ranks)]
 
 
 def _metadata(docs: DocStore, count: int):
@@ -108,7 +112,7 @@ def write_payload(staging: Path, docs: DocStore, count: int, fixed: Sequence[Pay
             if row % READ_CHUNK == READ_CHUNK - 1:
                 for g in gathered:
                     g.flush()
-        written = [g.write(out, {part: Path(part_name(i, part)).name for part in field_parts(g.field.type)})
+        written = [g.write(out, {part: Path(part_name(i, part)).name for part in field_parts(g.field.type, g.ranked)})
                    for i, g in enumerate(gathered)]
     finally:
         for g in gathered:

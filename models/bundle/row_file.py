@@ -3,11 +3,15 @@
 Why: a read through the map leaves pages of the file mapped into the reader, and on a kernel that caches files in
 large folios (6.18 here) each row read maps its whole folio: 378 MB for one query's 640 int8 rows of a 10M version
 (docs/lab/2026-11-26-scale-10m-3.md). A writer's agreement sample searches the version it builds inside the build's
-memory bound, so it reads the rows it rescores by copying them (a syscall a row), and maps nothing.
+memory bound, so it reads the rows it rescores by copying them (a syscall a row), and maps nothing; the first stage
+it maps (instead of holding a 10M IVF's 1 GB of codes in the heap), and drops the pages each query read.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import mmap
 import os
 from pathlib import Path
 
@@ -47,3 +51,30 @@ class PreadRows:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def drop_mapped_pages(path: Path) -> int:
+    """Drop this process's pages of every mapping of `path` (MADV_DONTNEED: read-only mappings, so the data stay in
+    the page cache and come back on the next read); how many mappings. For a mapping numpy does not own, FAISS's
+    of a first stage loaded with IO_FLAG_MMAP_IFC, found by its file's name in /proc/self/maps (Linux; elsewhere
+    nothing is dropped)."""
+    maps = Path("/proc/self/maps")
+    if not maps.is_file():
+        return 0
+    real, dropped = os.path.realpath(path), 0
+    for line in maps.read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5] == real:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if _libc().madvise(start, end - start, mmap.MADV_DONTNEED) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, f"madvise of {path}'s mapping: {os.strerror(err)}")
+            dropped += 1
+    return dropped
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc

@@ -43,7 +43,7 @@ from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.lexical import top_k
 from models.bundle.prefetch import prefetch
 from models.bundle.quantize import int8_decode, int8_encode
-from models.bundle.row_file import PreadRows
+from models.bundle.row_file import PreadRows, drop_mapped_pages
 from models.bundle.rows import Allowed
 from models.bundle.space import Space
 from models.contract import truncate
@@ -95,6 +95,7 @@ class VectorIndex:
         self.space = space or Space()
         self.rescore_codes = rescore_codes
         self.row_codes = row_codes  # sign codes by row where the first stage does not keep them so (IVF)
+        self.mapped_file: Path | None = None  # the first stage's file, when FAISS maps it (load(mapped=True))
         self.observe: StageObserver | None = None  # told how long int8 rescoring took (the service's timings), when set
         # A plain attribute, not a property over index.ntotal: the index is complete when it gets here (built,
         # loaded or written whole) and never grows after.
@@ -143,21 +144,24 @@ class VectorIndex:
     @classmethod
     def load(
         cls, directory: Path, dim: int, quantization: Quantization, spec: IndexSpec | None = None,
-        space: Space | None = None,
+        space: Space | None = None, mapped: bool = False,
     ) -> VectorIndex:
         """Read the first stage into RAM and memory-map the rescoring codes (binary), so RAM holds only the former.
 
         `space`: the version's, read once for all of its segments (models.bundle.version); None reads the
-        calibration `directory` holds (an index saved on its own, without center or spin)."""
+        calibration `directory` holds (an index saved on its own, without center or spin). `mapped`: map the first
+        stage's file too (FAISS's IO_FLAG_MMAP_IFC), whose pages `unmap_pages` then drops: a writer's agreement
+        sample, which searches a version as large as the corpus inside the build's memory bound."""
         spec = spec or IndexSpec()
         if space is None:
             space = Space.read(directory, dim=dim, quantization=quantization)
         path = str(directory / INDEX_FILE)
+        flags = faiss.IO_FLAG_MMAP_IFC if mapped else 0
         if quantization is Quantization.BINARY:
-            index: faiss.Index | faiss.IndexBinary = faiss.read_index_binary(path)
+            index: faiss.Index | faiss.IndexBinary = faiss.read_index_binary(path, flags)
             rescore = np.load(directory / RESCORE_FILE, mmap_mode="r")
         else:
-            index, rescore = faiss.read_index(path), None
+            index, rescore = faiss.read_index(path, flags), None
         # an IVF version written before its codes were kept by row has none: its exact plan scores int8 vectors
         row_codes = np.load(directory / ROW_CODES_FILE, mmap_mode="r") if quantization is Quantization.BINARY \
             and (directory / ROW_CODES_FILE).is_file() else None
@@ -173,7 +177,9 @@ class VectorIndex:
                              f"{(index.ntotal, dim // 8)}")
         prefetch([directory / name for name, mapped in ((RESCORE_FILE, rescore), (ROW_CODES_FILE, row_codes))
                   if mapped is not None])
-        return cls(quantization, dim, index, space, rescore, spec, row_codes)
+        loaded = cls(quantization, dim, index, space, rescore, spec, row_codes)
+        loaded.mapped_file = Path(path) if mapped else None
+        return loaded
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: Allowed | None = None,
                widening: Widening | None = None, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -245,11 +251,14 @@ class VectorIndex:
         """Drop this process's mappings of the memory-mapped codes' pages (MADV_DONTNEED; they stay in the page
         cache and come back on the next read). Why: a batch of searches reads candidates all over the rescoring
         file and the kernel maps up to 16 cached pages around each one read, so a writer's 128 sample queries at
-        10M would leave the whole 7.7 GB file counted in its resident set."""
+        10M would leave the whole 7.7 GB file counted in its resident set. A first stage loaded `mapped` drops its
+        file's pages too: 128 queries probing an eighth of an IVF's cells each read all of it."""
         for codes in (self.rescore_codes, self.row_codes):
             mapped = getattr(codes, "_mmap", None)  # np.memmap's mapping, when memory-mapped
             if mapped is not None:
                 mapped.madvise(mmap.MADV_DONTNEED)
+        if self.mapped_file is not None:
+            drop_mapped_pages(self.mapped_file)
 
     def read_rows_unmapped(self) -> PreadRows | None:
         """From now on read the rescoring rows by copying them from the file (models.bundle.row_file) instead of

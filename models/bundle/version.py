@@ -171,13 +171,14 @@ class Segment:
     that list it; `release` by the last one closes it."""
 
     def __init__(self, version: Path, manifest: BundleManifest, info: SegmentInfo, key: str, lexical: bool,
-                 space: Space) -> None:
+                 space: Space, mapped: bool = False) -> None:
         self.info, self.key, self.with_lexical = info, key, lexical
         self.directory = version if info.path == "." else version / info.path
         self._lock = threading.Lock()
         self._users = 1
         try:
-            self.vectors = VectorIndex.load(self.directory, manifest.dim, manifest.quantization, info.index, space)
+            self.vectors = VectorIndex.load(self.directory, manifest.dim, manifest.quantization, info.index, space,
+                                            mapped)
         except ValueError as exc:  # ours: says what does not match
             raise ContractMismatch(f"{self.directory}: unreadable index files: {exc}") from exc
         except (RuntimeError, OSError) as exc:
@@ -263,10 +264,12 @@ class Bundle:
     models.search searches it."""
 
     def __init__(self, directory: Path, lexical: bool = True, reuse: Bundle | None = None,
-                 manifest: BundleManifest | None = None, verified: Verified | None = None) -> None:
+                 manifest: BundleManifest | None = None, verified: Verified | None = None,
+                 mapped: bool = False) -> None:
         """Load the version; `lexical=False` skips the lexical indexes; segments that `reuse` (a loaded version)
         already holds are shared with it, not loaded again. `manifest` is the one the caller read (and verified
-        the files against: `verified`, which the next reload may trust), else it is read here."""
+        the files against: `verified`, which the next reload may trust), else it is read here. `mapped`: the
+        segments' first stages are memory-mapped, not read into RAM (VectorIndex.load)."""
         self.directory = Path(directory).resolve()
         self.manifest = read_bundle_manifest(self.directory) if manifest is None else manifest
         self.verified: Verified = dict(verified or {})
@@ -287,7 +290,8 @@ class Bundle:
             for info in self.manifest.parts:
                 key = segment_key(self.manifest, info)
                 shared = reuse.shared(key, lexical) if reuse is not None else None
-                self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical, self.space))
+                self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical, self.space,
+                                                       mapped))
                 self.reused += shared is not None
             self.deleted = [_tombstones(self.directory, info, self.manifest.files) for info in self.manifest.parts]
         except BaseException:

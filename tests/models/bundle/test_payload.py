@@ -12,7 +12,7 @@ import pytest
 
 from models.bundle.docstore import DocStore, write_docstore
 from models.bundle.fields import FieldType, PayloadField, declared_fields, schema_lines
-from models.bundle.payload import PayloadIndex
+from models.bundle.payload import PayloadIndex, _joined
 from models.bundle.payload_writer import part_name, write_payload
 from models.corpus import Document
 from models.errors import InputError
@@ -110,6 +110,49 @@ def test_a_wide_match_is_written_as_its_complement_with_the_same_rows(indexed: t
     assert column.mask(leaf).tolist() == direct.tolist()
 
 
+def _leaves(tree: tuple) -> list[tuple]:
+    if tree[0] in ("and", "or"):
+        return [leaf for part in tree[1] for leaf in _leaves(part)]
+    return _leaves(tree[1]) if tree[0] == "not" else [tree]
+
+
+def test_ranks_compared_give_the_scattered_rows(indexed: tuple[PayloadIndex, DocStore]) -> None:
+    """A wide condition's mask is a comparison of the rows' ranks (Column._compared): for every condition on a
+    ranked field it equals the mask its slices scatter, and a keyword list, whose rows repeat, has no ranks."""
+    payload = indexed[0]
+    assert {f.name for f in payload.info.fields if f.ranks} == {"when", "big", "open", "score", "tag", "year"}
+    compared = 0
+    for flt in FILTERS:
+        for leaf in _leaves(parse_filter(flt, frozenset([*META[1], "nothing"])).tree):
+            column = payload.columns.get(leaf[1])
+            if column is None or column.ranks is None or leaf[0] == "exists":
+                continue
+            spans = column.spans(leaf)
+            direct = np.zeros(len(META), dtype=bool)
+            for a, b in spans:
+                direct[column.rows[a:b]] = True
+            assert column._compared(_joined(spans)).tolist() == direct.tolist(), leaf
+            compared += 1
+    assert compared > 20
+
+
+def test_a_bundle_without_ranks_scatters_the_same_masks(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
+    """A bundle written before ranks (its fields say none, its files hold none) loads and gives the same masks."""
+    payload, store = indexed
+    info, names = write_payload(tmp_path, store, len(META), declared_fields(["when:datetime"]))
+    for name in names:
+        if name.endswith(".ranks.npy"):
+            (tmp_path / name).unlink()
+    old = info.model_copy(update={"fields": [f.model_copy(update={"ranks": False}) for f in info.fields]})
+    before = PayloadIndex(tmp_path, old, len(META))
+    before.check()
+    for flt in FILTERS:
+        parsed = parse_filter(flt, frozenset([*META[1], "nothing"]))
+        if "mixed" in json.dumps(flt):
+            continue  # the docstore's fallback: not the columns
+        assert before.evaluate(parsed.tree, _no_scan).tolist() == payload.evaluate(parsed.tree, _no_scan).tolist()
+
+
 def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:
     store = indexed[1]
     info, _ = write_payload(tmp_path, store, len(META), [PayloadField(name="year", type=FieldType.INTEGER)])
@@ -123,6 +166,11 @@ def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadInde
     np.save(tmp_path / part_name(position, "rows"), rows[:-1])
     with pytest.raises(ValueError, match="payload field 'year': its arrays do not match each other"):
         PayloadIndex(tmp_path, info, len(META))
+    np.save(tmp_path / part_name(position, "rows"), rows)
+    ranks = np.load(tmp_path / part_name(position, "ranks"))
+    np.save(tmp_path / part_name(position, "ranks"), np.roll(ranks, 1))
+    with pytest.raises(ValueError, match="payload field 'year': its arrays are inconsistent"):
+        PayloadIndex(tmp_path, info, len(META)).check()
 
 
 def test_a_value_of_another_type_is_refused(tmp_path: Path, indexed: tuple[PayloadIndex, DocStore]) -> None:

@@ -199,6 +199,38 @@ def test_rows_read_unmapped_answer_as_the_map_does_and_map_nothing(tmp_path: Pat
         reader.close()
 
 
+def _resident_kib(path: Path) -> int:
+    """This process's resident pages of its mappings of `path` (smaps' Rss), in KiB."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5:  # a mapping's header: address range, perms, offset, dev, inode[, path]
+            inside = len(head) == 6 and head[5] == str(path)
+        elif inside and head[0] == "Rss:":
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf", "hnsw"])
+def test_a_mapped_first_stage_answers_as_the_loaded_one_and_lets_its_pages_go(tmp_path: Path, vectors: np.ndarray,
+                                                                              queries: np.ndarray, kind: str) -> None:
+    """A writer's sample maps the first stage (VectorIndex.load(mapped=True)): the same answers as the one read
+    into RAM, and after unmap_pages none of its file's pages counted in this process."""
+    built = _build(vectors, kind, Quantization.BINARY)
+    built.save(tmp_path)
+    loaded = VectorIndex.load(tmp_path, DIM, Quantization.BINARY, built.spec, space=built.space)
+    mapped = VectorIndex.load(tmp_path, DIM, Quantization.BINARY, built.spec, space=built.space, mapped=True)
+    index_file = (tmp_path / "index.faiss").resolve()
+    assert mapped.mapped_file == tmp_path / "index.faiss" and loaded.mapped_file is None
+    for a, b in zip(mapped.search(queries, 10, 4), loaded.search(queries, 10, 4), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert _resident_kib(index_file) > 0
+    mapped.unmap_pages()
+    assert _resident_kib(index_file) == 0
+    for a, b in zip(mapped.search(queries, 10, 4), loaded.search(queries, 10, 4), strict=True):
+        np.testing.assert_array_equal(a, b)  # read again from the page cache
+
+
 def test_an_ivf_keeps_its_codes_by_row_and_its_exact_pass_ranks_as_flat_does(tmp_path: Path, vectors: np.ndarray,
                                                                             queries: np.ndarray) -> None:
     """An IVF holds its codes by cell; the codes it writes by row let a filtered search's exact plan rank the
