@@ -3,7 +3,8 @@
 Why: tandem had only been measured up to 1M documents; its users index MS MARCO (8.8M passages) and Wikipedia
 (21M). This harness (issue 44) makes synthetic documents shaped like the teacher's vectors and runs, per size,
 in one run, each stage as a new user would (`tandem index build|update|compact`, `tandem serve`), recording
-wall time, peak RSS (GNU time's, of the stage's own process) and the disk each component takes:
+wall time, peak RSS (GNU time's, of the stage's own process) and the disk each component takes, every size in GB of
+10^9 bytes (stage peaks were GiB before 2026-11-27, the phases and the disk already GB):
 
 1. Inputs (made once per size, in chunks, so generating 10M needs no more memory than 1M): unit vectors around
    SciFact's reference teacher vectors plus Gaussian noise shaped like their covariance (bench/index_types.py's
@@ -158,7 +159,7 @@ def timed(name: str, args: Sequence[str], home: Path, *, python: Sequence[str] =
     if proc.returncode != 0:
         raise RuntimeError(f"{name} failed ({proc.returncode}): {proc.stderr[-3000:]}")
     kib = int(proc.stderr.rsplit("maxrss-kib ", 1)[1].split()[0])
-    stage = Stage(name, wall, kib / 1024**2, note=(proc.stdout.strip().splitlines() or [""])[-1])
+    stage = Stage(name, wall, kib * 1024 / 1e9, note=(proc.stdout.strip().splitlines() or [""])[-1])
     log.info("%s: %.1f s, peak RSS %.2f GB", name, wall, stage.peak_rss_gb)
     return stage
 
@@ -418,9 +419,11 @@ def update_stage(inputs: Path, root: Path, run: Path, home: Path) -> Stage:
     return stage
 
 
-def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, every_s: float) -> dict[str, Any]:
+def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, every_s: float,
+                 first: int = 0) -> dict[str, Any]:
     """`tandem index follow` on `root` while a change file of FOLLOW_DOCS new documents arrives every `every_s`:
-    each file's lag from its arrival (its rename into place) to CURRENT naming a version that holds it."""
+    each file's lag from its arrival (its rename into place) to CURRENT naming a version that holds it. `first`:
+    the number of the first file (on a root that followed files before, the next one after them)."""
     from servers import rss_mib, start_process, stop
 
     changes = run / "follow"
@@ -434,7 +437,7 @@ def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, ev
     lags: list[float] = []
     peak_mib: float | None = None
     try:
-        for i in range(files):
+        for i in range(first, first + files):
             slot = time.perf_counter() + every_s
             name = f"{i:04d}-changes.jsonl"
             lines = [json.dumps({"_id": f"follow{i}-{j}", "title": f"Followed {i}-{j}", "text": " ".join(
@@ -456,7 +459,7 @@ def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, ev
     finally:
         stop(process)
     return {"files": files, "every_s": every_s, "docs": FOLLOW_DOCS, "lags_s": lags,
-            "peak_rss_gb": (peak_mib or 0.0) / 1024}
+            "peak_rss_gb": (peak_mib or 0.0) * 2**20 / 1e9}
 
 
 def _segments(root: Path) -> list[str]:

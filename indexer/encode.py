@@ -6,9 +6,11 @@ which runner a build uses, and the precision a Ray cluster gives, are the build'
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +19,9 @@ from models.embeddings.store import EmbeddingStore, ShardRunner, local_runner
 from models.encoders.precision import AUTO, TEACHER_PRECISIONS
 from models.encoders.registry import ModelCard
 from models.errors import InputError
+
+if TYPE_CHECKING:
+    from models.encoders.teacher import TeacherEncoder
 
 
 @dataclass(frozen=True)
@@ -63,11 +68,15 @@ def encode_into(store: EmbeddingStore, key: str, count: int, runner: ShardRunner
     store.ensure(key, count, runner, meta)
 
 
-def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precision: str) -> ShardRunner:
-    """Encode shards in this process; loads torch and the teacher only now."""
-    from models.encoders.teacher import TeacherEncoder
-
-    encoder = TeacherEncoder(Path(card.path), device=run.device, precision=precision, batch_tokens=run.batch_tokens)
+def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precision: str,
+                  keep: bool = False) -> ShardRunner:
+    """Encode shards in this process; loads torch and the teacher only now. `keep`: the teacher stays loaded for
+    the next call with the same settings (a follower, which encodes a change file a minute and spent about 4 s of
+    each step loading it: docs/lab/2026-11-27-scale-10m-4.md); else it goes with the runner."""
+    if keep:
+        encoder = _kept_teacher(card.path, run.device, precision, run.batch_tokens)
+    else:
+        encoder = _teacher(card.path, run.device, precision, run.batch_tokens)
 
     def encode(batch: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
         return encoder.encode_documents(batch, batch_size=run.batch_size, on_progress=on_progress)
@@ -75,3 +84,12 @@ def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precis
     runner = local_runner(texts, encode)
     runner.device = encoder.device.type  # type: ignore[attr-defined]
     return runner
+
+
+def _teacher(path: str, device: str | None, precision: str, batch_tokens: int | None) -> TeacherEncoder:
+    from models.encoders.teacher import TeacherEncoder  # torch, only when the teacher encodes
+
+    return TeacherEncoder(Path(path), device=device, precision=precision, batch_tokens=batch_tokens)
+
+
+_kept_teacher = functools.lru_cache(maxsize=1)(_teacher)

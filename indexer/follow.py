@@ -230,7 +230,7 @@ def due(manifest: BundleManifest, req: FollowRequest) -> bool:
 def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: list[Path]) -> BundleManifest:
     started = time.perf_counter()
     card, store, run = req.version_request.teacher_for(base)
-    vectors = teacher_vectors(card, store, run)
+    vectors = teacher_vectors(card, store, run, keep=True)  # loaded once for the follower's steps
     added: list[str] = []
     space = Space.of(current, base)
     totals = {"added": 0, "replaced": 0, "deleted": 0, "encoded": 0}

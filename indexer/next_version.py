@@ -89,10 +89,11 @@ def stored_precision(segments: list[SegmentInfo]) -> str | None:
     return kinds.pop() if len(kinds) == 1 else "mixed"
 
 
-def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> Vectors:
+def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun, keep: bool = False) -> Vectors:
     """How a new segment gets its vectors: the teacher encodes the fresh texts; a document whose text did not
     change keeps its vector from its segment's embedding-store entry (else the teacher encodes it again).
-    The segment's vectors are kept in the store under its own key, for `tandem index compact`."""
+    The segment's vectors are kept in the store under its own key, for `tandem index compact`. `keep`: the teacher
+    stays loaded for the next step (encode.local_teacher)."""
 
     def vectors(fresh: list[Document], reused: list[Document],
                 rows: list[tuple[SegmentInfo, int]]) -> tuple[np.ndarray, EmbeddingSource, int]:
@@ -104,7 +105,8 @@ def teacher_vectors(card: ModelCard, store: EmbeddingStore, run: TeacherRun) -> 
             key = store_key(card.fingerprint, card.max_seq_length, corpus_key(encode), precision)
             texts = [d.passage() for d in encode]
             if not store.complete(key):  # a change applied before (a follower's retry) is not encoded again
-                encode_into(store, key, len(texts), local_teacher(texts, card, run, precision), card, run, precision)
+                encode_into(store, key, len(texts), local_teacher(texts, card, run, precision, keep), card, run,
+                            precision)
             x = np.concatenate(list(store.iter_chunks(key)))
         if kept is not None:
             x = np.concatenate([x, kept])

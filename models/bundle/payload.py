@@ -7,10 +7,9 @@ between its bounds. The slices are scattered into the mask, or, when they hold m
 cleared from a full mask instead; or, when even that would scatter a large share of the rows, the mask is a
 comparison of each row's rank with the slices' bounds (a scattered row costs about eight compared ones: random
 writes against a sequential pass; docs/lab/2026-11-27-rank-mask.md). `and`, `or` and `not` are numpy's boolean
-operations. A condition on a key the
-index leaves out (its values have no single type: `PayloadInfo.unindexed`) asks `fallback`, the docstore's SQL for
-that condition; a key the segment's schema lacks altogether (a field a later segment added) is absent from every
-row, answered without reading anything.
+operations. A condition on a key the index leaves out (its values have no single type: `PayloadInfo.unindexed`)
+asks `fallback`, the docstore's SQL for that condition; a key the segment's schema lacks altogether (a field a later
+segment added) is absent from every row, answered without reading anything.
 Nothing is parsed per row per request, and RAM holds no column: the arrays are pages of the bundle's files.
 
 The semantics are the JSON path's (models.search.filters), with the two the types add: a keyword-list matches when
