@@ -77,15 +77,15 @@ class RunDictionary:
 
     Why: one dict of every distinct string costs about 130–185 bytes a string: 1.4 GB for the 10M stems of a corpus
     whose every document holds a word of its own (docs/lab/2026-11-26-build-memory.md). Runs hold one dict of
-    `run_strings` and 4 bytes a code (12 at the merge). The strings are stems (word characters): a run file keeps one
-    a line, so a string may hold no newline. The writer reads `codes` directly (a dict lookup per occurrence, no
-    call) and codes are `base + codes[s]`."""
+    `run_strings` and 4 bytes a code (12 at the merge); a run is written as `sorted_dictionary` lays one out, its
+    bytes and their offsets, in two scratch files. The writer reads `codes` directly (a dict lookup per occurrence,
+    no call) and codes are `base + codes[s]`."""
 
     def __init__(self, scratch: Path, run_strings: int = RUN_STRINGS) -> None:
         self.scratch, self.run_strings = scratch, run_strings
         self.codes: dict[str, int] = {}
         self.base = 0  # codes taken by the runs written before this one
-        self.runs: list[tuple[Path, np.ndarray]] = []  # each run's file, and its codes' lines in it
+        self.runs: list[tuple[Path, np.ndarray]] = []  # each run's bytes file, and its codes' ranks in the run
 
     def end_chunk(self) -> None:
         """Write the run out if it is full: between two chunks, so that the codes of a chunk share one base."""
@@ -100,15 +100,16 @@ class RunDictionary:
         ranks = [np.empty(len(order), dtype=np.int32) for _, order in self.runs]
         sizes = array("q")
         with contextlib.ExitStack() as stack, blob.open("wb") as out:
-            lines = [_lines(stack.enter_context(path.open("rb")), r) for r, (path, _) in enumerate(self.runs)]
+            runs = [_strings(stack.enter_context(path.open("rb")), np.load(_offsets(path), mmap_mode="r"), r)
+                    for r, (path, _) in enumerate(self.runs)]
             previous, rank = None, -1
-            for value, run, line in heapq.merge(*lines):  # UTF-8's byte order is the strings' code point order
+            for value, run, position in heapq.merge(*runs):  # UTF-8's byte order is the strings' code point order
                 if value != previous:
                     rank += 1
                     out.write(value)
                     sizes.append(len(value))
                     previous = value
-                ranks[run][line] = rank
+                ranks[run][position] = rank
         np.save(offsets, run_offsets(np.frombuffer(sizes, dtype=np.int64)))
         code_rank = np.concatenate([ranks[r][order] for r, (_, order) in enumerate(self.runs)])
         return code_rank, rank + 1
@@ -116,24 +117,25 @@ class RunDictionary:
     def remove(self) -> None:
         for path, _ in self.runs:
             path.unlink(missing_ok=True)
+            _offsets(path).unlink(missing_ok=True)
 
     def _write_run(self) -> None:
-        ordered = sorted(self.codes)
-        if any("\n" in s for s in ordered):
-            raise ValueError("a RunDictionary's strings hold no newline")
+        remap, blob, offsets = sorted_dictionary(self.codes)  # remap: code → its string's rank in the run
         path = self.scratch.with_name(f"{self.scratch.name}.{len(self.runs)}")
-        with path.open("wb") as fh:
-            for lo in range(0, len(ordered), ENCODE_STEP):
-                fh.write("".join(f"{s}\n" for s in ordered[lo : lo + ENCODE_STEP]).encode())
-        order = np.empty(len(ordered), dtype=np.int32)  # code → its line
-        order[np.fromiter((self.codes[s] for s in ordered), dtype=np.int64, count=len(ordered))] = \
-            np.arange(len(ordered), dtype=np.int32)
-        self.runs.append((path, order))
+        path.write_bytes(blob)
+        np.save(_offsets(path), offsets)
+        self.runs.append((path, remap.astype(np.int32)))
         self.base += len(self.codes)
         self.codes = {}
 
 
-def _lines(fh: BinaryIO, run: int) -> Iterator[tuple[bytes, int, int]]:
-    """(string, run, line) of a run file, in its (sorted) order."""
-    for line, value in enumerate(fh):
-        yield value[:-1], run, line
+def _offsets(run: Path) -> Path:
+    return run.with_name(f"{run.name}.offsets.npy")
+
+
+def _strings(fh: BinaryIO, offsets: np.ndarray, run: int) -> Iterator[tuple[bytes, int, int]]:
+    """(string, run, rank) of a run written by `_write_run`, in its (sorted) order, its sizes read ENCODE_STEP at a
+    time."""
+    for lo in range(0, len(offsets) - 1, ENCODE_STEP):
+        for rank, size in enumerate(np.diff(offsets[lo : lo + ENCODE_STEP + 1]).tolist(), lo):
+            yield fh.read(size), run, rank
