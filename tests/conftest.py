@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import tempfile
 
+import anyio
+import anyio.abc
 import pytest
 
 pytest_plugins = [
@@ -23,6 +25,23 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.tiny_models",
 ]
+
+
+def _import_anyio_now() -> None:
+    """Import every part of anyio here, on the main thread, before any test starts a server thread.
+
+    anyio (4.16) imports its parts on first use, and under pytest that import goes through the assertion
+    rewriter, which calls ast.parse (anyio is a pytest plugin). CPython 3.11 keeps the AST constructor's
+    recursion depth per interpreter, not per thread, so two threads parsing at once can fail with
+    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905): CI hit it on 2026-11-27,
+    when the live server's first GET / imported anyio's file module inside its thread and answered 500.
+    """
+    for module in (anyio, anyio.abc):
+        for name in dir(module):
+            getattr(module, name)
+
+
+_import_anyio_now()
 
 # Fixtures behind which a model loads or a process starts: everything that depends on them is slow.
 MODEL_FIXTURES = frozenset({"tandem_home", "teacher_dir", "tiny_bundle", "tiny_student", "service_settings",
