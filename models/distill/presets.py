@@ -25,10 +25,11 @@ class Preset(BaseModel):
         "embeddings and its first and last `teacher_layers` layers (Wang & Lyu)",
     )
     teacher_layers: int = Field(default=2, ge=1, description="with student=teacher-layers: k first and k last layers")
-    backbone_layers: int | None = Field(
-        default=None, ge=1,
+    backbone_layers: int | list[int] | None = Field(
+        default=None,
         description="with student=backbone: keep only this many of the backbone's layers, evenly spaced from its "
-        "first to its last (None: all); fewer layers, fewer multiply-adds per query",
+        "first to its last, or the layers listed (0-based, ascending); None: all. Fewer layers, fewer "
+        "multiply-adds per query",
     )
     queries_per_doc: int = Field(default=3, ge=1, description="pseudo-queries per document (title included)")
     max_queries: int | None = Field(
@@ -85,8 +86,13 @@ class Preset(BaseModel):
 
     @model_validator(mode="after")
     def _layers_of_its_family(self) -> Preset:
-        if self.backbone_layers is not None and self.student != "backbone":
+        layers = self.backbone_layers
+        if layers is not None and self.student != "backbone":
             raise ValueError("backbone_layers cuts a backbone student; a teacher-layers student takes teacher_layers")
+        if isinstance(layers, int) and layers < 1:
+            raise ValueError(f"backbone_layers must keep at least one layer, not {layers}")
+        if isinstance(layers, list) and (not layers or min(layers) < 0 or layers != sorted(set(layers))):
+            raise ValueError(f"backbone_layers as a list names layers 0-based, ascending, each once: not {layers}")
         return self
 
     def backbone_layer_indices(self, total: int) -> list[int] | None:
@@ -94,8 +100,14 @@ class Preset(BaseModel):
 
         The last layer stays because the backbone's pooling was trained on its output, the first because it is
         the one that reads the embeddings (DistilBERT-style spacing, as in docs/lab/2026-11-26-shallow-student.md).
+        A list is taken as it is, so that layers chosen by validation (docs/lab/2026-11-27-student-layers.md)
+        can be trained; one past the backbone's depth is an InputError.
         """
         k = self.backbone_layers
+        if isinstance(k, list):
+            if k[-1] >= total:
+                raise InputError(f"preset {self.name}: backbone_layers {k} names a layer past the backbone's {total}")
+            return None if k == list(range(total)) else list(k)
         if k is None or k >= total:
             return None
         if k == 1:

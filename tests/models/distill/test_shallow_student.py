@@ -33,6 +33,21 @@ def test_backbone_layers_are_evenly_spaced_from_first_to_last() -> None:
     assert (kept(1), kept(2), kept(3), kept(4)) == ([5], [0, 5], [0, 3, 5], [0, 2, 3, 5])
 
 
+def test_backbone_layers_listed_are_kept_as_listed_and_checked() -> None:
+    def kept(layers: list[int], total: int = 6) -> list[int] | None:
+        return Preset(name="t", backbone_layers=layers).backbone_layer_indices(total)
+
+    assert kept([0, 1, 2, 3]) == [0, 1, 2, 3] and kept([5]) == [5]
+    assert kept([0, 1, 2, 3, 4, 5]) is None  # all of them: nothing to cut
+    with pytest.raises(InputError, match=r"names a layer past the backbone's 6"):
+        kept([0, 6])
+    for bad in ([], [3, 1], [1, 1], [-1, 2]):
+        with pytest.raises(ValueError, match="0-based, ascending, each once"):
+            Preset(name="t", backbone_layers=bad)
+    with pytest.raises(ValueError, match="at least one layer"):
+        Preset(name="t", backbone_layers=0)
+
+
 def test_backbone_layers_on_a_teacher_layers_preset_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "preset.json"
     path.write_text('{"name": "x", "student": "teacher-layers", "backbone_layers": 3}')
