@@ -33,8 +33,8 @@ def _import_anyio_now() -> None:
     anyio (4.16) imports its parts on first use, and under pytest that import goes through the assertion
     rewriter, which calls ast.parse (anyio is a pytest plugin). CPython 3.11 keeps the AST constructor's
     recursion depth per interpreter, not per thread, so two threads parsing at once can fail with
-    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905): CI hit it on 2026-11-27,
-    when the live server's first GET / imported anyio's file module inside its thread and answered 500.
+    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905), as when the live server's
+    first GET / imports anyio's file module inside its thread and answers 500.
     """
     for module in (anyio, anyio.abc):
         for name in dir(module):
