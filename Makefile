@@ -52,7 +52,7 @@ lock:
 models: install
 	$(BIN)/tandem models fetch
 
-# Debian's chromium for the search page's browser test (tests/service/test_search_page.py): installed only when
+# Debian's chromium for the search page's browser test (tests/service/search/test_search_page.py): installed only when
 # missing, and only where we are root with apt-get (CI runs `make test` as root on a fresh machine).
 browser:
 	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \

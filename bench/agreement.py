@@ -53,10 +53,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     from models.contract import check_same_teacher
     from models.datasets.beir import QUERIES_FILE, load_beir
     from models.datasets.teacher_targets import TeacherTargets
-    from models.distill.data import build_training_data
     from models.distill.presets import Preset
-    from models.distill.queries import read_train_queries
-    from models.distill.scores import overlap_at_k
+    from models.distill.texts.data import build_training_data
+    from models.distill.texts.queries import read_train_queries
+    from models.distill.training.scores import overlap_at_k
     from models.encoders.registry import load_card, resolve
     from models.encoders.student import StudentEncoder, read_student_manifest
     from models.encoders.teacher import TeacherEncoder

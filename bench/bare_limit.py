@@ -124,7 +124,7 @@ def _worker(rank: int, index: str, student: str, overrides: dict[str, str], top_
 
 def check_memory(index: Path, workers: int) -> None:
     """Refuse to start `workers` copies of a FAISS index that the machine's available memory cannot hold."""
-    from models.bundle.vector_index import INDEX_FILE
+    from models.bundle.vectors.index import INDEX_FILE
     from models.bundle.versions import resolve_bundle
 
     need_mb = (resolve_bundle(index) / INDEX_FILE).stat().st_size / 2**20 * workers

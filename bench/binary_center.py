@@ -19,9 +19,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from models.bundle.index_spec import Quantization
-from models.bundle.quantize import binary_encode, int8_decode
-from models.bundle.rotation import fit_pca_rotation
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.quantize import binary_encode, int8_decode
+from models.bundle.vectors.rotation import fit_pca_rotation
 from models.contract import truncate
 from models.datasets.beir import load_beir
 from models.encoders.registry import resolve

@@ -2,7 +2,7 @@
 the planner's two plans side by side, and the payload index's memory.
 
 Why: a filter used to be SQLite's JSON functions over every row of the docstore on each request (500 ms and
-more at 1M documents, a broad one past the deadline); the payload index (models.bundle.payload) and the planner
+more at 1M documents, a broad one past the deadline); the payload index (models.bundle.payload.index) and the planner
 (models.search.planner) should make a filtered request cost about what an unfiltered one does. In one run:
 
 1. Inputs: `--n` synthetic documents (SciFact's teacher vectors plus covariance-shaped noise, as
@@ -329,8 +329,8 @@ def _status_bytes(name: str) -> int:
 def memory_child(bundle: Path) -> None:
     import gc
 
-    from models.bundle.payload import PayloadIndex
-    from models.bundle.payload_writer import part_name
+    from models.bundle.payload.index import PayloadIndex
+    from models.bundle.payload.writer import part_name
     from models.bundle.version import read_bundle_manifest
     from models.search import parse_filter
 

@@ -20,11 +20,11 @@ import numpy as np
 from benchdoc import cpu_line, start_logging
 from first_stage_scale import K, measure_index, student_queries
 
-from models.bundle.first_stage import empty_first_stage
-from models.bundle.index_spec import IndexSpec, IndexType, Quantization
-from models.bundle.quantize import int8_encode
-from models.bundle.space import Space
-from models.bundle.vector_index import VectorIndex
+from models.bundle.vectors.first_stage import empty_first_stage
+from models.bundle.vectors.index import VectorIndex
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, Quantization
+from models.bundle.vectors.quantize import int8_encode
+from models.bundle.vectors.space import Space
 
 log = logging.getLogger("bench.first_stage_10m")
 CHUNK = 65_536

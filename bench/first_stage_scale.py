@@ -10,7 +10,7 @@ test queries), at each size:
   of the rows) for `iterations` iterations: training time, adding time, and recall@10 of the search with int8
   rescoring at nprobe = nlist/8 (the default) against exact float search, per oversample;
 - flat binary: recall@10 and single-thread latency per oversample (the rescoring depth), which places
-  `--index auto`'s oversample and crossover (models.bundle.index_spec).
+  `--index auto`'s oversample and crossover (models.bundle.vectors.index_spec).
 
     python bench/first_stage_scale.py --inputs /work/scale/inputs-1000000 --sizes 200000,1000000
 """
@@ -89,7 +89,7 @@ def recall(rows: np.ndarray, truth: np.ndarray) -> float:
 
 def measure_index(index, q: np.ndarray, truth: np.ndarray, oversamples: Sequence[int], latency: int
                   ) -> list[tuple[int, float, float, float]]:
-    from models.bundle.vector_index import set_search_threads
+    from models.bundle.vectors.index import set_search_threads
 
     set_search_threads(1)
     out = []
@@ -109,10 +109,10 @@ def measure_index(index, q: np.ndarray, truth: np.ndarray, oversamples: Sequence
 def run_size(args: argparse.Namespace, n: int) -> list[Row]:
     import faiss
 
-    from models.bundle.first_stage import empty_first_stage, first_stage_codes
-    from models.bundle.index_spec import IndexSpec, IndexType, Quantization, resolve_spec
-    from models.bundle.space import Space
-    from models.bundle.vector_index import VectorIndex
+    from models.bundle.vectors.first_stage import empty_first_stage, first_stage_codes
+    from models.bundle.vectors.index import VectorIndex
+    from models.bundle.vectors.index_spec import IndexSpec, IndexType, Quantization, resolve_spec
+    from models.bundle.vectors.space import Space
 
     faiss.omp_set_num_threads(os.cpu_count() or 1)
     docs = np.asarray(np.load(args.inputs / "vectors.f16.npy", mmap_mode="r")[:n], dtype=np.float32)
@@ -154,7 +154,7 @@ def run_size(args: argparse.Namespace, n: int) -> list[Row]:
 
 
 def flat_rescore(docs: np.ndarray, space) -> np.ndarray:
-    from models.bundle.quantize import int8_encode
+    from models.bundle.vectors.quantize import int8_encode
 
     return int8_encode(docs, space.calibration)
 

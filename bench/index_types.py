@@ -143,8 +143,8 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
     """In a fresh process: load the index, record RSS growth, search (recall batch; latency one by one)."""
     import faiss
 
-    from models.bundle.index_spec import IndexSpec, Quantization
-    from models.bundle.vector_index import RESCORE_FILE
+    from models.bundle.vectors.index import RESCORE_FILE
+    from models.bundle.vectors.index_spec import IndexSpec, Quantization
     from models.search import VectorIndex
 
     queries = np.load(directory.parent / "queries.npy")
@@ -174,8 +174,8 @@ def measure(directory: Path, meta: dict[str, object], latency_queries: int) -> d
 def run_one(workdir: Path, docs: np.ndarray, dim: int, kind: str, quantization: str, args: argparse.Namespace) -> Row:
     import faiss
 
-    from models.bundle.index_spec import Quantization, resolve_spec
-    from models.bundle.vector_index import RESCORE_FILE
+    from models.bundle.vectors.index import RESCORE_FILE
+    from models.bundle.vectors.index_spec import Quantization, resolve_spec
     from models.search import VectorIndex
 
     q = Quantization(quantization)

@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from models.bundle.version import Bundle
     from models.datasets.beir import QRELS_DIR, QUERIES_FILE, read_qrels, read_queries
-    from models.distill.export import quantize_onnx
+    from models.distill.exporting.export import quantize_onnx
     from models.encoders.student import StudentEncoder, read_student_manifest
     from models.errors import TandemError
     from models.evaluation.metrics import NDCG, TOP_K, score_run

@@ -20,8 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.scale_10m import words
-from models.bundle.dictionary import sorted_dictionary
-from models.bundle.lexical import (
+from models.bundle.lexical.postings import (
     LENGTHS_FILE,
     LEXICAL_DIR,
     MAX_TF_FILE,
@@ -38,6 +37,7 @@ from models.bundle.lexical import (
     term_bounds,
 )
 from models.bundle.manifest import LexicalInfo
+from models.bundle.storage.dictionary import sorted_dictionary
 
 log = logging.getLogger("bench.lexical_pruning")
 

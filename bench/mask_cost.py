@@ -2,7 +2,7 @@
 rows (its slices of the sorted `rows`, or their complement) against comparing each row's rank (`ranks`).
 
 Why: at 10M documents `date >= 1991` (10 in 35) spent about 15 ms of a 27 ms query scattering its 2.9M rows into
-the mask (docs/lab/2026-11-26-scale-10m-3.md). models.bundle.payload chooses between the two by SCATTER_COST, a
+the mask (docs/lab/2026-11-26-scale-10m-3.md). models.bundle.payload.index chooses between the two by SCATTER_COST, a
 scattered row's cost in compared rows; this measures both sides at shares from 1 in 35 to 34 in 35, through the real
 `Column`, its arrays written as payload_writer lays them out: an integer field of `--values` values (default: the days
 of 35 years, as scale_10m's `date`; 35 is its `year`, whose runs of rows are longer and so scatter faster), 1% of rows
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from benchdoc import cpu_line
 
-from models.bundle.fields import FieldType, PayloadField
-from models.bundle.payload import SCATTER_COST, Column
-from models.bundle.payload_writer import part_name
+from models.bundle.payload.fields import FieldType, PayloadField
+from models.bundle.payload.index import SCATTER_COST, Column
+from models.bundle.payload.writer import part_name
 
 log = logging.getLogger("bench.mask_cost")
 SHARES = 35  # conditions select k in 35 of the values

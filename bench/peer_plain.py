@@ -97,7 +97,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     torch.set_num_threads(args.threads)
     app = create_app(args.teacher, args.embeddings, args.ids)
-    # As `tandem serve` runs it (service/main.py): uvicorn's default loop and HTTP implementations, no access log.
+    # As `tandem serve` runs it (service/runtime/main.py): uvicorn's default loop and HTTP implementations, no access
+    # log.
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", log_config=None, access_log=False)
 
 

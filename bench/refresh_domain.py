@@ -1,7 +1,7 @@
 """A student's agreement with its teacher per segment of a bundle version, for issue 45's refresh acceptance.
 
 For each segment, queries are cut from a sample of its live documents by the distillation's own generator
-(models.distill.data.pseudo_queries) with the titles left out and under a seed no training run uses, so no query
+(models.distill.texts.data.pseudo_queries) with the titles left out and under a seed no training run uses, so no query
 is a text a student trained on verbatim (a sentence or a span of a document it saw, as real queries often are).
 Each student's int8 graph encodes them one call per query, as `POST /search` does; the figure is the mean share
 of the teacher's top 10 over the whole version (every live document, the teacher's vectors) that the student's
@@ -51,9 +51,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     from models.bundle.versions import resolve_bundle
     from models.corpus import Document
     from models.datasets.teacher_targets import TeacherTargets
-    from models.distill.data import pseudo_queries
     from models.distill.refresh import segment_documents
-    from models.distill.scores import overlap_at_k, top_k
+    from models.distill.texts.data import pseudo_queries
+    from models.distill.training.scores import overlap_at_k, top_k
     from models.encoders.registry import load_card, resolve
     from models.encoders.student import StudentEncoder
 

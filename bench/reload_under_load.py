@@ -129,7 +129,7 @@ class Event:
 def prepare_corpus(work: Path, corpus: Path | None, docs: int) -> Path:
     if corpus is not None:
         return corpus
-    from indexer.demo_corpus import write_demo_corpus
+    from tandem.demo_corpus import write_demo_corpus
 
     out = work / f"corpus-{docs}.jsonl"
     if not out.is_file():

@@ -24,7 +24,7 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
 5. Follow: `tandem index follow` on the updated root while a change file of 1,000 new documents arrives every
    minute (`--follow-files` of them): each file's lag from its arrival to the version that holds it, and the
    follower's peak RSS. Then `tandem index compact` with its default merge policy, which merges the update's and
-   the follower's small segments and keeps the build's (indexer/merge_policy.py).
+   the follower's small segments and keeps the build's (indexer/versions/merge_policy.py).
 6. Disk: each component's size at the end of its stage, and the peak over the whole size's run of the
    filesystem's used bytes above what it used before (the inputs added), sampled every second: what the run
    needed at its worst, temporary files and compaction's two versions included.

@@ -29,20 +29,20 @@ from benchdoc import add_output_args, cpu_line, publish, start_logging
 
 from indexer.build import BuildRequest, build
 from indexer.check import check, describe
-from indexer.demo_corpus import write_demo_corpus
 from indexer.sample import sample_size
-from indexer.update import UpdateRequest, update
+from indexer.versions.update import UpdateRequest, update
 from models.agreement.draw import draw_queries, draw_rows
 from models.agreement.score import THRESHOLD, score_sample
-from models.bundle.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.version import Bundle, in_segment
 from models.bundle.versions import read_current
 from models.corpus import read_corpus
-from models.distill.data import build_training_data
 from models.distill.presets import Preset
+from models.distill.texts.data import build_training_data
 from models.encoders.registry import load_card, resolve
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.teacher import TeacherEncoder
+from tandem.demo_corpus import write_demo_corpus
 
 log = logging.getLogger("bench.segment_agreement")
 HELDOUT = "held out"
@@ -63,7 +63,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def heldout_rows(corpus: Path, student: Path, store: DocStore) -> list[int]:
     """The home segment's rows of the documents the student's distillation held out for validation: none of their
-    text was trained on (models.distill.data), so they stand for unseen documents of the student's own domain."""
+    text was trained on (models.distill.texts.data), so they stand for unseen documents of the student's own domain."""
     training = read_student_manifest(student).training
     docs = read_corpus(corpus)
     val = build_training_data(docs, Preset.model_validate(training["preset"]), int(str(training["seed"]))).val

@@ -6,7 +6,7 @@ bench/index_scale.py makes them) and one change file of 100 changes (50 replaced
 - the full build (`tandem index build --root`): wall time and peak RSS;
 - the update as a segment (`tandem index update --root`): wall time, peak RSS, bytes added to the root and
   to the embedding store;
-- the same update as every update was before segments (indexer.rewrite, the whole bundle rewritten), on the
+- the same update as every update was before segments (indexer.versions.rewrite, the whole bundle rewritten), on the
   same base, into a scratch directory: wall time, peak RSS, bytes written;
 - the reload: `tandem serve` on the root (its CURRENT the base) under open-loop load, POST /admin/reload to
   the updated version: the reload's seconds, the server's RSS before and after, failed requests;
@@ -50,8 +50,8 @@ THREADS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS
 REWRITE = """
 import sys
 from pathlib import Path
-from indexer.request import UpdateRequest
-from indexer.rewrite import rewrite
+from indexer.versions.request import UpdateRequest
+from indexer.versions.rewrite import rewrite
 base = Path(sys.argv[1])
 rewrite(UpdateRequest(changes=Path(sys.argv[2]), base=base, out=Path(sys.argv[3])), base)
 """

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from models.distill.export import quantize_onnx
+from models.distill.exporting.export import quantize_onnx
 from models.encoders.student import read_student_manifest
 from models.encoders.student_manifest import STUDENT_MANIFEST
 

@@ -32,8 +32,8 @@ from pathlib import Path
 from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
 from index_scale import home_with_teacher, synthetic_import
 
-from indexer.segments import link_version
-from models.bundle.integrity import Verification
+from indexer.versions.segments import link_version
+from models.bundle.storage.integrity import Verification
 from models.bundle.version import Bundle, read_bundle_manifest, verify_version
 
 log = logging.getLogger("bench.verify_cost")

@@ -12,23 +12,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.encode import TeacherRun, encode_into, local_device, local_teacher
-from indexer.imported import ImportSpec, import_into, source_digest
-from indexer.ingest import IngestedCorpus, Passages, ingest_corpus
+from indexer.encoding.encode import TeacherRun, encode_into, local_device, local_teacher
+from indexer.intake.imported import ImportSpec, import_into, source_digest
+from indexer.intake.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
 from indexer.sample import add_samples, sample_size
 from indexer.writer import write_doc_indexes, write_manifest, write_vectors, write_version_manifest
-from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
-from models.bundle.fields import declared_fields
-from models.bundle.index_spec import IndexSpec, Quantization, resolve_spec
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource
-from models.bundle.rotation import Rotation
+from models.bundle.payload.fields import declared_fields
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.bundle.vectors.index_spec import IndexSpec, Quantization, resolve_spec
+from models.bundle.vectors.rotation import Rotation
 from models.contract import SUPPORTED_DIMS
 from models.embeddings.store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
 from models.encoders.precision import AUTO, auto_precision, read_cpu_flags
-from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
+from models.encoders.registry import ModelCard, load_card, resolve
 from models.errors import InputError
+from models.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class BuildRequest:
     version: str | None = None
     keep: int | None = None
     shard_size: int = SHARD_SIZE
-    index: str = "auto"  # by corpus size (models.bundle.index_spec.auto_type)
+    index: str = "auto"  # by corpus size (models.bundle.vectors.index_spec.auto_type)
     hnsw_m: int | None = None
     ef_construction: int | None = None
     ef_search: int | None = None
@@ -68,8 +69,8 @@ class BuildRequest:
     ray_actors: int | None = None
     ray_threads: int = 1
     metadata_extra: bool = False
-    fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.bundle.fields)
-    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.space)
+    fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.bundle.payload.fields)
+    # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.vectors.space)
     binary_center: bool = True
 
     @property
@@ -161,7 +162,7 @@ def resolved_precision(run: TeacherRun) -> str:
             log.info("--precision auto: %s on %s", picked, device)
             return picked
         return "fp16" if device.startswith("cuda") else "fp32"
-    from indexer.ray_engine import default_precision
+    from indexer.encoding.ray_engine import default_precision
 
     return default_precision(run.ray_address)  # fp16 on a cluster with GPUs
 
@@ -172,7 +173,7 @@ def _text(value: object) -> str | None:
 
 def _runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCorpus, docs: DocStore) -> ShardRunner:
     if run.engine == Engine.RAY:
-        from indexer.ray_engine import ray_runner
+        from indexer.encoding.ray_engine import ray_runner
 
         return ray_runner(run, precision, card, corpus)
     return local_teacher(Passages(docs, corpus.count), card, run, precision)

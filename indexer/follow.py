@@ -12,8 +12,8 @@ is never applied: the follower says so loudly (a warning naming it, and `FollowR
 A backlog is applied in batches, one version each, published one after another without waiting for the interval:
 at most `max_files` files (`--batch-files`, 16), and while the follower compacts, no more than the segments its
 base has room for under `max_segments`. When the segments would pass `max_segments`, the follower compacts
-(indexer.compact) before publishing the batch, and after it when the segments or the deleted rows (`max_deleted`
-of all rows) pass their bounds; so a version it publishes has at most max(`max_segments`, 2) segments. It
+(indexer.versions.compact) before publishing the batch, and after it when the segments or the deleted rows
+(`max_deleted` of all rows) pass their bounds; so a version it publishes has at most max(`max_segments`, 2) segments. It
 compacts by the default merge policy (`merge_policy`: the large clean segments kept, the rest merged), with a
 segment's deleted share bounded by `max_deleted` and a full merge when the kept segments leave no room. With
 `compact=False` it never compacts: each version adds at most `max_files` segments and they accumulate until an
@@ -35,19 +35,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from indexer.changes import read_changes
-from indexer.compact import compact
-from indexer.merge_policy import MergePolicy
-from indexer.next_version import finish, teacher_vectors, with_changes, with_segments
 from indexer.publish import publish
-from indexer.request import VersionRequest
 from indexer.rootlock import LockTimeout, root_lock
 from indexer.sample import add_samples
-from indexer.segments import Batch, link_version
+from indexer.versions.changes import read_changes
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.next_version import finish, teacher_vectors, with_changes, with_segments
+from indexer.versions.request import VersionRequest
+from indexer.versions.segments import Batch, link_version
 from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, FollowState
-from models.bundle.space import Space
+from models.bundle.vectors.space import Space
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import is_bundle_root, read_current
 from models.embeddings.store import SHARD_SIZE
@@ -75,7 +75,7 @@ class FollowRequest:
     device: str | None = None
     store: Path | None = None
     shard_size: int = SHARD_SIZE
-    precision: str | None = None  # the teacher's for the files' texts (indexer.request.version_precision)
+    precision: str | None = None  # the teacher's for the files' texts (indexer.versions.request.version_precision)
     after_publish: Callable[[Path], object] | None = None  # called with CURRENT after each step that published
 
     @property

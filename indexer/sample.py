@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from models.agreement.draw import DEFAULT_SAMPLE, draw_queries, draw_rows, seed_of
-from models.bundle.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.manifest import BundleManifest, SegmentInfo
 from models.bundle.sample import Sample, SampleRecord, read_sample, sample_names, write_sample
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.version import Bundle, in_segment
 from models.encoders.heap import return_freed_heap
-from models.encoders.registry import ModelCard, sha256_file
+from models.encoders.registry import ModelCard
 from models.errors import InputError
+from models.hashing import sha256_file
 from models.search.query import dense_hits
 
 if TYPE_CHECKING:

@@ -15,17 +15,18 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.bundle.fields import PayloadField
-from models.bundle.index_spec import IndexSpec, Quantization
-from models.bundle.lexical import build_lexical
+from models.bundle.lexical.postings import build_lexical
 from models.bundle.manifest import BUNDLE_MANIFEST, BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.bundle.payload_writer import write_payload
-from models.bundle.rotation import Rotation
-from models.bundle.space import Space, VectorSource
-from models.bundle.vector_index import IndexWriter
+from models.bundle.payload.fields import PayloadField
+from models.bundle.payload.writer import write_payload
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.bundle.vectors.index import IndexWriter
+from models.bundle.vectors.index_spec import IndexSpec, Quantization
+from models.bundle.vectors.rotation import Rotation
+from models.bundle.vectors.space import Space, VectorSource
 from models.corpus import Document
-from models.encoders.registry import ModelCard, sha256_file
+from models.encoders.registry import ModelCard
+from models.hashing import sha256_file
 from models.search.fusion import DEFAULT_FUSION
 
 CORPUS_FILE = "corpus.jsonl"
@@ -45,7 +46,7 @@ def write_doc_indexes(staging: Path, count: int, fields: Sequence[PayloadField] 
                                                                                            list[str]]:
     """The lexical and payload indexes over the staging docstore, and the manifest fields that describe the
     documents: lexical parameters, the default fusion, the metadata keys present and the payload schema
-    (`fields` with their types, every other key inferred: models.bundle.payload_writer)."""
+    (`fields` with their types, every other key inferred: models.bundle.payload.writer)."""
     docs = DocStore(staging / DOCSTORE_FILE)
     try:
         info, names = build_lexical(staging, docs, count)
@@ -80,7 +81,7 @@ def write_vectors(
     calibration, the binary center and spin) and its index; returns the names.
 
     `center` (binary only): one more pass takes the corpus mean, which the codes leave out; `spin` (binary
-    only): the codes are taken after a random orthogonal rotation (models.bundle.space.sign_codes)."""
+    only): the codes are taken after a random orthogonal rotation (models.bundle.vectors.space.sign_codes)."""
     space = Space.fit(count, source, dim=dim, quantization=quantization, rotation=rotation, center=center, spin=spin)
     names = space.save(staging)
     return names + write_index(staging, count, source, dim=dim, quantization=quantization, index=index,
@@ -96,7 +97,7 @@ def write_manifest(staging: Path, names: list[str], **fields: object) -> BundleM
 
 def write_version_manifest(staging: Path, manifest: BundleManifest) -> None:
     """The manifest last: a new segment's files carry the sha256 computed as they were written, a linked
-    file's is its base's (indexer.segments)."""
+    file's is its base's (indexer.versions.segments)."""
     (staging / BUNDLE_MANIFEST).write_text(manifest.model_dump_json(indent=2, exclude_none=True) + "\n")
 
 

@@ -98,7 +98,7 @@ def scan_corpus(path: Path, extra_metadata: bool = False) -> Iterator[tuple[int,
     """Yield (line number, byte offset of the line, document) in file order, holding nothing.
 
     Raises InputError on the first bad line. Duplicate ids are the caller's to catch: a
-    streaming build lets the docstore's unique index find them (models.bundle.docstore).
+    streaming build lets the docstore's unique index find them (models.bundle.storage.docstore).
     """
     path = Path(path)
     if not path.is_file():

@@ -1,7 +1,7 @@
 """Pseudo-queries cut from a document: its title, single sentences, spans of 5–20 words.
 
 They stand in for query logs wherever tandem needs query-like text without one: training the student
-(models.distill.data) and the agreement sample the indexer keeps per segment (models.agreement). One generator
+(models.distill.texts.data) and the agreement sample the indexer keeps per segment (models.agreement). One generator
 for both, so the sample asks the student the kind of query it was trained on. A pure function of the document
 and the random generator.
 """

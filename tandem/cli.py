@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 
 from indexer.options import Engine, ExportFormat
-from models.bundle.index_spec import AUTO_FLAT_MAX, IndexChoice, Quantization
 from models.bundle.manifest import BundleManifest
-from models.bundle.rotation import Rotation
+from models.bundle.vectors.index_spec import AUTO_FLAT_MAX, IndexChoice, Quantization
+from models.bundle.vectors.rotation import Rotation
 from models.encoders.encoder_setup import POOLING_MODES, Overrides
 from models.encoders.precision import PrecisionChoice, StudentPrecision
 from models.encoders.registry import ModelCard
@@ -307,7 +307,7 @@ def index_update(
     force: ForceOpt = False,
 ) -> None:
     """Add, replace or delete documents by id into a new bundle version; only new or changed texts are encoded."""
-    from indexer.update import UpdateRequest, update
+    from indexer.versions.update import UpdateRequest, update
 
     req = UpdateRequest(changes=changes, delete_ids=delete_ids, base=base, root=root, out=out, version=version,
                         keep=keep, force=force, teacher=teacher, batch_size=batch_size, shard_size=shard_size,
@@ -322,7 +322,7 @@ def index_update(
 
 def _echo_fields(manifest: BundleManifest) -> None:
     """The payload schema a build or update published: each field's type, and whether declared or inferred."""
-    from models.bundle.fields import schema_lines
+    from models.bundle.payload.fields import schema_lines
 
     if manifest.payload is not None:
         for line in schema_lines(manifest.payload):
@@ -351,9 +351,9 @@ def index_compact(
                                                       "rewritten.")] = 0.2,
 ) -> None:
     """Merge the small segments of a version, and those with many deleted rows, into one (--all: every segment)."""
-    from indexer.compact import compact
-    from indexer.merge_policy import MergePolicy
-    from indexer.request import VersionRequest
+    from indexer.versions.compact import compact
+    from indexer.versions.merge_policy import MergePolicy
+    from indexer.versions.request import VersionRequest
 
     req = VersionRequest(base=base, root=root, out=out, version=version, keep=keep, force=force, teacher=teacher,
                          batch_size=batch_size, shard_size=shard_size, device=device)
@@ -644,7 +644,7 @@ def serve(
 ) -> None:
     """Serve POST /search over the bundle with the student encoding queries (or several named collections)."""
     from service.collections_config import collection_settings
-    from service.main import run_server
+    from service.runtime.main import run_server
     from service.settings import ServiceSettings
 
     given = {"api_keys_file": api_keys_file, "log_format": log_format, "keys_file": keys_file,
@@ -660,7 +660,7 @@ def demo_corpus(
     max_docs: Annotated[int, typer.Option(help="Upper bound on documents.")] = 3000,
 ) -> None:
     """Build the default corpus from the docstrings of Python's standard library."""
-    from indexer.demo_corpus import write_demo_corpus
+    from tandem.demo_corpus import write_demo_corpus
 
     count = write_demo_corpus(out, max_docs=max_docs)
     typer.echo(f"wrote {count} documents to {out}")
@@ -673,7 +673,7 @@ def demo_serve(
     max_docs: Annotated[int, typer.Option(help="Upper bound on corpus documents.")] = 3000,
 ) -> None:
     """Build (or reuse) the default corpus, bundle and student, then serve them."""
-    from service.main import run_server
+    from service.runtime.main import run_server
     from service.settings import ServiceSettings
     from tandem.demo import announce_when_ready, prepare, ready_message
 

@@ -16,14 +16,15 @@ import httpx
 import typer
 
 from indexer.build import BuildRequest, build
-from indexer.demo_corpus import write_demo_corpus
 from models.bundle.version import read_bundle_manifest
 from models.distill.pipeline import DistillRequest, run_distill
 from models.encoders.precision import AUTO
-from models.encoders.registry import load_card, resolve, sha256_file
+from models.encoders.registry import load_card, resolve
 from models.encoders.student import read_student_manifest
 from models.errors import ContractMismatch
+from models.hashing import sha256_file
 from models.paths import tandem_home
+from tandem.demo_corpus import write_demo_corpus
 
 log = logging.getLogger(__name__)
 

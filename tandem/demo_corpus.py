@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 _REPO = Path(__file__).resolve().parents[1]
 _WALK = (
     "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from indexer.demo_corpus import print_demo_docs; print_demo_docs()"
+    "from tandem.demo_corpus import print_demo_docs; print_demo_docs()"
 )
 
 MODULES = (

@@ -8,7 +8,7 @@ import sys
 
 PROBE = """
 import sys
-import service.http.app, service.main, service.core.batcher, service.core.searcher
+import service.http.app, service.runtime.main, service.core.batcher, service.core.searcher
 heavy = sorted(name for name in ("torch", "transformers", "ray") if name in sys.modules)
 assert not heavy, f"service imports {heavy}"
 """
@@ -21,7 +21,7 @@ def test_service_does_not_import_torch() -> None:
 
 LOCAL_ENGINE = """
 import sys
-import indexer.build, indexer.update, indexer.export, tandem.cli
+import indexer.build, indexer.versions.update, indexer.export, tandem.cli
 assert "ray" not in sys.modules, "the local engine imports ray"
 """
 

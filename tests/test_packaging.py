@@ -82,7 +82,7 @@ def test_service_installs_and_runs_without_torch(tmp_path: Path) -> None:
     started = time.perf_counter()
     bin_dir = install_clean(tmp_path, "service")
     python = str(bin_dir / "python")
-    probe = ("import importlib.util, sys, service.http.app, service.main\n"
+    probe = ("import importlib.util, sys, service.http.app, service.runtime.main\n"
              "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"
              "assert importlib.util.find_spec('ray') is None, 'ray is installed'\n"
              "assert 'transformers' not in sys.modules\n")

@@ -1,6 +1,6 @@
 """The teacher-encoding stage that `index build` and `index update` share: how the teacher runs
 (`TeacherRun`), a runner that encodes in this process (`local_teacher`), and filling an embedding-store
-entry with a runner (`encode_into`). The Ray runner (indexer.ray_engine) takes the same `TeacherRun`;
+entry with a runner (`encode_into`). The Ray runner (indexer.encoding.ray_engine) takes the same `TeacherRun`;
 which runner a build uses, and the precision a Ray cluster gives, are the build's (indexer.build).
 """
 

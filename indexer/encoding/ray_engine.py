@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.ingest import OFFSET_STRIDE, IngestedCorpus
+from indexer.intake.ingest import OFFSET_STRIDE, IngestedCorpus
 from models.corpus import parse_line
 from models.embeddings.store import Shard, ShardRunner
 from models.encoders.registry import ModelCard
 from models.errors import InputError
 
 if TYPE_CHECKING:
-    from indexer.encode import TeacherRun
+    from indexer.encoding.encode import TeacherRun
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.import_ids import IdStream
-from models.bundle.docstore import DocstoreWriter
+from indexer.intake.import_ids import IdStream
+from models.bundle.storage.docstore import DocstoreWriter
 from models.embeddings.store import EmbeddingStore
-from models.encoders.registry import sha256_file
 from models.errors import InputError
+from models.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype, int]:
 
 def _npy_chunks(spec: ImportSpec, dim: int) -> Iterator[tuple[str, int, list[str], np.ndarray]]:
     """(file, first row in that file, ids, vectors) chunks of .npy files read with plain reads (no mmap), the ids
-    streamed from their file alongside (indexer.import_ids: never the whole list in memory)."""
+    streamed from their file alongside (indexer.intake.import_ids: never the whole list in memory)."""
     if spec.ids is None:
         raise InputError("--embeddings as .npy needs --ids (a JSON list of document ids, one per row)")
     files = _files(Path(spec.path), ".npy")

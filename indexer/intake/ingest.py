@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from models.bundle.docstore import DocStore, DocstoreWriter, DuplicateId
-from models.bundle.fields import PayloadField, check_metadata
+from models.bundle.payload.fields import PayloadField, check_metadata
+from models.bundle.storage.docstore import DocStore, DocstoreWriter, DuplicateId
 from models.corpus import RESERVED_KEYS, CorpusHasher, Document, first_line_of, json_object, scan_corpus
 from models.errors import InputError
 
@@ -35,7 +35,7 @@ class IngestedCorpus:
 def ingest_corpus(path: Path, docstore: DocstoreWriter, extra_metadata: bool = False,
                   fields: Sequence[PayloadField] = ()) -> IngestedCorpus:
     """Stream `path` into `docstore`; raise InputError naming file and line on a bad line, a duplicate id or a
-    value of another type than its declared field's (`fields`, models.bundle.fields).
+    value of another type than its declared field's (`fields`, models.bundle.payload.fields).
 
     `extra_metadata` keeps a line's keys outside id, title and text as metadata (models.corpus)."""
     hasher = CorpusHasher()

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.bundle.fields import PayloadField, check_metadata
+from models.bundle.payload.fields import PayloadField, check_metadata
 from models.corpus import Document, parse_line
 from models.errors import InputError
 

@@ -1,8 +1,8 @@
-"""`tandem index compact`: a version's segments merged as a merge policy plans (indexer.merge_policy).
+"""`tandem index compact`: a version's segments merged as a merge policy plans (indexer.versions.merge_policy).
 
 By default large segments with few deleted rows are kept and the rest merged into one new segment in the version's
-space (indexer.merge); when the first segment is not kept, or with `--all`, every segment is merged into one, as a
-fresh build of the live documents would be, which this module writes: the live documents are read segment by
+space (indexer.versions.merge); when the first segment is not kept, or with `--all`, every segment is merged into one,
+as a fresh build of the live documents would be, which this module writes: the live documents are read segment by
 segment in row order into a new docstore and corpus.jsonl, their teacher vectors from each segment's
 embedding-store entry into one entry of the compacted corpus, and the streaming build's writer (indexer.writer)
 makes the rest from that entry: what the first segment fixed (the PCA rotation, the int8 calibration, the binary
@@ -20,33 +20,34 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.export import has_vectors, live_documents, live_vectors
-from indexer.ingest import CHUNK as INGEST_CHUNK
-from indexer.ingest import Passages
-from indexer.merge import merge
-from indexer.merge_policy import MergePolicy
-from indexer.next_version import base_info, stored_precision, with_segments
+from indexer.encoding.encode import TeacherRun, encode_into, local_teacher
+from indexer.intake.ingest import CHUNK as INGEST_CHUNK
+from indexer.intake.ingest import Passages
 from indexer.publish import publish
-from indexer.request import VersionRequest, base_dir
 from indexer.rootlock import writer_step
 from indexer.sample import merge_samples
+from indexer.versions.live import has_vectors, live_documents, live_vectors
+from indexer.versions.merge import merge
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.next_version import base_info, stored_precision, with_segments
+from indexer.versions.request import VersionRequest, base_dir
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors, write_version_manifest
-from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, resolve_spec
 from models.bundle.version import in_segment, read_bundle_manifest
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.embeddings.store import EmbeddingStore, store_key
-from models.encoders.registry import ModelCard, sha256_file
+from models.encoders.registry import ModelCard
+from models.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 
 
 def compact(req: VersionRequest, policy: MergePolicy | None = None) -> BundleManifest | None:
-    """Publish the base version compacted as `policy` plans (indexer.merge_policy; by default large clean segments
-    kept, the rest merged; `MergePolicy(full=True)`: every segment merged into one); None, publishing nothing,
+    """Publish the base version compacted as `policy` plans (indexer.versions.merge_policy; by default large clean
+    segments kept, the rest merged; `MergePolicy(full=True)`: every segment merged into one); None, publishing nothing,
     when the plan has nothing to do. Into a root, under its writer lock from reading the base to moving CURRENT
     (indexer.rootlock)."""
     req.check()

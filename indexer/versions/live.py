@@ -1,31 +1,25 @@
-"""`tandem index export`: a bundle's documents with the teacher's full-dimension vectors, for other stores.
+"""A version's live documents and their teacher vectors, read in chunks: what a new version is made from.
 
-Teams that keep vectors in Qdrant, pgvector or Weaviate load this file and use tandem's student
-as their query encoder. Vectors come from the embedding-store entry the manifest names (or, for
-a 768-d float bundle without rotation, from the index itself), streamed with the docstore's rows
-and written to a temporary file renamed into place: memory holds one chunk.
+`index update`, `compact`, `merge` and the rewrite of an old bundle (indexer.versions) read the rows they keep
+through here, and `tandem index export` (indexer.export) writes them out. Vectors come from the embedding-store
+entry the manifest names (or, for a 768-d float bundle without rotation, from the index itself), streamed with
+the docstore's rows: memory holds one chunk.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
-from indexer.options import ExportFormat
-from models.atomic import atomic_write
-from models.bundle.docstore import DOCSTORE_FILE, DocStore
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import BundleManifest, SegmentInfo
-from models.bundle.rotation import Rotation
-from models.bundle.vector_index import float_vectors
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.vectors.index import float_vectors
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.rotation import Rotation
 from models.bundle.version import in_segment, read_bundle_manifest, tombstone_masks
-from models.bundle.versions import resolve_bundle
 from models.corpus import Document
 from models.embeddings.store import EmbeddingStore
 from models.errors import InputError
@@ -130,51 +124,3 @@ def rows(directory: Path, store: EmbeddingStore | None = None) -> Iterator[tuple
             _check_count(directory, segment, start)
         finally:
             docs.close()
-
-
-def export(path: Path, out: Path, fmt: ExportFormat, store: EmbeddingStore | None = None) -> int:
-    """Write the bundle at `path` (or a root's CURRENT) to `out`; returns the number of rows."""
-    directory = resolve_bundle(Path(path))
-    if not (directory / DOCSTORE_FILE).is_file():
-        raise InputError(f"{path}: not an index bundle (no {DOCSTORE_FILE})")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written: list[int] = []
-    write = _write_parquet if fmt is ExportFormat.PARQUET else _write_jsonl
-    atomic_write(out, lambda fh: written.append(write(directory, fh, store)))
-    count = written[0]
-    log.info("exported %d documents of %s to %s", count, directory, out)
-    return count
-
-
-def _write_parquet(directory: Path, out: BinaryIO, store: EmbeddingStore | None) -> int:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    dim = read_bundle_manifest(directory).teacher.dim
-    schema = pa.schema([("id", pa.string()), ("vector", pa.list_(pa.float32(), dim)),
-                        ("title", pa.string()), ("text", pa.string())])
-    count = 0
-    with pq.ParquetWriter(out, schema) as writer:
-        for docs, vectors in rows(directory, store):
-            flat = pa.array(vectors.ravel(), type=pa.float32())
-            writer.write_table(pa.table({
-                "id": [d.id for d in docs], "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
-                "title": [d.title for d in docs], "text": [d.text for d in docs]}, schema=schema))
-            count += len(docs)
-    return count
-
-
-def _write_jsonl(directory: Path, out: BinaryIO, store: EmbeddingStore | None) -> int:
-    count = 0
-    fh = io.TextIOWrapper(out, encoding="utf-8")
-    try:
-        for docs, vectors in rows(directory, store):
-            for doc, vector in zip(docs, vectors.tolist(), strict=True):
-                fh.write(json.dumps({"id": doc.id, "vector": vector, "title": doc.title, "text": doc.text},
-                                    ensure_ascii=False) + "\n")
-            count += len(docs)
-    finally:
-        fh.flush()
-        fh.detach()  # the caller owns `out` (and fsyncs and renames it)
-    return count

@@ -1,10 +1,11 @@
-"""A compaction that keeps some segments (indexer.merge_policy): the rest merged into one new segment.
+"""A compaction that keeps some segments (indexer.versions.merge_policy): the rest merged into one new segment.
 
-The new version starts as an update's does, hard links to its base's files (indexer.segments.link_version), less
-those of the segments it merges. Their live documents are streamed into the new segment's docstore, their teacher
+The new version starts as an update's does, hard links to its base's files (indexer.versions.segments.link_version),
+less those of the segments it merges. Their live documents are streamed into the new segment's docstore, their teacher
 vectors from their embedding-store entries into one entry for it, and the segment's first stage, lexical and
-payload indexes are written as an update writes its segment (indexer.segments.segment_indexes), in the space the
-first segment fixed (models.bundle.space): nothing is fitted again, so the kept segments' scores and the merged
+payload indexes are written as an update writes its segment (indexer.versions.segments.segment_indexes), in the space
+the
+first segment fixed (models.bundle.vectors.space): nothing is fitted again, so the kept segments' scores and the merged
 one's stay comparable. Disk and time follow the merged segments' rows, not the corpus's; memory is the streaming
 build's (the first stage of the merged segment and a chunk).
 """
@@ -18,22 +19,23 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from indexer.export import live_documents, live_vectors
-from indexer.ingest import CHUNK as INGEST_CHUNK
-from indexer.merge_policy import MergePlan
-from indexer.next_version import finish, stored_precision, with_segments
+from indexer.intake.ingest import CHUNK as INGEST_CHUNK
 from indexer.publish import publish
-from indexer.request import VersionRequest
 from indexer.sample import merge_samples
-from indexer.segments import link_version, segment_indexes
+from indexer.versions.live import live_documents, live_vectors
+from indexer.versions.merge_policy import MergePlan
+from indexer.versions.next_version import finish, stored_precision, with_segments
+from indexer.versions.request import VersionRequest
+from indexer.versions.segments import link_version, segment_indexes
 from indexer.writer import write_version_manifest
-from models.bundle.docstore import DOCSTORE_FILE, write_docstore
 from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
-from models.bundle.space import Space
+from models.bundle.storage.docstore import DOCSTORE_FILE, write_docstore
+from models.bundle.vectors.space import Space
 from models.bundle.versions import new_version_name
 from models.corpus import CorpusHasher, Document
 from models.embeddings.store import EmbeddingStore, store_key
-from models.encoders.registry import ModelCard, sha256_file
+from models.encoders.registry import ModelCard
+from models.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 

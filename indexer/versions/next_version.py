@@ -20,10 +20,10 @@ from typing import Literal
 
 import numpy as np
 
-from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.export import StoredRows, stored_key
-from models.bundle.fields import PayloadInfo
+from indexer.encoding.encode import TeacherRun, encode_into, local_teacher
+from indexer.versions.live import StoredRows, stored_key
 from models.bundle.manifest import BaseInfo, BundleManifest, EmbeddingSource, SegmentInfo
+from models.bundle.payload.fields import PayloadInfo
 from models.corpus import Document, corpus_key
 from models.embeddings.store import EmbeddingStore, store_key
 from models.encoders.registry import ModelCard
@@ -72,7 +72,7 @@ def with_fields(version: PayloadInfo | None, segment: PayloadInfo | None) -> Pay
 def finish(manifest: BundleManifest, base: BundleManifest, source_dir: Path, version: str | None, started: float,
            changed: dict[str, int], action: Action = "update", **more: object) -> BundleManifest:
     """The next version's manifest: what it started from, which `action` made it and what changed (`changed`:
-    indexer.segments.Applied.changed), its build time, with `more` of its fields (a follower's state)."""
+    indexer.versions.segments.Applied.changed), its build time, with `more` of its fields (a follower's state)."""
     return manifest.model_copy(update={
         "version": version, "base": base_info(base, source_dir, action, **changed), "build_time": utc_now(),
         "build_seconds": round(time.perf_counter() - started, 3), **more})

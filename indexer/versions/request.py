@@ -7,7 +7,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.encode import TeacherRun, local_device
+from indexer.encoding.encode import TeacherRun, local_device
 from indexer.publish import Target
 from indexer.sample import sample_size
 from models.bundle.manifest import BundleManifest

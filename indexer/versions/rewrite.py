@@ -1,11 +1,11 @@
 """An update that rewrites the whole bundle: how `tandem index update` changes a bundle built before segments.
 
 Such a bundle's lexical index holds bm25s's scores, precomputed with its own statistics, which cannot be summed
-with a later segment's (models.bundle.lexical), so its first update writes every document again, as every
+with a later segment's (models.bundle.lexical.postings), so its first update writes every document again, as every
 update did before segments: unchanged documents keep their vectors (from the embedding store entry of the base
 corpus, else from a full-dimension float index), only new or changed texts go through the teacher. Replaced
 documents keep their position, new ones are appended. The result is a one-segment bundle of today's format,
-which later updates change by segments (indexer.update). Which bundles it converts is
+which later updates change by segments (indexer.versions.update). Which bundles it converts is
 models.bundle.legacy.takes_segments (False: built before segments); the module says when both can go.
 """
 
@@ -22,22 +22,23 @@ from typing import TextIO
 
 import numpy as np
 
-from indexer.changes import Changes, read_changes
-from indexer.encode import TeacherRun, encode_into, local_teacher
-from indexer.export import StoredRows
-from indexer.ingest import Passages
+from indexer.encoding.encode import TeacherRun, encode_into, local_teacher
+from indexer.intake.ingest import Passages
 from indexer.publish import publish
-from indexer.request import UpdateRequest
+from indexer.versions.changes import Changes, read_changes
+from indexer.versions.live import StoredRows
+from indexer.versions.request import UpdateRequest
 from indexer.writer import CORPUS_FILE, write_doc_indexes, write_manifest, write_vectors
-from models.bundle.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import BaseInfo, BundleManifest, CorpusInfo, EmbeddingSource
-from models.bundle.rotation import Rotation
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.rotation import Rotation
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.corpus import CorpusHasher, Document, corpus_key
 from models.embeddings.store import EmbeddingStore, store_key
-from models.encoders.registry import ModelCard, sha256_file
+from models.encoders.registry import ModelCard
 from models.errors import InputError
+from models.hashing import sha256_file
 
 log = logging.getLogger(__name__)
 

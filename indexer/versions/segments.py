@@ -18,20 +18,20 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.changes import Changes
-from indexer.next_version import Vectors, with_fields, with_segments, with_tombstones
+from indexer.versions.changes import Changes
+from indexer.versions.next_version import Vectors, with_fields, with_segments, with_tombstones
 from indexer.writer import write_index
 from models.atomic import atomic_write
-from models.bundle.docstore import DOCSTORE_FILE, DocStore, write_docstore
-from models.bundle.index_spec import IndexSpec, IndexType, resolve_spec
-from models.bundle.lexical import build_lexical
+from models.bundle.lexical.postings import build_lexical
 from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, EmbeddingSource, SegmentInfo
-from models.bundle.payload_writer import write_payload
-from models.bundle.space import Space, VectorSource
+from models.bundle.payload.writer import write_payload
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore, write_docstore
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, resolve_spec
+from models.bundle.vectors.space import Space, VectorSource
 from models.bundle.version import check_own_directories, in_segment, tombstone_masks, tombstones_name
 from models.corpus import Document
-from models.encoders.registry import sha256_file
 from models.errors import InputError
+from models.hashing import sha256_file
 from models.manifest_io import utc_now
 
 log = logging.getLogger(__name__)

@@ -2,10 +2,10 @@
 
 The new version hard-links every file of its base and adds one segment holding the added and replaced
 documents (only those go through the teacher) with tombstones for the rows they replace and the deleted ones
-(indexer.segments). Its time, memory and new disk space follow the number of changes, not the corpus: nothing
+(indexer.versions.segments). Its time, memory and new disk space follow the number of changes, not the corpus: nothing
 of the base is read but the rows the changes name, by id, in each segment's docstore.
 
-A bundle built before segments is rewritten whole by its first update (indexer.rewrite): its lexical index
+A bundle built before segments is rewritten whole by its first update (indexer.versions.rewrite): its lexical index
 cannot take another segment. Every later update is a segment; `tandem index compact` merges them back into one.
 """
 
@@ -14,18 +14,18 @@ from __future__ import annotations
 import logging
 import time
 
-from indexer.changes import read_changes
-from indexer.next_version import finish, teacher_vectors
 from indexer.publish import publish
-from indexer.request import UpdateRequest, base_dir
-from indexer.rewrite import rewrite
 from indexer.rootlock import writer_step
 from indexer.sample import add_samples
-from indexer.segments import apply_changes, link_version
+from indexer.versions.changes import read_changes
+from indexer.versions.next_version import finish, teacher_vectors
+from indexer.versions.request import UpdateRequest, base_dir
+from indexer.versions.rewrite import rewrite
+from indexer.versions.segments import apply_changes, link_version
 from indexer.writer import write_version_manifest
 from models.bundle.legacy import takes_segments
 from models.bundle.manifest import BundleManifest
-from models.bundle.space import Space
+from models.bundle.vectors.space import Space
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import new_version_name
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 
 from models.bundle.manifest import BundleManifest
 from models.bundle.sample import read_sample
-from models.bundle.vector_index import DEFAULT_OVERSAMPLE
+from models.bundle.vectors.index import DEFAULT_OVERSAMPLE
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.encoders.student_manifest import StudentManifest
 from models.errors import TandemError

@@ -11,12 +11,12 @@ What it converts. A bundle written before segments existed (issue 37) differs fr
   served as the version's whole lexical index (`open_lexical`, `whole_bm25s`); older still, it has none (dense
   search only);
 - so it cannot take a segment (`takes_segments` is False): its first `tandem index update` rewrites it whole
-  (indexer.rewrite, which asks `takes_segments`), and `tandem index follow` compacts it once before its first
+  (indexer.versions.rewrite, which asks `takes_segments`), and `tandem index follow` compacts it once before its first
   change file.
 
 When it can go: once no root serves a version built before segments, i.e. every such root was updated, followed,
 compacted or rebuilt once since (each writes a version with `segments` and postings). Then this module,
-`models.bundle.lexical.Bm25sIndex`, indexer/rewrite.py and the bm25s dependency go together, and
+`models.bundle.lexical.postings.Bm25sIndex`, indexer/versions/rewrite.py and the bm25s dependency go together, and
 `BundleManifest.segments` becomes required.
 """
 
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeGuard
 
-from models.bundle.fields import PayloadInfo
-from models.bundle.lexical import LEXICAL_DIR, Bm25sIndex, PostingsIndex
+from models.bundle.lexical.postings import LEXICAL_DIR, Bm25sIndex, PostingsIndex
 from models.bundle.manifest import BundleManifest, SegmentInfo
-from models.bundle.payload import PayloadIndex
+from models.bundle.payload.fields import PayloadInfo
+from models.bundle.payload.index import PayloadIndex
 
 
 def takes_segments(manifest: BundleManifest) -> bool:

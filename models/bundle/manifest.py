@@ -12,17 +12,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from models.bundle.fields import PayloadField, PayloadInfo
-from models.bundle.index_spec import IndexSpec, Quantization
-from models.bundle.rotation import Rotation
+from models.bundle.lexical.info import LEXICAL_SUBDIRECTORY, LexicalInfo
+from models.bundle.payload.fields import PAYLOAD_SUBDIRECTORY, PayloadField, PayloadInfo
+from models.bundle.vectors.index_spec import IndexSpec, Quantization
+from models.bundle.vectors.rotation import Rotation
 from models.contract import TeacherRef
 from models.manifest_io import utc_now
 from models.paths import is_plain_name
 
 BUNDLE_FORMAT = 1
 BUNDLE_MANIFEST = "manifest.json"
-LEXICAL_SUBDIRECTORY = "lexical"  # the BM25 index (models.bundle.lexical writes it)
-PAYLOAD_SUBDIRECTORY = "payload"  # the payload index's columns (models.bundle.payload_writer writes them)
 BUNDLE_SUBDIRECTORIES = (LEXICAL_SUBDIRECTORY, PAYLOAD_SUBDIRECTORY)  # the only directories a segment may hold
 SEGMENTS_DIRECTORY = "segments"  # a version's later segments: segments/NAME/, each laid out as a bundle is
 TOMBSTONES_DIRECTORY = "tombstones"  # a version's deleted rows: tombstones/NAME.npy for segment NAME
@@ -67,22 +66,6 @@ class BaseInfo(BaseModel):
     replaced: int = 0
     deleted: int = 0
     encoded: int = Field(0, description="documents the teacher encoded for this update (new or changed text)")
-
-
-class LexicalInfo(BaseModel):
-    """The BM25 index over the passages the teacher saw (files under lexical/, listed in `files`)."""
-
-    engine: Literal["bm25s", "postings"] = Field(
-        default="bm25s", description="postings: per-segment postings scored at query time with the version's "
-        "statistics; bm25s: bundles built before segments (scores precomputed, one segment only)")
-    method: str = "lucene"
-    k1: float = 1.5
-    b: float = 0.75
-    stemmer: str = Field(default="english", description="PyStemmer algorithm; queries are stemmed alike")
-    stopwords: str = "en"
-    vocab: int = 0
-    documents: int | None = Field(default=None, description="postings: the rows the segment indexed")
-    total_length: int | None = Field(default=None, description="postings: the stems of all its rows (average length)")
 
 
 class FusionMethod(StrEnum):

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from models.bundle.integrity import load_checked_array, read_checked
 from models.bundle.manifest import BundleManifest, SegmentInfo
+from models.bundle.storage.integrity import load_checked_array, read_checked
 from models.errors import ContractMismatch
 
 SAMPLE_FORMAT = 1

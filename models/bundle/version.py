@@ -25,17 +25,17 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.docstore import DOCSTORE_FILE, DocStore
-from models.bundle.index_spec import Quantization
-from models.bundle.integrity import Verification, Verified, load_checked_array, verify_files
 from models.bundle.legacy import open_lexical, segment_payload, whole_bm25s
-from models.bundle.lexical import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
+from models.bundle.lexical.postings import LEXICAL_DIR, Bm25sIndex, Lexical, LexicalPart, PostingsIndex
 from models.bundle.manifest import BUNDLE_MANIFEST, TOMBSTONES_DIRECTORY, BundleManifest, FusionSpec, SegmentInfo
-from models.bundle.payload import PayloadIndex
-from models.bundle.payload_writer import payload_files
-from models.bundle.rows import Allowed, row_mask
-from models.bundle.space import SPACE_FILES, Space
-from models.bundle.vector_index import INDEX_FILE, RESCORE_FILE, ROW_CODES_FILE, VectorIndex
+from models.bundle.payload.index import PayloadIndex
+from models.bundle.payload.writer import payload_files
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.storage.integrity import Verification, Verified, load_checked_array, verify_files
+from models.bundle.storage.rows import Allowed, row_mask
+from models.bundle.vectors.index import INDEX_FILE, RESCORE_FILE, ROW_CODES_FILE, VectorIndex
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.space import SPACE_FILES, Space
 from models.contract import TeacherRef, check_same_teacher
 from models.errors import ContractMismatch
 from models.manifest_io import read_manifest
@@ -142,7 +142,7 @@ def verify_version(directory: Path, manifest: BundleManifest, trusted: Verified 
 
     `trusted` is what the version in service verified: a file it hashed, still with the same device, inode, size
     and mtime_ns and the same sha256 in this manifest (a segment hard-linked into the next version), is not read
-    again; the space files and tombstones always are (models.bundle.integrity says why, and the limit).
+    again; the space files and tombstones always are (models.bundle.storage.integrity says why, and the limit).
     """
     directory = Path(directory)
     _check_listed(directory, manifest)

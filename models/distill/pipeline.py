@@ -1,7 +1,7 @@
 """`tandem distill`: corpus + bundle → teacher targets → ridge-initialized student → training → ONNX.
 
 With preset `members` > 1, several students train on their own pseudo-queries and the ONNX
-student is the average of their weights (models/distill/soup.py).
+student is the average of their weights (models/distill/training/soup.py).
 
 The bundle names the teacher whose space the student must learn; the teacher model given
 (or recorded) must be that very model, by fingerprint.
@@ -27,23 +27,24 @@ from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import resolve_bundle
 from models.corpus import read_corpus
 from models.datasets.teacher_targets import TeacherTargets
-from models.distill.checkpoints import LAST
-from models.distill.data import TrainingData, build_training_data
-from models.distill.dataset import Examples
-from models.distill.export import export_student
-from models.distill.int8_emulation import int8_emulation
+from models.distill.exporting.export import export_student
 from models.distill.model import StudentModel, depth
 from models.distill.presets import Preset, resolve_preset
-from models.distill.queries import read_train_queries
-from models.distill.ridge import fit_ridge
-from models.distill.soup import average_states, member_seed
-from models.distill.tokens import Tokens, embed
-from models.distill.trainer import TrainResult, Validation, train, validate
+from models.distill.texts.data import TrainingData, build_training_data
+from models.distill.texts.dataset import Examples
+from models.distill.texts.queries import read_train_queries
+from models.distill.texts.tokens import Tokens, embed
+from models.distill.training.checkpoints import LAST
+from models.distill.training.int8_emulation import int8_emulation
+from models.distill.training.ridge import fit_ridge
+from models.distill.training.soup import average_states, member_seed
+from models.distill.training.trainer import TrainResult, Validation, train, validate
 from models.encoders.pooling import Head
-from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
+from models.encoders.registry import ModelCard, load_card, resolve
 from models.encoders.student_manifest import StudentManifest, TrainedOn
 from models.encoders.teacher import pick_device
 from models.errors import ContractMismatch
+from models.hashing import sha256_file
 from models.paths import cache_dir
 
 log = logging.getLogger(__name__)

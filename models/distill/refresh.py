@@ -28,27 +28,28 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from models.bundle.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.manifest import BundleManifest
 from models.bundle.staging import check_target
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.version import in_segment, read_bundle_manifest, tombstone_masks
 from models.bundle.versions import resolve_bundle
 from models.corpus import Document, read_corpus
 from models.datasets.teacher_targets import TeacherTargets
-from models.distill.data import Split, TrainingData, build_training_data
-from models.distill.dataset import Examples
-from models.distill.export import FP32_MIN_COSINE, export_student
+from models.distill.exporting.export import FP32_MIN_COSINE, export_student
+from models.distill.exporting.onnx_weights import load_onnx_weights
 from models.distill.model import StudentModel, depth
-from models.distill.onnx_weights import load_onnx_weights
 from models.distill.pick import pick_segments
 from models.distill.presets import Preset, resolve_preset
-from models.distill.tokens import Tokens, embed
-from models.distill.trainer import train
-from models.encoders.registry import ModelCard, load_card, resolve, sha256_file
+from models.distill.texts.data import Split, TrainingData, build_training_data
+from models.distill.texts.dataset import Examples
+from models.distill.texts.tokens import Tokens, embed
+from models.distill.training.trainer import train
+from models.encoders.registry import ModelCard, load_card, resolve
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.student_manifest import Refreshed, StudentManifest, TrainedOn
 from models.encoders.teacher import pick_device
 from models.errors import ContractMismatch, InputError
+from models.hashing import sha256_file
 from models.manifest_io import utc_now
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,8 @@ from tqdm.auto import tqdm
 
 from models.atomic import atomic_write, fsync_dir
 from models.embeddings.shard_log import ShardEvent, ShardLog, ShardRecord, entry_lock, now
-from models.encoders.registry import sha256_file
 from models.errors import ContractMismatch
+from models.hashing import sha256_file
 from models.paths import embeddings_dir, is_plain_name
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ class Shard:
 FileWriter = Callable[[Path], Path]
 
 # run(shards, on_progress) yields (shard, vectors) as each finishes, in any order: the local
-# engine encodes them in turn, the Ray engine (indexer.ray_engine) across a cluster.
+# engine encodes them in turn, the Ray engine (indexer.encoding.ray_engine) across a cluster.
 ShardRunner = Callable[[list[Shard], Callable[[int], object]], Iterator[tuple[Shard, np.ndarray]]]
 
 

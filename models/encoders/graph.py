@@ -6,7 +6,7 @@ on CPU (onnxruntime 1.32) that fused kernel costs about five times Add plus the 
 kernel: on a 22-token query, 48 µs against 13 µs a node, 12 nodes, 19% of the whole int8 encode
 (docs/lab/2026-11-26-encode-floor.md). The split is the same arithmetic (x + skip [+ bias], then the same
 normalization with the same epsilon, gamma and beta), so a student exported before the export stopped fusing
-them (models/distill/export.py) is split when it loads, in memory: no file changes, no new parity check.
+them (models/distill/exporting/export.py) is split when it loads, in memory: no file changes, no new parity check.
 """
 
 from __future__ import annotations

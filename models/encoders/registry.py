@@ -26,6 +26,7 @@ from models.encoders.encoder_setup import (
     weights_file,
 )
 from models.errors import ModelNotFound
+from models.hashing import sha256_file
 from models.paths import models_dir
 
 CARD_FILE = "tandem_model.json"
@@ -58,14 +59,6 @@ class ModelCard(EncoderSetup):
     def teacher_ref(self) -> TeacherRef:
         return TeacherRef(name=self.name, fingerprint=self.fingerprint, dim=self.dim, pooling=self.pooling,
                           query_prompt=self.query_prompt, document_prompt=self.document_prompt)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fingerprint(weights_sha256: str, pooling: str, dim: int, normalize: bool,

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.bundle.index_spec import Quantization
-from models.bundle.rotation import Rotation, fit_pca_rotation
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.rotation import Rotation, fit_pca_rotation
 from models.datasets.beir import Qrels
 from models.evaluation.metrics import NDCG, RECALL, TOP_K, run_from_rows, score_run
 from models.search import DEFAULT_OVERSAMPLE, VectorIndex, rotate

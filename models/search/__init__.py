@@ -6,16 +6,16 @@ The service, `tandem eval`, bench/ and tests search through these names:
 - `documents`: the documents at rows of a version (rows count across its segments);
 - `parse_filter`: a request's metadata filter, compiled (or `FilterError`);
 - from models.bundle, for callers of the search: `VectorIndex` (a bare index built in memory, not a bundle, searched
-  by its `search`), `rotate` (a space's rotation, models.bundle.space), `set_search_threads` (FAISS's threads for
-  the calling thread's searches).
+  by its `search`), `rotate` (a space's rotation, models.bundle.vectors.space), `set_search_threads` (FAISS's threads
+  for the calling thread's searches).
 
 Modules: `query` (the search itself: planning, merging segments, fusion, documents), `filters`, `planner` (how a
 filtered dense search runs), `fusion`. Every FAISS and BM25 call is models.bundle's: the search asks a segment's
 `VectorIndex` and its lexical index, and imports neither FAISS nor bm25s.
 """
 
-from models.bundle.space import rotate
-from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex, set_search_threads
+from models.bundle.vectors.index import DEFAULT_OVERSAMPLE, VectorIndex, set_search_threads
+from models.bundle.vectors.space import rotate
 from models.search.filters import Filter, FilterError, parse_filter
 from models.search.query import Hit, Mode, Retrieved, SearchOptions, dense_hits, documents, search
 

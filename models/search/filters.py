@@ -9,7 +9,7 @@ A filter is a condition or a combination of them:
     {"field": "doi", "exists": true}              present and not null
     {"and": [...]}, {"or": [...]}, {"not": {...}}
 
-A bundle with a payload index evaluates the tree on its typed columns (models.bundle.payload), where a
+A bundle with a payload index evaluates the tree on its typed columns (models.bundle.payload.index), where a
 keyword-list field matches when any element does and a datetime field compares instants; older bundles,
 and keys the index leaves out, run the SQL here in the docstore (SQLite's JSON functions over the metadata
 column), so choosing the matching rows never loads documents. `Filter.matches` is the same semantics in
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from models.bundle.fields import FieldType, to_micros
+from models.bundle.payload.fields import FieldType, to_micros
 
 _RANGE = ("gt", "gte", "lt", "lte")
 _SQL_OP = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}

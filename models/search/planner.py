@@ -1,6 +1,6 @@
 """The rows a filtered search may return, and how a dense search over them runs, chosen by how many there are.
 
-The rows come as an `Allowed` (models.bundle.rows): a filter's mask (models.bundle.payload), ANDed with a
+The rows come as an `Allowed` (models.bundle.storage.rows): a filter's mask (models.bundle.payload.index), ANDed with a
 segment's deletions.
 
 `Planner` picks one of two plans for the dense side (docs/decisions.md#filtered-search-planned-by-cardinality):
@@ -21,8 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from models.bundle.index_spec import IndexType
-from models.bundle.rows import Allowed
+from models.bundle.storage.rows import Allowed
+from models.bundle.vectors.index_spec import IndexType
 
 # At or below this share of the bundle's rows, a filtered dense search scores the matching rows exactly. At 1M binary
 # documents, each search right after its query's encode as served, the exact pass was the faster up to 20% (flat)

@@ -1,14 +1,14 @@
 """A bundle's search, from query vectors and texts to documents: one search in any mode (dense, lexical or
 hybrid), with filters, pagination and a score floor, down to each segment's index (`search`), and the unfiltered
 dense top-k that evaluation, warm-up and tests ask of a bundle (`dense_hits`). The query is rotated into the
-version's basis once (models.bundle.space), then each segment's `VectorIndex` (models.bundle.vector_index) runs
+version's basis once (models.bundle.vectors.space), then each segment's `VectorIndex` (models.bundle.vectors.index) runs
 the FAISS search, the binary rescoring and the exact pass; this module plans, merges and fetches the documents,
 and touches no FAISS object.
 
 A version may be made of several segments (models.bundle.version): each is searched with the request's options and
 its best are merged (`merge`), so a hit's row counts across the version; `documents` reads each hit from its
 segment's docstore. A filter becomes the rows it allows once per search and segment (`allowed_rows`: the
-segment's payload index, models.bundle.payload, or the docstore's SQL for older bundles), less the segment's
+segment's payload index, models.bundle.payload.index, or the docstore's SQL for older bundles), less the segment's
 deleted rows (its tombstones, which without a filter are the rows it leaves out), and both sides search only
 those rows, so a page fills whenever enough documents match:
 - dense: as models.search.planner chooses from their count, an exact pass over the allowed rows' stored
@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from models.bundle.legacy import has_payload_index
-from models.bundle.lexical import Lexical
+from models.bundle.lexical.postings import Lexical
 from models.bundle.manifest import FusionMethod, FusionSpec
-from models.bundle.rows import Allowed, row_mask
-from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
+from models.bundle.storage.rows import Allowed, row_mask
+from models.bundle.vectors.index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.corpus import Document
 from models.errors import DeadlineExceeded
 from models.search.filters import Filter, sql_of

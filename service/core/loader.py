@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 
-from models.bundle.integrity import check_unchanged
 from models.bundle.manifest import BundleManifest
+from models.bundle.storage.integrity import check_unchanged
 from models.bundle.version import Bundle, read_bundle_manifest, verify_version
 from models.bundle.versions import resolve_bundle
 from models.contract import check_same_teacher
@@ -36,8 +36,8 @@ from service.core.batcher import BatchLimits
 from service.core.memory import rss_bytes
 from service.core.query_cache import QueryCache
 from service.core.searcher import QueryEncoder, Searcher
-from service.descriptors import TooManyOpenFiles, out_of_descriptors, too_many_open_files
 from service.redact import printable, public_error
+from service.runtime.descriptors import TooManyOpenFiles, out_of_descriptors, too_many_open_files
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)

@@ -44,8 +44,8 @@ from service.core.outcomes import (
 from service.core.processes import Change, ProcessGroup
 from service.core.searcher import Searcher
 from service.core.watch import PointerWatcher
-from service.descriptors import TooManyOpenFiles
 from service.redact import printable, public_error
+from service.runtime.descriptors import TooManyOpenFiles
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)

@@ -32,7 +32,7 @@ def _keys_follow(keys: KeySource, collections: CollectionSet) -> None:
 
 def create_app(settings: ServiceSettings, group: ProcessGroup | None = None) -> FastAPI:
     """A fresh app per call (no module-level singletons), so tests and servers can run several; `group` when
-    this is one of the processes of `--processes N` (service.workers), sharing reloads with the others."""
+    this is one of the processes of `--processes N` (service.runtime.workers), sharing reloads with the others."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

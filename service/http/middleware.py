@@ -20,9 +20,9 @@ from service.core.fields import manifest_fields
 from service.http.auth import ApiKeyMiddleware, ApiKeys
 from service.http.errors import error_response
 from service.http.keyring import KeySource
-from service.logs import new_request_id, request_id_var, valid_request_id
 from service.metrics import Metrics
 from service.redact import printable
+from service.runtime.logs import new_request_id, request_id_var, valid_request_id
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)

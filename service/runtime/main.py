@@ -1,5 +1,5 @@
 """`tandem serve`: refuse an incompatible student/bundle pair up front, then run uvicorn (one process, or a
-supervisor and TANDEM_PROCESSES workers: service.workers, each making its app with `create_worker_app`)."""
+supervisor and TANDEM_PROCESSES workers: service.runtime.workers, each making its app with `create_worker_app`)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from fastapi import FastAPI
 
 from service.core.loader import check_compatible
 from service.core.processes import ProcessGroup
-from service.descriptors import raise_descriptor_limit
-from service.heap import freeze_startup_heap
 from service.http.app import create_app
-from service.logs import configure_logging
-from service.server import server_config
+from service.runtime.descriptors import raise_descriptor_limit
+from service.runtime.heap import freeze_startup_heap
+from service.runtime.logs import configure_logging
+from service.runtime.server import server_config
+from service.runtime.workers import run_workers
 from service.settings import ServiceSettings, available_cores
-from service.workers import run_workers
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ def run_server(settings: ServiceSettings) -> None:
     the pair does not match."""
     configure_logging(settings.log_format, settings.log_level)
     sys.setswitchinterval(settings.gil_switch_ms / 1e3)
-    raise_descriptor_limit()  # before any worker starts: they inherit it (service.descriptors)
+    raise_descriptor_limit()  # before any worker starts: they inherit it (service.runtime.descriptors)
     specs = settings.collection_specs()
     for spec in specs:
         own = settings.model_copy(update={"index": spec.index, "student": spec.student})
@@ -57,7 +57,7 @@ def run_server(settings: ServiceSettings) -> None:
 
 def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
     """The app of one worker process of `--processes N` (called in the worker: its logging is configured here, as
-    in the parent); service.workers pickles it by name into each worker."""
+    in the parent); service.runtime.workers pickles it by name into each worker."""
     configure_logging(settings.log_format, settings.log_level)
     sys.setswitchinterval(settings.gil_switch_ms / 1e3)  # a spawned interpreter starts with Python's default
     app = create_app(settings, ProcessGroup(runtime))

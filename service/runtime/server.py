@@ -67,7 +67,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _config(self) -> GuardedConfig:
         config = self.config
-        assert isinstance(config, GuardedConfig), "GuardedProtocol needs a GuardedConfig (service.server)"
+        assert isinstance(config, GuardedConfig), "GuardedProtocol needs a GuardedConfig (service.runtime.server)"
         return config
 
     def _timeouts(self) -> tuple[float, float]:

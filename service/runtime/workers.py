@@ -6,12 +6,12 @@ socket shared, not SO_REUSEPORT (one socket per process, which would let any pro
 join the port): it needs no socket option and is what uvicorn's supervisor does and restarts against.
 
 Each worker is a fresh interpreter (multiprocessing's spawn) that unpickles the uvicorn config. The app
-in it is `functools.partial(create_worker_app, settings, runtime)` (service.main hands the factory in, so the
+in it is `functools.partial(create_worker_app, settings, runtime)` (service.runtime.main hands the factory in, so the
 supervisor knows no app): the validated ServiceSettings object
 itself, so every worker gets exactly the parent's settings (never re-read from a changed environment),
-and the config is service.server's GuardedConfig, so the timeouts, guarded protocol and
+and the config is service.runtime.server's GuardedConfig, so the timeouts, guarded protocol and
 limit_concurrency hold in every worker (limit_concurrency per worker). The parent has already run the
-student/bundle check (service.main) before any worker starts.
+student/bundle check (service.runtime.main) before any worker starts.
 
 The runtime directory (service.core.processes) is made fresh, private (0700), before the first worker starts,
 and removed when the supervisor exits; PROMETHEUS_MULTIPROC_DIR points into it, set in the parent's
@@ -37,7 +37,7 @@ from uvicorn.supervisors.multiprocess import Multiprocess
 
 from service.core.processes import METRICS, remove_process
 from service.metrics import MULTIPROC_DIR
-from service.server import server_config
+from service.runtime.server import server_config
 from service.settings import ServiceSettings
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ WORKER_HEALTHCHECK_S = 30
 
 
 # Makes the app of one worker process, in that process, from the parent's settings and the runtime directory; a
-# module-level function, so that it pickles into the workers by name (service.main.create_worker_app).
+# module-level function, so that it pickles into the workers by name (service.runtime.main.create_worker_app).
 AppFactory = Callable[[ServiceSettings, Path], Any]
 
 

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 
 from indexer.check import check
-from indexer.compact import compact
-from indexer.demo_corpus import write_demo_corpus
-from indexer.merge_policy import MergePolicy
-from indexer.request import VersionRequest
-from indexer.update import UpdateRequest, update
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.request import VersionRequest
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.sample import SAMPLE_FILES, read_sample
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import read_current
 from models.errors import ContractMismatch
+from tandem.demo_corpus import write_demo_corpus
 from tests.fixtures.corpus import DOCS
 
 pytestmark = pytest.mark.slow

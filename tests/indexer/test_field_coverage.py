@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from indexer.ingest import ingest_corpus
-from models.bundle.docstore import DocstoreWriter
-from models.bundle.fields import declared_fields
+from indexer.intake.ingest import ingest_corpus
+from models.bundle.payload.fields import declared_fields
+from models.bundle.storage.docstore import DocstoreWriter
 from models.errors import InputError
 
 

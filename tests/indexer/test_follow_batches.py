@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from indexer.changes import Changes
 from indexer.follow import ChangeDir, FollowReport, FollowRequest, follow, step
-from indexer.next_version import teacher_vectors
-from indexer.request import VersionRequest
-from indexer.segments import OPENED, Batch, apply_changes, link_version
-from models.bundle.space import Space
+from indexer.versions.changes import Changes
+from indexer.versions.next_version import teacher_vectors
+from indexer.versions.request import VersionRequest
+from indexer.versions.segments import OPENED, Batch, apply_changes, link_version
+from models.bundle.vectors.space import Space
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 from models.corpus import Document
@@ -133,7 +133,7 @@ def test_a_batch_makes_what_one_change_set_at_a_time_makes(root: Path, tmp_path:
 def test_a_follower_loads_the_teacher_once_for_its_steps(root: Path, tmp_path: Path) -> None:
     """Each step encodes its new documents with the teacher, loaded by the first step and kept for the next (a
     follower at 1,000 documents a minute spent about 4 s of each step loading it)."""
-    from indexer.encode import _kept_teacher
+    from indexer.encoding.encode import _kept_teacher
 
     _kept_teacher.cache_clear()
     changes = tmp_path / "changes"

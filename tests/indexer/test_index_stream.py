@@ -14,11 +14,11 @@ import pytest
 from indexer.build import BuildRequest, build
 from indexer.export import export
 from indexer.options import ExportFormat
-from models.bundle.index_spec import Quantization, resolve_spec
 from models.bundle.manifest import BundleManifest
-from models.bundle.rotation import ROTATION_FILE, fit_pca_rotation
-from models.bundle.space import CALIBRATION_FILE
-from models.bundle.vector_index import RESCORE_FILE
+from models.bundle.vectors.index import RESCORE_FILE
+from models.bundle.vectors.index_spec import Quantization, resolve_spec
+from models.bundle.vectors.rotation import ROTATION_FILE, fit_pca_rotation
+from models.bundle.vectors.space import CALIBRATION_FILE
 from models.bundle.version import Bundle
 from models.embeddings.store import EmbeddingStore
 from models.errors import InputError

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.update import UpdateRequest, update
-from models.bundle.index_spec import IndexSpec, IndexType, Quantization, resolve_spec
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.manifest import BundleManifest
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, Quantization, resolve_spec
 from models.bundle.version import Bundle, read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch
 from models.search import VectorIndex, dense_hits

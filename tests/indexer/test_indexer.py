@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.compact import compact
-from indexer.merge_policy import MergePolicy
-from indexer.request import VersionRequest
-from indexer.update import UpdateRequest, update
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.request import VersionRequest
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.manifest import BundleManifest
 from models.bundle.staging import staged
 from models.bundle.version import Bundle, read_bundle_manifest

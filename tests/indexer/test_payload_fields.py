@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.update import UpdateRequest, update
 from indexer.verify import verify
-from models.bundle.fields import FieldType
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.payload.fields import FieldType
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.errors import ContractMismatch, InputError
 from models.search import parse_filter

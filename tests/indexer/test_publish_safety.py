@@ -26,7 +26,7 @@ from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
-from tests.service.test_service_reload import v2_bundle
+from tests.service.reload.test_service_reload import v2_bundle
 
 __all__ = ["v2_bundle"]  # fixture shared with test_service_reload
 

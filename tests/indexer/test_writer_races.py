@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from indexer.pause import PAUSE_ENV
-from indexer.update import UpdateRequest, update
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.embeddings.store import EmbeddingStore

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from indexer.check import check
-from indexer.demo_corpus import write_demo_corpus
 from indexer.follow import FollowRequest, follow
-from indexer.request import UpdateRequest
-from indexer.update import update
+from indexer.versions.request import UpdateRequest
+from indexer.versions.update import update
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.sample import SAMPLE_FILES
 from models.bundle.version import read_bundle_manifest
@@ -25,6 +24,7 @@ from models.distill.refresh import RefreshRequest, new_segments, run_refresh
 from models.encoders.student import read_student_manifest
 from models.encoders.student_root import current_student
 from models.errors import InputError
+from tandem.demo_corpus import write_demo_corpus
 from tandem.student_refresh import StudentRefresher, below_agreement
 from tests.fixtures.corpus import DOCS
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer.demo_corpus import MAX_DOC_CHARS, MIN_DOC_CHARS, write_demo_corpus
 from models.corpus import read_corpus
+from tandem.demo_corpus import MAX_DOC_CHARS, MIN_DOC_CHARS, write_demo_corpus
 
 
 @pytest.fixture(scope="module")

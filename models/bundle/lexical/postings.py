@@ -32,11 +32,12 @@ import numpy as np
 import Stemmer
 from bm25s.stopwords import STOPWORDS_EN
 
-from models.bundle.dictionary import RUN_STRINGS, Dictionary, RunDictionary
-from models.bundle.docstore import DocStore
-from models.bundle.lexical_pruning import QueryTerm, Scorer, exhaustive_top_k, pruned_top_k, top_k
-from models.bundle.manifest import LEXICAL_SUBDIRECTORY, LexicalInfo
-from models.bundle.spill import CodeSpill, new_array, release, save_array
+from models.bundle.lexical.info import LEXICAL_SUBDIRECTORY, LexicalInfo
+from models.bundle.lexical.pruning import QueryTerm, Scorer, exhaustive_top_k, pruned_top_k
+from models.bundle.storage.dictionary import RUN_STRINGS, Dictionary, RunDictionary
+from models.bundle.storage.docstore import DocStore
+from models.bundle.storage.spill import CodeSpill, new_array, release, save_array
+from models.bundle.storage.top_k import top_k
 
 log = logging.getLogger(__name__)
 logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets its own logger to DEBUG on import
@@ -84,8 +85,8 @@ def build_lexical(staging: Path, docs: DocStore, count: int, info: LexicalInfo |
                   run_stems: int = RUN_STRINGS, chunk: int = READ_CHUNK) -> tuple[LexicalInfo, list[str]]:
     """Index rows [0, count) of `docs` into staging/lexical/ as postings; returns the parameters (with this
     segment's document count and total length) and the file names. Postings spill to a scratch file as the
-    passages are read and are laid out by stem from it (models.bundle.spill); the stems are coded in runs of
-    about `run_stems` (models.bundle.dictionary.RunDictionary), a run ending between two `chunk`s of passages:
+    passages are read and are laid out by stem from it (models.bundle.storage.spill); the stems are coded in runs of
+    about `run_stems` (models.bundle.storage.dictionary.RunDictionary), a run ending between two `chunk`s of passages:
     memory holds one run and one chunk, whatever the corpus size or its vocabulary's."""
     info = (info or LexicalInfo()).model_copy(update={"engine": "postings"})
     analyzer = Analyzer(info)
@@ -275,7 +276,7 @@ class Lexical:
         deleted rows out), or among all its live rows when None, best first; documents that share no stem with the
         query are not hits. Each distinct stem is scored once, weighted by its count in the query; `check` runs
         before each part (it raises to stop a search past its deadline). Postings that cannot change the top k are
-        skipped (models.bundle.lexical_pruning); `exhaustive` scores every one instead, the reference for tests."""
+        skipped (models.bundle.lexical.pruning); `exhaustive` scores every one instead, the reference for tests."""
         terms = self.analyzer.terms(query)
         stems, counts = list(terms), [np.float32(c) for c in terms.values()]
         found = [[p.index.term(s) for s in stems] for p in self.parts]

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.bundle.storage.top_k import top_k
+
 MARGIN = 1 + 1e-4  # bounds and partial sums are float64 sums of float32 terms: far wider than their rounding
 SMALL = 50_000  # below this many postings in a segment, scoring all of them is cheaper than planning
 SEED = 128  # at least this many best partial candidates are scored exactly to set θ
@@ -92,19 +94,6 @@ def exact_scores(terms: Sequence[QueryTerm], scorer: Scorer, rows: np.ndarray) -
         scores[found] += scorer.score(term, pos)
         read += len(pos)
     return scores, read
-
-
-def top_k(scores: np.ndarray, rows: np.ndarray, k: int, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """The k best (scores, rows), best first, ties by row; `positive` drops scores ≤ 0."""
-    if positive:
-        keep = scores > 0
-        scores, rows = scores[keep], rows[keep]
-    if len(scores) > k:
-        kth = np.partition(scores, len(scores) - k)[len(scores) - k]  # the k-th best; ties at it all stay
-        keep = scores >= kth
-        scores, rows = scores[keep], rows[keep]
-    order = np.lexsort((rows, -scores))[:k]
-    return scores[order], rows[order]
 
 
 def exhaustive_top_k(terms: Sequence[QueryTerm], scorer: Scorer, count: int, deleted: np.ndarray | None,

@@ -1,6 +1,6 @@
 """One payload field's sorted columns, gathered in row order and laid out on disk in bounded memory.
 
-models.bundle.payload_writer reads the docstore's metadata a chunk at a time and hands each field its (row, value)
+models.bundle.payload.writer reads the docstore's metadata a chunk at a time and hands each field its (row, value)
 pairs here. Holding every pair in RAM and sorting them cost 40 bytes and more per document per field (600 MB for
 three fields at 10M documents); instead the pairs go to scratch files beside the output as they come:
 
@@ -12,7 +12,7 @@ three fields at 10M documents); instead the pairs go to scratch files beside the
 - the rows without a value: appended to a raw file, then copied behind their .npy header;
 - each row's rank (position in the sorted rows), but for a keyword list: the sorted rows scattered back by position.
 
-The arrays are those the in-memory sort wrote, byte for byte (tests/models/bundle/test_payload.py).
+The arrays are those the in-memory sort wrote, byte for byte (tests/models/bundle/payload/test_payload.py).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.dictionary import sorted_dictionary
-from models.bundle.fields import FieldType, PayloadField, typed
-from models.bundle.spill import STEP_RECORDS, CodeSpill, Records, new_array, release, save_array
+from models.bundle.payload.fields import FieldType, PayloadField, typed
+from models.bundle.storage.dictionary import sorted_dictionary
+from models.bundle.storage.spill import STEP_RECORDS, CodeSpill, Records, new_array, release, save_array
 
 KEYWORD_TYPES = frozenset({FieldType.KEYWORD, FieldType.KEYWORD_LIST})
 VALUE_DTYPES = {FieldType.INTEGER: np.int64, FieldType.DATETIME: np.int64, FieldType.FLOAT: np.float64,
@@ -39,7 +39,7 @@ def row_dtype(count: int) -> type[np.signedinteger]:
 
 class FieldColumns:
     """One field's (value, row) pairs as they are read (`add`, then `flush` after each chunk of rows), written
-    sorted by `write`; past SPILL_AFTER pairs they wait in scratch files in `scratch` (models.bundle.spill)."""
+    sorted by `write`; past SPILL_AFTER pairs they wait in scratch files in `scratch` (models.bundle.storage.spill)."""
 
     def __init__(self, field: PayloadField, scratch: Path, position: int, count: int) -> None:
         self.field, self.count = field, count

@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from models.errors import InputError
 
+PAYLOAD_SUBDIRECTORY = "payload"  # the payload index's columns (models.bundle.payload.writer writes them)
+
 _INT64 = (-(2**63), 2**63 - 1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

@@ -1,7 +1,7 @@
 """A bundle's payload index: its typed columns memory-mapped from payload/, and a filter evaluated on them into a
 row mask (one bool per row of the bundle).
 
-A condition is a few contiguous slices of a column's `rows` (models.bundle.payload_writer lays them out), found by
+A condition is a few contiguous slices of a column's `rows` (models.bundle.payload.writer lays them out), found by
 binary search: equality and `in` on keywords take their values' posting lists, a range the run of sorted values
 between its bounds. The slices are scattered into the mask, or, when they hold most rows, what they leave out is
 cleared from a full mask instead; or, when even that would scatter a large share of the rows, the mask is a
@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from models.bundle.dictionary import Dictionary
-from models.bundle.fields import FieldType, PayloadField, PayloadInfo, to_micros, typed
-from models.bundle.payload_writer import KEYWORD_TYPES, field_parts, part_name
+from models.bundle.payload.fields import FieldType, PayloadField, PayloadInfo, to_micros, typed
+from models.bundle.payload.writer import KEYWORD_TYPES, field_parts, part_name
+from models.bundle.storage.dictionary import Dictionary
 
 Leaf = tuple[Any, ...]
 Fallback = Callable[[Leaf], np.ndarray]  # a condition on an unindexed key → its row mask

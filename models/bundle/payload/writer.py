@@ -1,9 +1,9 @@
 """Building a bundle's payload index: each typed metadata field as sorted columns under payload/.
 
 Two passes over the docstore's metadata (never its texts): the first counts the JSON kinds of every key, to
-infer the type of each key not declared (models.bundle.fields); the second gathers each indexed field's (value, row)
-pairs, sorted by value on disk in bounded memory (models.bundle.payload_columns), into numpy arrays that
-models.bundle.payload memory-maps:
+infer the type of each key not declared (models.bundle.payload.fields); the second gathers each indexed field's (value,
+row) pairs, sorted by value on disk in bounded memory (models.bundle.payload.columns), into numpy arrays that
+models.bundle.payload.index memory-maps:
 
 - keyword and keyword-list: the distinct values in order (`dict`: their UTF-8 bytes, `dict_offsets`), and each
   value's rows ascending, one posting list after another (`rows`, delimited by `offsets`);
@@ -24,10 +24,17 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from models.bundle.docstore import DocStore
-from models.bundle.fields import FieldType, PayloadField, PayloadInfo, Tally, describe_kinds, infer
-from models.bundle.manifest import PAYLOAD_SUBDIRECTORY
-from models.bundle.payload_columns import KEYWORD_TYPES, FieldColumns
+from models.bundle.payload.columns import KEYWORD_TYPES, FieldColumns
+from models.bundle.payload.fields import (
+    PAYLOAD_SUBDIRECTORY,
+    FieldType,
+    PayloadField,
+    PayloadInfo,
+    Tally,
+    describe_kinds,
+    infer,
+)
+from models.bundle.storage.docstore import DocStore
 from models.errors import InputError
 
 log = logging.getLogger(__name__)

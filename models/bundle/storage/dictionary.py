@@ -1,7 +1,7 @@
 """A sorted-strings dictionary on disk: distinct strings in order, their UTF-8 bytes concatenated, and int64
 offsets where each starts (one more than there are strings, the last the end). A keyword field's values in the
-payload index (models.bundle.payload_writer, .npy arrays) and a segment's stems in the lexical postings
-(models.bundle.lexical, raw bytes in terms.bin) are laid out so: written from `sorted_dictionary` (keywords) or
+payload index (models.bundle.payload.writer, .npy arrays) and a segment's stems in the lexical postings
+(models.bundle.lexical.postings, raw bytes in terms.bin) are laid out so: written from `sorted_dictionary` (keywords) or
 `RunDictionary.merge` (stems, coded in runs of bounded memory), and read through `Dictionary`.
 """
 

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from models.bundle.dictionary import run_offsets
+from models.bundle.storage.dictionary import run_offsets
 
 STEP_RECORDS = 1 << 20  # records scattered at a time (1M: tens of MB of working set)
 WINDOW_ITEMS = 1 << 23  # output items written between two releases of its pages (8M: 32 MB of int32)

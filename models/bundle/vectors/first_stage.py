@@ -11,9 +11,9 @@ from typing import Any, cast
 import faiss
 import numpy as np
 
-from models.bundle.index_spec import IndexSpec, IndexType, Quantization
-from models.bundle.quantize import Int8Calibration
-from models.bundle.space import sign_codes
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, Quantization
+from models.bundle.vectors.quantize import Int8Calibration
+from models.bundle.vectors.space import sign_codes
 
 # IVF's k-means trains on a stride of IVF_TRAIN_PER_CELL codes a cell for IVF_TRAIN_ITERATIONS iterations: FAISS's
 # floor of points a centroid and its default max were 39 and 256 (with 25 iterations), and at 4·√N cells the old

@@ -7,9 +7,9 @@
   a filtered search's exact plan ranks the allowed rows by Hamming distance there, instead of scoring every one of
   them by its int8 vector.
 
-Those are the flat (exact) first stages; models.bundle.first_stage also builds HNSW and IVF ones
-(models.bundle.index_spec), with the same int8 calibration and the same binary rescoring. An index is scored in its
-version's space (models.bundle.space: the calibration, center and spin, shared by the version's segments).
+Those are the flat (exact) first stages; models.bundle.vectors.first_stage also builds HNSW and IVF ones
+(models.bundle.vectors.index_spec), with the same int8 calibration and the same binary rescoring. An index is scored in
+its version's space (models.bundle.vectors.space: the calibration, center and spin, shared by the version's segments).
 
 `VectorIndex` does every FAISS call a search makes: the first stage (restricted to allowed rows by an ID selector,
 HNSW's efSearch widened and IVF's results over-fetched by the numbers of models.search.planner, which it is
@@ -30,7 +30,11 @@ from typing import Any, BinaryIO, Protocol, cast
 import faiss
 import numpy as np
 
-from models.bundle.first_stage import (
+from models.bundle.storage.prefetch import prefetch
+from models.bundle.storage.row_file import PreadRows, drop_mapped_pages
+from models.bundle.storage.rows import Allowed
+from models.bundle.storage.top_k import top_k
+from models.bundle.vectors.first_stage import (
     apply_search_params,
     build_first_stage,
     empty_first_stage,
@@ -39,13 +43,9 @@ from models.bundle.first_stage import (
     stored_codes,
     train_step,
 )
-from models.bundle.index_spec import IndexSpec, IndexType, Quantization
-from models.bundle.lexical import top_k
-from models.bundle.prefetch import prefetch
-from models.bundle.quantize import int8_decode, int8_encode
-from models.bundle.row_file import PreadRows, drop_mapped_pages
-from models.bundle.rows import Allowed
-from models.bundle.space import Space
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, Quantization
+from models.bundle.vectors.quantize import int8_decode, int8_encode
+from models.bundle.vectors.space import Space
 from models.contract import truncate
 from models.timing import StageObserver
 
@@ -107,7 +107,7 @@ class VectorIndex:
         center: bool = False, spin: bool = False,
     ) -> VectorIndex:
         """Index full-dimension unit vectors after MRL truncation to `dim` (spec: resolved, default flat), in a space
-        fitted on them (models.bundle.space): binary codes are the signs of the vectors minus their mean
+        fitted on them (models.bundle.vectors.space): binary codes are the signs of the vectors minus their mean
         (`center`), spun (`spin`)."""
         spec = spec or IndexSpec()
         space = Space.fit(len(vectors), lambda: [vectors], dim=dim, quantization=quantization, center=center,
@@ -261,7 +261,7 @@ class VectorIndex:
             drop_mapped_pages(self.mapped_file)
 
     def read_rows_unmapped(self) -> PreadRows | None:
-        """From now on read the rescoring rows by copying them from the file (models.bundle.row_file) instead of
+        """From now on read the rescoring rows by copying them from the file (models.bundle.storage.row_file) instead of
         through its memory map, so a search leaves nothing mapped; the reader, for the caller to close (None: no
         memory-mapped rows). A writer's agreement sample does so; the service keeps the map."""
         codes = self.rescore_codes
@@ -398,7 +398,7 @@ class IndexWriter:
 
     def finish(self) -> list[str]:
         """Write the index; returns every file name written. Its space is its version's, which the indexer writes
-        once for all of the version's segments (models.bundle.space)."""
+        once for all of the version's segments (models.bundle.vectors.space)."""
         if self.added != self.count:
             raise ValueError(f"index writer got {self.added} vectors, expected {self.count}")
         if self._rescore is not None:

@@ -4,7 +4,7 @@ all-mpnet-base-v2 was not trained for Matryoshka truncation: its first k dims ca
 the corpus's variance than any other k. An orthogonal rotation onto the corpus's principal axes
 (most variance first) preserves every inner product at full width and moves the variance into
 the dims that truncation keeps. The matrix is fitted on the document vectors at build time,
-stored in the bundle, and applied by one function, models.bundle.space.rotate, to the documents
+stored in the bundle, and applied by one function, models.bundle.vectors.space.rotate, to the documents
 at build time and to the queries at search time, so documents and queries always share it.
 Uncentered on purpose: centering would shift every score by a query-dependent constant and break
 the full-width equivalence.

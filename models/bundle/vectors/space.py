@@ -17,15 +17,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
-from models.bundle.index_spec import Quantization
-from models.bundle.integrity import load_checked_array
-from models.bundle.manifest import BundleManifest
-from models.bundle.quantize import Int8Calibration, binary_encode
-from models.bundle.rotation import ROTATION_FILE, PcaAccumulator, Rotation
-from models.contract import truncate
+from models.bundle.storage.integrity import load_checked_array
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.quantize import Int8Calibration, binary_encode
+from models.bundle.vectors.rotation import ROTATION_FILE, PcaAccumulator, Rotation
+from models.contract import TeacherRef, truncate
 
 CALIBRATION_FILE = "calibration.npy"
 CENTER_FILE = "center.npy"  # binary: the corpus mean subtracted before taking signs (documents and queries)
@@ -36,10 +36,31 @@ SPACE_FILES = (ROTATION_FILE, CALIBRATION_FILE, CENTER_FILE, SPIN_FILE)  # the v
 VectorSource = Callable[[], Iterable[np.ndarray]]
 
 
+class SpaceSpec(Protocol):
+    """What a version's manifest says of its space (models.bundle.manifest.BundleManifest is one): the vector engine
+    reads it through this shape, so it never imports the version's manifest above it."""
+
+    @property
+    def dim(self) -> int: ...
+    @property
+    def quantization(self) -> Quantization: ...
+    @property
+    def rotation(self) -> Rotation: ...
+    @property
+    def teacher(self) -> TeacherRef: ...
+    @property
+    def binary_center(self) -> bool: ...
+    @property
+    def binary_spin(self) -> bool: ...
+    @property
+    def files(self) -> Mapping[str, str]: ...
+
+
 def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
     """Full-width vectors in a rotated basis (unchanged without a rotation); norms are preserved.
 
-    The indexer rotates the documents with it (models.bundle.rotation fits the matrix), the search the queries."""
+    The indexer rotates the documents with it (models.bundle.vectors.rotation fits the matrix), the search the
+    queries."""
     if rotation is None:
         return vectors
     return np.asarray(vectors, dtype=np.float32) @ rotation
@@ -124,7 +145,7 @@ class Space:
         """The space files in `directory`, each checked against its expected shape (ValueError says which does not
         match): the rotation when `rotation_width` is given, the calibration unless float, the center and spin when
         asked. With `files` (a manifest's name → sha256), each is loaded from the very bytes checked against it
-        (models.bundle.integrity: ContractMismatch names a file that differs)."""
+        (models.bundle.storage.integrity: ContractMismatch names a file that differs)."""
         rotation = None
         if rotation_width is not None:
             rotation = _shaped(directory, ROTATION_FILE, (rotation_width, rotation_width), files)
@@ -138,7 +159,7 @@ class Space:
         return cls(rotation=rotation, calibration=cal, center=center, spin=spin)
 
     @classmethod
-    def of(cls, directory: Path, manifest: BundleManifest) -> Space:
+    def of(cls, directory: Path, manifest: SpaceSpec) -> Space:
         """The space a version's segments share: the files at its top level that its manifest says it has, checked
         against the manifest's sha256 as they are read."""
         return cls.read(directory, dim=manifest.dim, quantization=manifest.quantization,
@@ -146,7 +167,7 @@ class Space:
                         centered=manifest.binary_center, spun=manifest.binary_spin, files=manifest.files)
 
     @staticmethod
-    def files(manifest: BundleManifest) -> list[str]:
+    def files(manifest: SpaceSpec) -> list[str]:
         """The names of the space files a version with this manifest has."""
         names = []
         if manifest.quantization is not Quantization.FLOAT:

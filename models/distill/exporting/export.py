@@ -25,7 +25,7 @@ from onnxruntime.transformers.optimizer import optimize_model
 
 from models.bundle.staging import staged
 from models.distill.model import StudentModel
-from models.distill.tokens import Tokens, embed
+from models.distill.texts.tokens import Tokens, embed
 from models.encoders.graph import FUSED, split_skip_layer_norms
 from models.encoders.student import StudentEncoder
 from models.encoders.student_manifest import STUDENT_MANIFEST, ParityReport, StudentManifest

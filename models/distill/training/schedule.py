@@ -6,8 +6,8 @@ import math
 
 import torch
 
-from models.distill.dataset import Examples
 from models.distill.presets import Preset
+from models.distill.texts.dataset import Examples
 
 
 def planned_steps(queries: Examples, passages: Examples, preset: Preset) -> int:

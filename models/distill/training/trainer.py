@@ -18,15 +18,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.distill.checkpoints import BEST, LAST, load_best, load_last, save
-from models.distill.dataset import Examples, epoch_examples, length_batches
-from models.distill.int8_emulation import int8_emulation
-from models.distill.loss import alignment_loss
 from models.distill.model import StudentModel
 from models.distill.presets import Preset
-from models.distill.schedule import lr_schedule, planned_steps
-from models.distill.scores import ScoreDistiller, overlap_at_k
-from models.distill.tokens import Tokens, embed
+from models.distill.texts.dataset import Examples, epoch_examples, length_batches
+from models.distill.texts.tokens import Tokens, embed
+from models.distill.training.checkpoints import BEST, LAST, load_best, load_last, save
+from models.distill.training.int8_emulation import int8_emulation
+from models.distill.training.loss import alignment_loss
+from models.distill.training.schedule import lr_schedule, planned_steps
+from models.distill.training.scores import ScoreDistiller, overlap_at_k
 
 log = logging.getLogger(__name__)
 

@@ -185,7 +185,7 @@ def _render(single: bool, hits: list[list[Hit]], fields: Sequence[str], summary:
             timing: dict[str, float]) -> Response:
     """The JSON answer of SearchResponse's (or BatchSearchResponse's) shape, serialized once by orjson from plain
     dicts, without building the pydantic models and validating them again
-    (docs/decisions.md#answers-rendered-once-by-orjson); tests/service/test_service_api.py checks the answers
+    (docs/decisions.md#answers-rendered-once-by-orjson); tests/service/api/test_service_api.py checks the answers
     against the models.
     A hit carries only the requested `fields`."""
     results: list[Any] = ([_hit(h, fields) for h in hits[0]] if single

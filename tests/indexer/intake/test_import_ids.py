@@ -1,4 +1,4 @@
-"""The --ids file streamed a chunk at a time (indexer.import_ids): the same ids json.loads gives, in any layout,
+"""The --ids file streamed a chunk at a time (indexer.intake.import_ids): the same ids json.loads gives, in any layout,
 and a clear error naming the file and the element for anything else."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from indexer import import_ids
-from indexer.import_ids import IdStream
+from indexer.intake import import_ids
+from indexer.intake.import_ids import IdStream
 from models.errors import InputError
 
 

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.compact import compact
 from indexer.export import export
-from indexer.imported import CHUNK_ROWS
-from indexer.merge_policy import MergePolicy
+from indexer.intake.imported import CHUNK_ROWS
 from indexer.options import ExportFormat
-from indexer.request import UpdateRequest, VersionRequest
-from indexer.update import update
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.request import UpdateRequest, VersionRequest
+from indexer.versions.update import update
 from models.bundle.manifest import BundleManifest
 from models.bundle.version import Bundle
 from models.embeddings.store import EmbeddingStore

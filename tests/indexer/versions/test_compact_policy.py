@@ -1,5 +1,5 @@
-"""Compaction by merge policy (indexer.merge_policy): a large clean segment is kept as it is and the small ones are
-merged into one segment in its space; a segment past the deleted share is rewritten; `--all` merges everything;
+"""Compaction by merge policy (indexer.versions.merge_policy): a large clean segment is kept as it is and the small
+ones are merged into one segment in its space; a segment past the deleted share is rewritten; `--all` merges everything;
 either way the compacted version searches as its base did, and deleted documents stay deleted."""
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from indexer.compact import compact
 from indexer.follow import FollowRequest, merge_policy
-from indexer.merge_policy import MergePolicy
-from indexer.request import VersionRequest
-from indexer.update import UpdateRequest, update
 from indexer.verify import verify_one
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.request import VersionRequest
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import read_current
 from models.encoders.teacher import TeacherEncoder
 from models.search import Mode, SearchOptions, parse_filter, search
-from tests.indexer.test_segments import QUERIES, _lines, _segmented, assert_same_hits, work  # noqa: F401  (work: a fixture)
+from tests.indexer.versions.test_segments import QUERIES, _lines, _segmented, assert_same_hits, work  # noqa: F401  (work: a fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.changes import read_changes
-from indexer.update import UpdateRequest, update
 from indexer.verify import verify
+from indexer.versions.changes import read_changes
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
@@ -29,7 +29,7 @@ from models.search import FilterError, Mode, SearchOptions, dense_hits, document
 from models.search.query import matching_rows
 from tests.fixtures.corpus import DOCS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _home(path: Path, teacher_dir: Path) -> Path:

@@ -12,19 +12,19 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.compact import compact
 from indexer.follow import FollowRequest, follow
-from indexer.merge_policy import MergePolicy
-from indexer.request import VersionRequest
 from indexer.sample import SAMPLE_SETTING
-from indexer.update import UpdateRequest, update
 from indexer.verify import verify_one
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.request import VersionRequest
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.sample import SAMPLE_FILES
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
-from models.encoders.registry import sha256_file
 from models.encoders.teacher import TeacherEncoder
 from models.errors import InputError
+from models.hashing import sha256_file
 from models.search import Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.indexer.test_publish_safety import _kill_everywhere
@@ -224,9 +224,9 @@ def _as_built_before_segments(bundle: Path, out: Path) -> Path:
     import bm25s
     from bm25s.tokenization import Tokenized
 
-    from models.bundle.docstore import DocStore
-    from models.bundle.lexical import Analyzer
+    from models.bundle.lexical.postings import Analyzer
     from models.bundle.manifest import LexicalInfo
+    from models.bundle.storage.docstore import DocStore
 
     shutil.copytree(bundle, out)
     shutil.rmtree(out / "lexical")

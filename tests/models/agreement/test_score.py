@@ -18,8 +18,8 @@ from models.agreement.score import (
     reference,
     version_agreement,
 )
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, SegmentInfo
+from models.bundle.vectors.index_spec import Quantization
 from models.contract import TeacherRef
 from models.corpus import Document
 from models.encoders.student_manifest import StudentManifest, TrainedOn

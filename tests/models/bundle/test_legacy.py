@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from models.bundle.legacy import has_payload_index, open_lexical, segment_payload, takes_segments, whole_bm25s
-from models.bundle.lexical import Bm25sIndex, PostingsIndex
+from models.bundle.lexical.postings import Bm25sIndex, PostingsIndex
 from models.bundle.version import read_bundle_manifest
-from tests.indexer.test_segments import _as_built_before_segments
+from tests.indexer.versions.test_segments import _as_built_before_segments
 
 pytestmark = pytest.mark.slow
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource, LexicalInfo, SegmentInfo
+from models.bundle.vectors.index_spec import Quantization
 from models.contract import TeacherRef
 
 FILES = {"index.faiss": "a", "lexical/terms.bin": "b", "payload/0.year.npy": "c", "tombstones/s2.npy": "d",

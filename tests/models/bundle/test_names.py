@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from indexer.segments import link_version
+from indexer.versions.segments import link_version
 from models.bundle.manifest import EmbeddingSource, SegmentInfo
 from models.bundle.version import Bundle, read_bundle_manifest, verify_bundle
 from models.bundle.versions import check_version_name

@@ -13,11 +13,11 @@ import pytest
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.contract import l2_normalize
 from models.corpus import Document
-from models.distill.data import MIN_VARIANT_WORDS, build_training_data, variants
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import PRESETS, Preset, resolve_preset
-from models.distill.queries import read_train_queries
-from models.distill.ridge import fit_ridge, l2_loss
+from models.distill.texts.data import MIN_VARIANT_WORDS, build_training_data, variants
+from models.distill.texts.queries import read_train_queries
+from models.distill.training.ridge import fit_ridge, l2_loss
 from models.errors import ContractMismatch, InputError
 from models.pseudo_queries import SPAN_WORDS, clean, pseudo_queries, sentences
 from tests.fixtures.corpus import DOCS, PROBES
@@ -94,7 +94,7 @@ def test_extra_queries_join_training_and_validation() -> None:
 
 
 def test_repeat_last_repeats_the_real_queries_only() -> None:
-    from models.distill.dataset import Examples
+    from models.distill.texts.dataset import Examples
 
     examples = Examples([[1], [2], [3], [4]], np.arange(8, dtype=np.float32).reshape(4, 2))
     repeated = examples.repeat_last(2, 3)
@@ -128,7 +128,7 @@ def test_soup_members_share_validation_and_real_queries_but_draw_their_own_pseud
 def test_average_states_means_floats_and_refuses_disagreeing_integers() -> None:
     import torch
 
-    from models.distill.soup import average_states, member_seed
+    from models.distill.training.soup import average_states, member_seed
 
     a = {"w": torch.tensor([1.0, 3.0]), "ids": torch.tensor([0, 1])}
     b = {"w": torch.tensor([3.0, 5.0]), "ids": torch.tensor([0, 1])}
@@ -237,7 +237,7 @@ def test_probe_documents_are_trained_on_with_the_test_seed() -> None:
 
 def test_alignment_losses_agree_on_unit_vectors() -> None:
     torch = pytest.importorskip("torch")
-    from models.distill.loss import alignment_loss
+    from models.distill.training.loss import alignment_loss
 
     t = torch.nn.functional.normalize(torch.randn(8, 16), dim=-1)
     s = torch.nn.functional.normalize(t + 0.3 * torch.randn(8, 16), dim=-1)
@@ -248,7 +248,7 @@ def test_alignment_losses_agree_on_unit_vectors() -> None:
 
 
 def test_patience_counts_epochs_since_the_best() -> None:
-    from models.distill.trainer import TrainResult, _patience_spent
+    from models.distill.training.trainer import TrainResult, _patience_spent
 
     preset = PRESET.model_copy(update={"patience": 2})
     assert not _patience_spent(TrainResult(epochs=3, best_epoch=2), preset)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.distill.checkpoints import LAST
+from models.distill.training.checkpoints import LAST
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.paths import cache_dir
 from tests.fixtures.corpus import PROBES

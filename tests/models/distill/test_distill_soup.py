@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from models.bundle.version import Bundle
-from models.distill.checkpoints import LAST
 from models.distill.pipeline import DistillRequest, run_distill
+from models.distill.training.checkpoints import LAST
 from models.encoders.student import StudentEncoder
 from models.paths import cache_dir
 from models.search import dense_hits

@@ -12,7 +12,7 @@ from torch import nn
 
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.corpus import read_corpus
-from models.distill.export import (
+from models.distill.exporting.export import (
     FP32_MIN_COSINE,
     INT8_MIN_COSINE,
     check_parity,
@@ -21,14 +21,15 @@ from models.distill.export import (
     onnx_vectors,
     optimize_onnx,
 )
-from models.distill.int8_emulation import int8_emulation
 from models.distill.model import StudentModel
-from models.distill.tokens import Tokens, embed
+from models.distill.texts.tokens import Tokens, embed
+from models.distill.training.int8_emulation import int8_emulation
 from models.encoders.encoder_setup import POOLING_MODES
-from models.encoders.registry import load_card, resolve, sha256_file
+from models.encoders.registry import load_card, resolve
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.encoders.student_manifest import StudentManifest
 from models.errors import ContractMismatch
+from models.hashing import sha256_file
 from models.search import dense_hits
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.tiny_models import TinyModels

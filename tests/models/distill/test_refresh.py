@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import torch
 
-from indexer.request import UpdateRequest
-from indexer.update import update
+from indexer.versions.request import UpdateRequest
+from indexer.versions.update import update
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import read_current
-from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE
+from models.distill.exporting.export import FP32_MIN_COSINE, INT8_MIN_COSINE
+from models.distill.exporting.onnx_weights import load_onnx_weights
 from models.distill.model import StudentModel
-from models.distill.onnx_weights import load_onnx_weights
 from models.distill.refresh import RefreshRequest, run_refresh
-from models.distill.tokens import Tokens, embed
+from models.distill.texts.tokens import Tokens, embed
 from models.encoders.registry import load_card, resolve
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.errors import InputError

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from models.contract import l2_normalize
-from models.distill.schedule import lr_factor
-from models.distill.scores import TOP_K, ScoreDistiller, overlap_at_k, top_k
+from models.distill.training.schedule import lr_factor
+from models.distill.training.scores import TOP_K, ScoreDistiller, overlap_at_k, top_k
 
 RNG = np.random.default_rng(0)
 DOCS = l2_normalize(RNG.normal(size=(200, 16))).astype(np.float32)

@@ -9,9 +9,9 @@ import onnx
 import pytest
 
 from models.bundle.version import Bundle
-from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE
+from models.distill.exporting.export import FP32_MIN_COSINE, INT8_MIN_COSINE
+from models.distill.exporting.onnx_weights import load_onnx_weights
 from models.distill.model import StudentModel, depth
-from models.distill.onnx_weights import load_onnx_weights
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import Preset, resolve_preset
 from models.distill.refresh import kept_layers

@@ -9,7 +9,7 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from models.bundle.version import Bundle
-from models.distill.export import FP32_MIN_COSINE, INT8_MIN_COSINE
+from models.distill.exporting.export import FP32_MIN_COSINE, INT8_MIN_COSINE
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.presets import Preset
 from models.encoders.registry import load_card, resolve

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from models.encoders.encoder_setup import EncoderSetup, Overrides
-from models.encoders.registry import describe, fingerprint, load_card, resolve, sha256_file
+from models.encoders.registry import describe, fingerprint, load_card, resolve
 from models.errors import InputError, ModelNotFound
+from models.hashing import sha256_file
 
 ST = "sentence_transformers.models."
 

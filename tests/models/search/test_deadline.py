@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from indexer.writer import write_bundle
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import EmbeddingSource
+from models.bundle.vectors.index_spec import Quantization
 from models.bundle.version import Bundle
 from models.corpus import Document
 from models.encoders.registry import load_card, resolve

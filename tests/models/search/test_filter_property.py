@@ -23,9 +23,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.writer import write_bundle
-from models.bundle.fields import declared_fields
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import EmbeddingSource
+from models.bundle.payload.fields import declared_fields
+from models.bundle.vectors.index_spec import Quantization
 from models.bundle.version import Bundle
 from models.corpus import Document
 from models.encoders.registry import load_card, resolve
@@ -159,11 +159,11 @@ def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndar
                data: st.DataObject) -> list[str]:
     """A base of the first third of `docs` and two updates, each adding documents and deleting some, the second
     also changing the metadata of some (their vectors kept); returns the live ids in version row order."""
-    from indexer.changes import Changes
-    from indexer.segments import apply_changes, link_version
+    from indexer.versions.changes import Changes
+    from indexer.versions.segments import apply_changes, link_version
     from indexer.writer import write_version_manifest
     from models.bundle.manifest import SegmentInfo
-    from models.bundle.space import Space
+    from models.bundle.vectors.space import Space
     from models.bundle.version import read_bundle_manifest
 
     def given_vectors(fresh: list[Document], reused: list[Document],
@@ -243,10 +243,10 @@ def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(cor
 def test_a_key_the_first_segment_left_to_the_docstore_stays_there_in_later_ones(tmp_path: Path) -> None:
     """`year` holds numbers and strings in the base, so the base filters on it through the docstore; an update whose
     documents hold numbers only must not index it (it would filter by types the base does not use)."""
-    from indexer.changes import Changes
-    from indexer.segments import apply_changes, link_version
+    from indexer.versions.changes import Changes
+    from indexer.versions.segments import apply_changes, link_version
     from indexer.writer import write_version_manifest
-    from models.bundle.space import Space
+    from models.bundle.vectors.space import Space
     from models.bundle.version import read_bundle_manifest
 
     base = [Document(id=f"b{i}", title="", text="tide moon", metadata=json.dumps({"year": y}))

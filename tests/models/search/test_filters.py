@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from models.bundle.docstore import DocStore, write_docstore
+from models.bundle.storage.docstore import DocStore, write_docstore
 from models.corpus import Document
 from models.search.filters import FilterError, parse_filter
 

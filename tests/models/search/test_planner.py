@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from indexer.writer import write_bundle
-from models.bundle.index_spec import IndexType, Quantization, resolve_spec
 from models.bundle.manifest import EmbeddingSource
-from models.bundle.quantize import int8_decode
-from models.bundle.rows import Allowed
+from models.bundle.storage.rows import Allowed
+from models.bundle.vectors.index_spec import IndexType, Quantization, resolve_spec
+from models.bundle.vectors.quantize import int8_decode
 from models.bundle.version import Bundle
 from models.corpus import Document
 from models.encoders.registry import load_card, resolve

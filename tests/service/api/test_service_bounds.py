@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from models.bundle.lexical import Lexical
+from models.bundle.lexical.postings import Lexical
 from models.bundle.version import Bundle
 from tests.fixtures.server import LiveServer
 

@@ -10,8 +10,8 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from models.bundle.manifest import BUNDLE_MANIFEST
-from models.bundle.vector_index import INDEX_FILE
-from models.encoders.registry import sha256_file
+from models.bundle.vectors.index import INDEX_FILE
+from models.hashing import sha256_file
 from service.http.app import create_app
 from service.http.exception_handlers import install_error_handlers
 from service.settings import ServiceSettings

@@ -35,7 +35,7 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from models.bundle.lexical import Lexical
+from models.bundle.lexical.postings import Lexical
 from models.bundle.version import Bundle
 from service.http.app import create_app
 from service.settings import ServiceSettings

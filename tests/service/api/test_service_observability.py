@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.http.app import create_app
-from service.logs import make_handler
+from service.runtime.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import LONG_BATCH
 from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, post_together, serve_app
@@ -191,7 +191,7 @@ def test_tandem_serve_logs_json_by_default(tiny_bundle: Path, tiny_student: Path
 
 def test_text_format_and_exceptions_keep_the_request_id() -> None:
     """The formatters themselves, on records logged inside a request's context."""
-    from service.logs import request_id_var
+    from service.runtime.logs import request_id_var
 
     text, structured = io.StringIO(), io.StringIO()
     logger = logging.getLogger("tests.logs")

@@ -19,10 +19,18 @@ from service.core.batcher import DeadlineExceeded, MicroBatcher
 from service.core.loader import open_searcher
 from service.core.searcher import Searcher
 from service.http.app import create_app
-from service.logs import make_handler
+from service.runtime.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.server import serve_app
-from tests.service.test_service_reload import admin_status, flip_bytes, root, serving, v2_bundle, version, wait_for
+from tests.service.reload.test_service_reload import (
+    admin_status,
+    flip_bytes,
+    root,
+    serving,
+    v2_bundle,
+    version,
+    wait_for,
+)
 
 __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 

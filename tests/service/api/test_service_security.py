@@ -15,7 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from models.errors import InputError
 from service.http.app import create_app
-from service.logs import make_handler
+from service.runtime.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
 

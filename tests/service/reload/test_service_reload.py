@@ -20,8 +20,8 @@ from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import set_current
 from models.embeddings.store import EmbeddingStore
-from models.encoders.registry import sha256_file
 from models.encoders.student import read_student_manifest
+from models.hashing import sha256_file
 from service.core.loader import SearcherLoader, check_compatible
 from service.core.reload import Reloader
 from service.http.app import create_app

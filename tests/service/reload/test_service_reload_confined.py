@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from models.bundle.docstore import DocStore
 from models.bundle.manifest import BUNDLE_MANIFEST
+from models.bundle.storage.docstore import DocStore
 from models.bundle.version import Bundle
 from models.bundle.versions import set_current
-from models.encoders.registry import sha256_file
+from models.hashing import sha256_file
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
-from tests.service.test_service_reload import reload, root, serving, v2_bundle, version, wait_for
+from tests.service.reload.test_service_reload import reload, root, serving, v2_bundle, version, wait_for
 
 __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 

@@ -17,18 +17,18 @@ from pathlib import Path
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.request import UpdateRequest
-from indexer.update import update
 from indexer.verify import verify
-from models.bundle.rotation import ROTATION_FILE
-from models.bundle.space import CALIBRATION_FILE
-from models.bundle.vector_index import INDEX_FILE
+from indexer.versions.request import UpdateRequest
+from indexer.versions.update import update
+from models.bundle.vectors.index import INDEX_FILE
+from models.bundle.vectors.rotation import ROTATION_FILE
+from models.bundle.vectors.space import CALIBRATION_FILE
 from models.errors import ContractMismatch
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, serve_app
-from tests.service.test_service_reload import reload, search, serving
+from tests.service.reload.test_service_reload import reload, search, serving
 
 pytestmark = pytest.mark.slow
 

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.lexical import Bm25sIndex, PostingsIndex
+from models.bundle.lexical.postings import Bm25sIndex, PostingsIndex
 from models.bundle.version import Bundle
 from tests.fixtures.corpus import PROBES
-from tests.indexer.test_segments import _as_built_before_segments
+from tests.indexer.versions.test_segments import _as_built_before_segments
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 # Run in a fresh interpreter: freezing is for the life of a process, and this test process must stay as it is.
 _FREEZE_THEN_LOAD = """
 import gc, json, sys, weakref
 from pathlib import Path
-from service.heap import freeze_startup_heap
+from service.runtime.heap import freeze_startup_heap
 from service.core.loader import SearcherLoader
 from service.settings import ServiceSettings
 

@@ -13,8 +13,8 @@ import pytest
 
 from models.errors import InputError
 from service.core.processes import CHANGE, PROCS, ProcessGroup, remove_process
-from service.main import create_worker_app
-from service.server import GuardedConfig, GuardedProtocol, server_config
+from service.runtime.main import create_worker_app
+from service.runtime.server import GuardedConfig, GuardedProtocol, server_config
 from service.settings import ServiceSettings
 
 PUBLISHERS, EACH = 4, 10
@@ -107,7 +107,7 @@ def test_settings_warn_when_encoding_threads_outnumber_the_cores(tmp_path: Path)
 SWITCH = """
 import sys
 from pathlib import Path
-from service.main import create_worker_app
+from service.runtime.main import create_worker_app
 from service.settings import ServiceSettings
 where = Path(sys.argv[1])
 create_worker_app(ServiceSettings(index=where / "b", student=where / "s", gil_switch_ms=0.5), where)
@@ -119,7 +119,7 @@ def test_a_worker_process_holds_the_gil_switch_interval_of_its_settings(tmp_path
     """A spawned worker starts with Python's 5 ms; its app factory sets TANDEM_GIL_SWITCH_MS (a process of its own
     here, since the interval is process-wide)."""
     done = subprocess.run([sys.executable, "-c", SWITCH, str(tmp_path)], capture_output=True, text=True, check=True,
-                          cwd=Path(__file__).resolve().parents[2])
+                          cwd=Path(__file__).resolve().parents[3])
     assert float(done.stdout.split()[-1]) == pytest.approx(0.0005)
     with pytest.raises(InputError, match="TANDEM_GIL_SWITCH_MS"):
         ServiceSettings(index=tmp_path / "b", student=tmp_path / "s", gil_switch_ms=0)

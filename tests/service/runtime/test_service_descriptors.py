@@ -29,7 +29,7 @@ from models.bundle.versions import list_versions, read_current
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import free_port, wait_until
 from tests.indexer.test_writer_races import root
-from tests.service.test_service_reload import AUTH, TOKEN, wait_for
+from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
 __all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle (one segment)
 

@@ -25,9 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from models.bundle.versions import set_current
 from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import Served, free_port, post_together, serve_process
-from tests.service.test_service_limits import _closed_by_server, _trickler
-from tests.service.test_service_refuses import altered_student
-from tests.service.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
+from tests.service.api.test_service_limits import _closed_by_server, _trickler
+from tests.service.api.test_service_refuses import altered_student
+from tests.service.reload.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
 
 __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 

@@ -25,7 +25,7 @@ import pytest
 from tandem.loadclient import Request
 from tandem.openloop import OpenLoop, Record, Target
 from tests.fixtures.server import Served, serve_process
-from tests.service.test_service_reload import root, v2_bundle
+from tests.service.reload.test_service_reload import root, v2_bundle
 
 __all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
 

@@ -33,7 +33,7 @@ from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.server import serve_app
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
-from tests.service.test_service_refuses import serve_cli
+from tests.service.api.test_service_refuses import serve_cli
 
 QUERY_PROMPT = "Represent this sentence for searching relevant passages: "
 MIN_COSINE = 0.9999  # the embedding store and the targets cache hold float16

@@ -25,12 +25,12 @@ from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import serve_app
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("models", "indexer", "service", "tandem")
 # Run around every route, not on the query's path: the HTTP protocol, the request middleware, request ids and
 # the access log. The map leaves them out.
 AROUND_EVERY_REQUEST = frozenset(
-    {"service/server.py", "service/http/middleware.py", "service/logs.py", "service/redact.py"})
+    {"service/runtime/server.py", "service/http/middleware.py", "service/runtime/logs.py", "service/redact.py"})
 # What the page names for binary bundles, lexical and hybrid modes and filters: not defined in an item's own file.
 JOINING = re.compile(r"\(they add .*?\)|BM25 \(.*?\)|filters \(.*?\)|fusion \(.*?\)|declared in .*?\)", re.S)
 ITEM = re.compile(r"^\d+\. (.+?)(?=^\d+\. |^\n)", re.S | re.M)

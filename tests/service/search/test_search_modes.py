@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from indexer.update import UpdateRequest, update
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.version import Bundle
 from models.search import Mode, SearchOptions, parse_filter, search
@@ -37,7 +37,7 @@ def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
     with con:
         con.execute("ALTER TABLE docs DROP COLUMN metadata")
     con.close()
-    from models.encoders.registry import sha256_file
+    from models.hashing import sha256_file
 
     manifest["files"]["docs.sqlite"] = sha256_file(out / "docs.sqlite")
     (out / BUNDLE_MANIFEST).write_text(json.dumps(manifest))

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from indexer.demo_corpus import write_demo_corpus
-from indexer.update import UpdateRequest, update
+from indexer.versions.update import UpdateRequest, update
+from tandem.demo_corpus import write_demo_corpus
 from tests.fixtures.server import LiveServer
-from tests.service.test_service_reload import admin_status, reload, serving, wait_for
+from tests.service.reload.test_service_reload import admin_status, reload, serving, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle.docstore import DOCSTORE_FILE, DocStore
+from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
 from models.contract import truncate
 from models.encoders.student import StudentEncoder
 from service.http.app import create_app

@@ -11,15 +11,15 @@ import httpx
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.compact import compact
-from indexer.merge_policy import MergePolicy
-from indexer.request import VersionRequest
-from indexer.update import UpdateRequest, update
+from indexer.versions.compact import compact
+from indexer.versions.merge_policy import MergePolicy
+from indexer.versions.request import VersionRequest
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.versions import set_current
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer
-from tests.service.test_service_processes import under_load
-from tests.service.test_service_reload import AUTH, reload, search, serving
+from tests.service.reload.test_service_reload import AUTH, reload, search, serving
+from tests.service.runtime.test_service_processes import under_load
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from models.encoders.student_root import set_current_student
-from tests.service.test_service_reload import admin_status, reload, search, serving
+from tests.service.reload.test_service_reload import admin_status, reload, search, serving
 
 
 def test_a_reload_after_the_student_root_s_pointer_moved_serves_the_new_student(

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.bundle.docstore import DocStore, write_docstore
-from models.bundle.lexical import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
+from models.bundle.lexical.postings import Analyzer, Lexical, LexicalPart, PostingsIndex, build_lexical
 from models.bundle.manifest import LexicalInfo
+from models.bundle.storage.docstore import DocStore, write_docstore
 from models.corpus import Document
 from tests.fixtures.lexical import postings_index
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.bundle import lexical_pruning
-from models.bundle.lexical import (
+from models.bundle.lexical import pruning as lexical_pruning
+from models.bundle.lexical.postings import (
     LEXICAL_DIR,
     MAX_TF_FILE,
     MIN_LENGTH_FILE,

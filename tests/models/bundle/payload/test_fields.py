@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.bundle.fields import (
+from models.bundle.payload.fields import (
     FieldType,
     PayloadField,
     Tally,

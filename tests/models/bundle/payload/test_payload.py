@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.bundle.docstore import DocStore, write_docstore
-from models.bundle.fields import FieldType, PayloadField, declared_fields, schema_lines
-from models.bundle.payload import PayloadIndex, _joined
-from models.bundle.payload_writer import part_name, write_payload
+from models.bundle.payload.fields import FieldType, PayloadField, declared_fields, schema_lines
+from models.bundle.payload.index import PayloadIndex, _joined
+from models.bundle.payload.writer import part_name, write_payload
+from models.bundle.storage.docstore import DocStore, write_docstore
 from models.corpus import Document
 from models.errors import InputError
 from models.search import parse_filter
@@ -219,9 +219,10 @@ def test_in_values_are_looked_up_once_each(indexed: tuple[PayloadIndex, DocStore
 
 
 def test_columns_laid_out_in_small_steps_equal_a_stable_sort(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Past SPILL_AFTER pairs the columns are sorted on disk a step at a time (models.bundle.payload_columns): with
+    """Past SPILL_AFTER pairs the columns are sorted on disk a step at a time (models.bundle.payload.columns): with
     steps of 7 pairs the arrays are, byte for byte, those of the stable in-memory sort of small corpora."""
-    from models.bundle import payload_columns, spill
+    from models.bundle.payload import columns as payload_columns
+    from models.bundle.storage import spill
 
     write_docstore(tmp_path / "docs.sqlite", [Document(id=str(i), title="", text="x", metadata=json.dumps(m))
                                               for i, m in enumerate(META)])

@@ -1,11 +1,11 @@
-"""models.bundle.dictionary: strings coded in the order first met come back sorted, found by value, and their
+"""models.bundle.storage.dictionary: strings coded in the order first met come back sorted, found by value, and their
 offsets are the running sums of their sizes."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.bundle.dictionary import Dictionary, run_offsets, sorted_dictionary
+from models.bundle.storage.dictionary import Dictionary, run_offsets, sorted_dictionary
 
 
 def test_sorted_dictionary_round_trips_through_dictionary() -> None:

@@ -1,4 +1,4 @@
-"""models.bundle.docstore: documents written in row order are read back by row, range and id; a repeated id is
+"""models.bundle.storage.docstore: documents written in row order are read back by row, range and id; a repeated id is
 refused naming both places, keeping nothing of its batch; a store without metadata reads as one."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from models.bundle.docstore import DocStore, DocstoreWriter, DuplicateId, write_docstore
+from models.bundle.storage.docstore import DocStore, DocstoreWriter, DuplicateId, write_docstore
 from models.corpus import Document
 
 DOCS = [Document(id=f"d{i}", title=f"t{i}", text=f"text {i}", metadata=None if i == 1 else f'{{"n": {i}}}')

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.bundle.integrity import check_unchanged, load_checked_array, verify_files
+from models.bundle.storage.integrity import check_unchanged, load_checked_array, verify_files
 from models.errors import ContractMismatch
 
 

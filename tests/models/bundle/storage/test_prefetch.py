@@ -1,11 +1,11 @@
-"""models.bundle.prefetch: warming a version's memory-mapped files never fails a load, even for a file gone."""
+"""models.bundle.storage.prefetch: warming a version's memory-mapped files never fails a load, even for a file gone."""
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
 
-from models.bundle.prefetch import prefetch
+from models.bundle.storage.prefetch import prefetch
 
 
 def test_prefetch_reads_what_exists_and_passes_over_what_is_gone(tmp_path: Path) -> None:

@@ -1,10 +1,10 @@
-"""models.bundle.rows: a row mask and what a search derives from it once."""
+"""models.bundle.storage.rows: a row mask and what a search derives from it once."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.bundle.rows import Allowed, row_mask
+from models.bundle.storage.rows import Allowed, row_mask
 
 
 def test_row_mask_marks_the_rows() -> None:

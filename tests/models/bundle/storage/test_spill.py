@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.bundle import spill
-from models.bundle.spill import CodeSpill, new_array, save_array
+from models.bundle.storage import spill
+from models.bundle.storage.spill import CodeSpill, new_array, save_array
 
 
 @pytest.mark.parametrize("step", [7, 1 << 21])

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 
-from models.bundle.index_spec import Quantization
-from models.bundle.quantize import binary_encode
-from models.bundle.space import CENTER_FILE, SPIN_FILE, Space, spin_matrix
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.quantize import binary_encode
+from models.bundle.vectors.space import CENTER_FILE, SPIN_FILE, Space, spin_matrix
 from models.search import VectorIndex
 
 
@@ -46,7 +46,7 @@ def test_center_is_saved_and_applied_to_queries_after_loading(tmp_path: Path) ->
     built = VectorIndex.build(docs, 128, Quantization.BINARY, center=True, spin=True)
     names = built.save(tmp_path)
     assert CENTER_FILE in names and SPIN_FILE in names
-    from models.bundle.vector_index import RESCORE_FILE
+    from models.bundle.vectors.index import RESCORE_FILE
 
     assert RESCORE_FILE in names
     loaded = VectorIndex.load(tmp_path, 128, Quantization.BINARY, space=Space.read(
@@ -59,8 +59,8 @@ def test_center_is_saved_and_applied_to_queries_after_loading(tmp_path: Path) ->
 def test_streamed_build_writes_the_center_of_all_chunks(tmp_path: Path) -> None:
     """The streaming writer takes the mean over every chunk, and its codes equal the in-memory build's."""
     from indexer.writer import write_vectors
-    from models.bundle.index_spec import IndexSpec
-    from models.bundle.rotation import Rotation
+    from models.bundle.vectors.index_spec import IndexSpec
+    from models.bundle.vectors.rotation import Rotation
 
     docs, _ = _corpus(n=700)
     full = np.concatenate([docs, np.zeros((700, 640), dtype=np.float32)], axis=1)  # 768-d, like a teacher's

@@ -1,5 +1,5 @@
-"""models.bundle.first_stage: each index type × quantization builds a FAISS first stage that finds a stored vector
-as its own nearest neighbour, takes its search parameters from the spec, and refuses a spec of another type."""
+"""models.bundle.vectors.first_stage: each index type × quantization builds a FAISS first stage that finds a stored
+vector as its own nearest neighbour, takes its search parameters from the spec, and refuses a spec of another type."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import faiss
 import numpy as np
 import pytest
 
-from models.bundle.first_stage import (
+from models.bundle.vectors.first_stage import (
     apply_search_params,
     build_first_stage,
     first_stage_codes,
@@ -15,8 +15,8 @@ from models.bundle.first_stage import (
     stored_codes,
     train_step,
 )
-from models.bundle.index_spec import IndexSpec, IndexType, Quantization
-from models.bundle.quantize import Int8Calibration
+from models.bundle.vectors.index_spec import IndexSpec, IndexType, Quantization
+from models.bundle.vectors.quantize import Int8Calibration
 
 DIM = 64
 SPECS = {

@@ -1,10 +1,11 @@
-"""models.bundle.index_spec: the defaults that scale with the corpus, and the combinations refused before any work."""
+"""models.bundle.vectors.index_spec: the defaults that scale with the corpus, and the combinations refused before any
+work."""
 
 from __future__ import annotations
 
 import pytest
 
-from models.bundle.index_spec import (
+from models.bundle.vectors.index_spec import (
     AUTO_FLAT_MAX,
     IVF_NLIST_MAX,
     IndexSpec,

@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from models.bundle.quantize import Int8Calibration, binary_encode, hamming, int8_decode, int8_encode
+from models.bundle.vectors.quantize import Int8Calibration, binary_encode, hamming, int8_decode, int8_encode
 from models.contract import l2_normalize, truncate
 from models.errors import ContractMismatch
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle.rotation import ROTATION_FILE, Rotation, fit_pca_rotation
+from models.bundle.vectors.rotation import ROTATION_FILE, Rotation, fit_pca_rotation
 from models.bundle.version import Bundle, verify_bundle
 from models.contract import l2_normalize, truncate
 from models.encoders.student import StudentEncoder

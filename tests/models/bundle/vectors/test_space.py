@@ -1,5 +1,5 @@
-"""A version's space (models.bundle.space): fitted, written and read back whole, checked on read, applied to queries
-as to documents, and read once per version however many segments share it."""
+"""A version's space (models.bundle.vectors.space): fitted, written and read back whole, checked on read, applied to
+queries as to documents, and read once per version however many segments share it."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.changes import Changes
-from indexer.segments import apply_changes, link_version
+from indexer.versions.changes import Changes
+from indexer.versions.segments import apply_changes, link_version
 from indexer.writer import write_version_manifest
-from models.bundle.index_spec import Quantization
 from models.bundle.manifest import EmbeddingSource, SegmentInfo
-from models.bundle.quantize import binary_encode
-from models.bundle.rotation import ROTATION_FILE, Rotation
-from models.bundle.space import CALIBRATION_FILE, CENTER_FILE, SPACE_FILES, SPIN_FILE, Space, rotate
+from models.bundle.vectors.index_spec import Quantization
+from models.bundle.vectors.quantize import binary_encode
+from models.bundle.vectors.rotation import ROTATION_FILE, Rotation
+from models.bundle.vectors.space import CALIBRATION_FILE, CENTER_FILE, SPACE_FILES, SPIN_FILE, Space, rotate
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.contract import truncate
 from models.corpus import Document
@@ -156,7 +156,7 @@ def test_a_version_reads_its_space_once_however_many_segments_share_it(tmp_path:
 
 @pytest.mark.usefixtures("tandem_home")
 def test_a_bundle_with_a_bad_space_file_fails_to_load_naming_it(tmp_path: Path) -> None:
-    from models.encoders.registry import sha256_file
+    from models.hashing import sha256_file
 
     version = _three_segments(tmp_path)
     np.save(version / SPIN_FILE, np.eye(DIM - 1, dtype=np.float32))

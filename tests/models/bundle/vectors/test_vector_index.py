@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from models.bundle.index_spec import IndexType, Quantization, resolve_spec
-from models.bundle.quantize import int8_decode
-from models.bundle.rows import Allowed
-from models.bundle.vector_index import IndexWriter, VectorIndex
+from models.bundle.storage.rows import Allowed
+from models.bundle.vectors.index import IndexWriter, VectorIndex
+from models.bundle.vectors.index_spec import IndexType, Quantization, resolve_spec
+from models.bundle.vectors.quantize import int8_decode
 from models.contract import truncate
 from models.search.planner import Planner
 
@@ -151,8 +151,8 @@ def test_the_streaming_writer_writes_the_files_a_built_index_saves(tmp_path: Pat
 
 
 def test_the_rescoring_depth_an_index_records_is_a_floor(vectors: np.ndarray, queries: np.ndarray) -> None:
-    """An index whose spec records a depth (large corpora: models.bundle.index_spec.rescore_depth) rescores at least
-    that many candidates a hit, whatever the caller asks."""
+    """An index whose spec records a depth (large corpora: models.bundle.vectors.index_spec.rescore_depth) rescores at
+    least that many candidates a hit, whatever the caller asks."""
     index = _build(vectors, "flat", Quantization.BINARY)
     deep = VectorIndex(index.quantization, index.dim, index.index, index.space, index.rescore_codes,
                        index.spec.model_copy(update={"oversample": N}))
@@ -178,8 +178,8 @@ def test_the_recorded_depth_is_spent_on_the_head_of_a_deeper_list(vectors: np.nd
 
 def test_rows_read_unmapped_answer_as_the_map_does_and_map_nothing(tmp_path: Path, vectors: np.ndarray,
                                                                      queries: np.ndarray) -> None:
-    """A writer's sample reads the rescoring rows with pread (models.bundle.row_file): the same answers, from the
-    search and the exact pass, and no page of the file left mapped."""
+    """A writer's sample reads the rescoring rows with pread (models.bundle.storage.row_file): the same answers, from
+    the search and the exact pass, and no page of the file left mapped."""
     built = _build(vectors, "flat", Quantization.BINARY)
     built.save(tmp_path)
     index = VectorIndex.load(tmp_path, DIM, Quantization.BINARY, built.spec)
