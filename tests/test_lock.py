@@ -57,9 +57,11 @@ def _locked_extras() -> list[str]:
 
 
 def _requested(extras: list[str]) -> list[Requirement]:
-    """What pyproject asks for: the base dependencies and these extras, following `tandem[...]` self-references."""
+    """What pyproject asks for: the base dependencies and these extras, following `tandem[...]` self-references,
+    and what the client's distribution (client/pyproject.toml, installed editable beside it) asks for."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    reqs = [Requirement(r) for r in project["dependencies"]]
+    client = tomllib.loads((REPO / "client/pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in (*project["dependencies"], *client["dependencies"])]
     todo, seen = list(extras), set()
     while todo:
         extra = todo.pop()

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.requirements import Requirement
 
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.install import CLIENT, CLIENT_SOURCES, REPO, SOURCES, build_wheel, clean_env, new_venv, pip_install
@@ -38,6 +40,19 @@ if len(sys.argv) > 1:
 print(json.dumps({"loaded": loaded, "heavy": heavy, "findable": findable, "installed": installed,
                   "ours": ours, "first": first}))
 """
+
+
+def test_client_metadata_follows_the_server() -> None:
+    """Released together: the same version, license and Python, and the server's own ranges of httpx and pydantic
+    (the ones locks/dev.txt pins), so the client installs beside the server without a conflict."""
+    server = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    client = tomllib.loads((CLIENT / "pyproject.toml").read_text())["project"]
+    assert client["name"] == "tandem-client"
+    for key in ("version", "license", "requires-python"):
+        assert client[key] == server[key], key
+    ranges = {Requirement(r).name: str(Requirement(r).specifier) for r in server["dependencies"]}
+    assert {Requirement(r).name: str(Requirement(r).specifier) for r in client["dependencies"]} == {
+        name: ranges[name] for name in ("httpx", "pydantic")}
 
 
 def _top_level(wheel: Path) -> set[str]:
