@@ -74,6 +74,7 @@ def test_client_installs_alone_imports_nothing_of_the_server_and_answers(live_se
                                                                          tmp_path: Path) -> None:
     client_wheel = build_wheel(CLIENT, CLIENT_SOURCES, tmp_path / "client")
     assert _top_level(client_wheel) == {"tandem_client"}
+    assert "tandem_client/py.typed" in zipfile.ZipFile(client_wheel).namelist()  # its type hints reach mypy
     bin_dir = new_venv(tmp_path / "venv")
     pip_install(bin_dir, str(client_wheel))  # with its dependencies, httpx and pydantic
     work = tmp_path / "work"  # the probes' directory: nothing importable in it
