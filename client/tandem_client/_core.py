@@ -15,11 +15,11 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from tandem.client.errors import ApiError, ClientError, TransportError
-from tandem.client.models import Embeddings, Fusion, HitField, Mode
-from tandem.client.retry import RETRY_STATUSES, Attempts, retry_after_s
+from tandem_client.errors import ApiError, ClientError, TransportError
+from tandem_client.models import Embeddings, Fusion, HitField, Mode
+from tandem_client.retry import RETRY_STATUSES, Attempts, retry_after_s
 
-log = logging.getLogger("tandem.client")
+log = logging.getLogger("tandem_client")
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 REQUEST_ID_HEADER = "X-Request-ID"
@@ -28,7 +28,7 @@ M = TypeVar("M", bound=BaseModel)
 
 def _version() -> str:
     try:
-        return metadata.version("tandem")
+        return metadata.version("tandem-client")
     except metadata.PackageNotFoundError:
         return "0"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class ClientError(Exception):
-    """Base of every error `tandem.client` raises."""
+    """Base of every error `tandem_client` raises."""
 
 
 class ApiError(ClientError):

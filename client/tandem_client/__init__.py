@@ -1,9 +1,10 @@
 """A Python client for a tandem server: `Client` (blocking) and `AsyncClient`, over httpx.
 
-It needs only httpx and pydantic (the base install of `tandem`), never numpy, FAISS, onnxruntime
-or torch, so an application can talk to tandem without the service's dependencies:
+Its distribution, `tandem-client`, is this one package and needs only httpx and pydantic: never numpy,
+FAISS, onnxruntime or torch, nor the server's top-level packages (`models`, `service`, ...), so an application
+can talk to tandem without the service's dependencies and without their names colliding with its own:
 
-    from tandem.client import Client
+    from tandem_client import Client
 
     with Client("http://127.0.0.1:8000", api_key="...") as tandem:
         result = tandem.search("how do tides work", top_k=5)
@@ -19,9 +20,9 @@ client's total time budget allows; every other failure raises `ApiError` with th
 message and request id.
 """
 
-from tandem.client.aio import AsyncClient
-from tandem.client.errors import ApiError, ClientError, TransportError
-from tandem.client.models import (
+from tandem_client.aio import AsyncClient
+from tandem_client.errors import ApiError, ClientError, TransportError
+from tandem_client.models import (
     BatchSearchResult,
     CollectionInfo,
     Embeddings,
@@ -35,8 +36,8 @@ from tandem.client.models import (
     SearchResult,
     Timing,
 )
-from tandem.client.retry import RetryPolicy
-from tandem.client.sync import Client
+from tandem_client.retry import RetryPolicy
+from tandem_client.sync import Client
 
 __all__ = [
     "ApiError",

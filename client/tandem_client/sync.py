@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 
-from tandem.client import _core
-from tandem.client.models import (
+from tandem_client import _core
+from tandem_client.models import (
     BatchSearchResult,
     CollectionInfo,
     CollectionList,
@@ -22,7 +22,7 @@ from tandem.client.models import (
     Readiness,
     SearchResult,
 )
-from tandem.client.retry import Attempts, RetryPolicy
+from tandem_client.retry import Attempts, RetryPolicy
 
 
 class Client:
