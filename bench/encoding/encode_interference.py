@@ -8,7 +8,7 @@ This measures the encode's CPU time (`time.thread_time`, so waiting for the core
 one thread, with nothing, a request's worth of Python, or a sweep through more memory than a core's L2 cache
 run before each encode. The three take turns in blocks, so a machine that drifts moves them alike.
 
-    python bench/encode_interference.py --student .tandem/students/scifact-full
+    python -m bench.encoding.encode_interference --student .tandem/students/scifact-full
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shlex
 import statistics
 import sys
 import time
@@ -25,9 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from encode_latency import DEFAULT_SCIFACT, load_queries
 
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
+from bench.harness.record import LoadSpan, add_output_args, command_line, cpu_line, publish, start_logging
 from models.encoders.student import StudentEncoder
 
 log = logging.getLogger("bench.encode_interference")
@@ -118,12 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     start_logging()
     queries, described = load_queries(args.queries, 10_000)
     encoder = StudentEncoder(args.student, "int8", 1)
-    load_before = load_average()[1]
+    span = LoadSpan()
     before: dict[str, Callable[[], None] | None] = {
         "alone": None, "Python work": python_work(), f"a {args.sweep_mib} MiB sweep": sweep(args.sweep_mib)}
     times, costs = measure(encoder, queries, before, args.rounds, args.block)
-    command = shlex.join(["python", "bench/encode_interference.py", *sys.argv[1:]])
-    load = f"{load_before} before, {load_average()[1]} after"
+    command = command_line()
+    load = span.text()
     publish(args.lab, args.section, render(times, costs, command, load, described, args),
             write=not args.no_write)
     return 0

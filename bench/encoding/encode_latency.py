@@ -5,7 +5,7 @@ request (batch size 1) and per micro-batch (batch size 16, what concurrent reque
 the same thread count for all encoders, all in one process and one run, and records the result in
 the lab notebook (docs/lab/<date>-encode-latency.md).
 
-    python bench/encode_latency.py --student .tandem/students/scifact --batch-sizes 1,16
+    python -m bench.encoding.encode_latency --student .tandem/students/scifact --batch-sizes 1,16
 
 Repeat --student to measure several students (say, both student families) in the same run.
 """
@@ -16,7 +16,6 @@ import argparse
 import logging
 import os
 import platform
-import shlex
 import statistics
 import sys
 import time
@@ -26,7 +25,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
+
+from bench.harness.record import (
+    REPO,
+    LoadSpan,
+    add_output_args,
+    command_line,
+    cpu_line,
+    publish,
+    start_logging,
+)
 
 log = logging.getLogger("bench.encode_latency")
 
@@ -179,7 +187,7 @@ def busy_note(load: float, threads: int) -> str | None:
     if load + threads <= cores + 0.5:
         return None
     return (
-        f"> Warning: the machine was busy before the run (1-min load {load:.1f} on {cores} cores), so these "
+        f"> Warning: the machine was span.busy before the run (1-min load {load:.1f} on {cores} cores), so these "
         "times are inflated, the teacher's most of all; rerun on an idle machine for reference numbers."
     )
 
@@ -241,8 +249,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     encoders[teacher_name] = lambda texts: teacher.encode_queries(texts, batch_size=len(texts))
     log.info("queries: %s", described)
-    busy, load_before = load_average()
-    note = busy_note(busy, args.threads)
+    span = LoadSpan()
+    note = busy_note(span.busy, args.threads)
     if note:
         log.warning("%s", note.removeprefix("> Warning: "))
     results = [r for b in args.batch_list for r in measure(encoders, queries, args.warmup, args.rounds, b)]
@@ -256,8 +264,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"block by block; {BLOCK_SETTLE} untimed calls open each block). Times are whole `encode()` calls, "
         f"tokenization included; queries/s is the batch size over the mean call time. Queries: {described}."
     )
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
-    load = f"{load_before} before, {load_average()[1]} after"
+    command = command_line()
+    load = span.text()
     section = render_section(command, results, teacher_name, setup, load, note)
     publish(args.lab, SECTION, section, write=not args.no_write)
 

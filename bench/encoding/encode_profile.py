@@ -18,7 +18,7 @@ cosine to the fp32 graph (the export's parity gate) and SciFact asymmetric nDCG@
 shallower student against the 6-layer one and the plain way), and with --index scores each as served and in fp32;
 the profile stays --student's.
 
-    python bench/encode_profile.py --student DIR --index BUNDLE [--also DIR ...]
+    python -m bench.encoding.encode_profile --student DIR --index BUNDLE [--also DIR ...]
 """
 
 from __future__ import annotations
@@ -27,9 +27,7 @@ import argparse
 import json
 import logging
 import os
-import shlex
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -40,8 +38,9 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from encode_latency import DEFAULT_SCIFACT, load_queries, measure
+
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries, measure
+from bench.harness.record import add_output_args, command_line, cpu_line, load_average, publish, start_logging
 
 log = logging.getLogger("bench.encode_profile")
 
@@ -283,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         ]
     step_rows = ["| stage of the served encode | µs per query |", "|---|---:|",
                  *(f"| {k} | {v:.1f} |" for k, v in steps.items())]
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    command = command_line()
     section = "\n".join([
         "# Where one query's encode goes (onnxruntime profile, stages, against the plain way)",
         "",
@@ -294,8 +293,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{load_before} before, {load_after} after",
         f"- Setup: student `{args.student}`; queries: {described}, {tokens:.1f} tokens on average; one query per "
         f"call, 1 intra-op thread; {args.warmup} warm-up calls each, then every query {args.passes} times in "
-        f"{args.rounds} rounds of blocks, encoders taking turns block by block (bench/encode_latency.py `measure`). "
-        f"Profiles: {len(prof_queries)} queries "
+        f"{args.rounds} rounds of blocks, encoders taking turns block by block "
+        f"(bench/encoding/encode_latency.py `measure`). Profiles: {len(prof_queries)} queries "
         "per graph, onnxruntime's profiler (its own overhead included); stages: each step timed alone, median of 3.",
         "",
         *rows,

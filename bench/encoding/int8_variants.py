@@ -11,7 +11,7 @@ fp32 graph; all run in one process, on the same queries:
 - encode ms per query alone, `--threads` threads;
 - asymmetric nDCG@10 against the bundle, queries encoded alone and in batches of 64.
 
-    python bench/int8_variants.py --student .tandem/students/scifact-full-qat \
+    python -m bench.encoding.int8_variants --student .tandem/students/scifact-full-qat \
         --data ../shared/data/scifact --index .tandem/bundles/scifact-768-float
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -30,7 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
+
+from bench.harness.record import add_output_args, command_line, cpu_line, load_average, publish, start_logging
 
 log = logging.getLogger("bench.int8_variants")
 
@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "|---|---:|---:|---:|---:|",
         *(f"| {n} | {c:.5f} | {ms:.2f} | {a:.4f} | {b:.4f} |" for n, c, ms, a, b in rows),
     ]
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    command = command_line()
     section = "\n".join([
         "# The int8 student, quantized several ways",
         "",

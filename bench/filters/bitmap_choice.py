@@ -12,7 +12,7 @@ filter does with them, each side starting from the form it would keep on disk:
 
 pyroaring is not a dependency of tandem: install it apart (`pip install --target DIR pyroaring`) and pass DIR.
 
-    python bench/bitmap_choice.py --pyroaring /tmp/pyroaring-probe
+    python -m bench.filters.bitmap_choice --pyroaring /tmp/pyroaring-probe
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
+
+from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
 
 SECTION = "bitmap-choice"
 SHARES = (0.0001, 0.01, 0.1, 0.5, 0.97)
@@ -87,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                        best_ms(lambda unsorted=unsorted: BitMap(unsorted), args.rounds),
                        best_ms(lambda rows=rows: BitMap(array.array("I", np.sort(rows).tobytes())), args.rounds)))
     lines = [f"# Row masks: numpy against pyroaring ({time.strftime('%Y-%m-%d')})", "",
-             f"Command: `python bench/bitmap_choice.py --pyroaring DIR` (pyroaring {pyroaring.__version__} installed "
+             f"Command: `python -m bench.filters.bitmap_choice --pyroaring DIR` (pyroaring {pyroaring.__version__} "
+             "installed "
              f"apart; numpy {np.__version__}); {n:,} rows, the fastest of {args.rounds} runs each.", "",
              f"- Machine: {cpu_line()}; load {load_before} before, {load_average()[1]} after", "",
              "**A keyword condition AND a 50% condition**, to the count and FAISS's bitmap (ms):", "",

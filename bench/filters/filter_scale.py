@@ -6,7 +6,7 @@ more at 1M documents, a broad one past the deadline); the payload index (models.
 (models.search.planner) should make a filtered request cost about what an unfiltered one does. In one run:
 
 1. Inputs: `--n` synthetic documents (SciFact's teacher vectors plus covariance-shaped noise, as
-   bench/index_types.py makes them) with payload keys on each line, built with `--metadata-extra` by
+   bench/index/index_types.py makes them) with payload keys on each line, built with `--metadata-extra` by
    `tandem index build` importing the vectors: `r` (an integer uniform in [0, 10000): `r < t` selects t/10000 of
    the corpus), `year` (35 values), `tag` (26 letters, declared keyword), `labels` (0 to 3 of 100 labels,
    declared keyword-list). Bundles: flat binary and HNSW binary at `--dim`.
@@ -22,7 +22,7 @@ more at 1M documents, a broad one past the deadline); the payload index (models.
 5. Memory: anonymous RSS a process gains opening the payload index and evaluating every filter, and the payload
    files' bytes (memory-mapped, on disk), per document per field.
 
-    python bench/filter_scale.py --student /work/bench-35/student --work /work/bench-35 --baseline e801d5e
+    python -m bench.filters.filter_scale --student /work/bench-35/student --work /work/bench-35 --baseline e801d5e
 """
 
 from __future__ import annotations
@@ -31,10 +31,8 @@ import argparse
 import json
 import logging
 import os
-import shlex
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Callable, Sequence
@@ -44,10 +42,20 @@ from typing import Any
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from encode_latency import DEFAULT_SCIFACT, load_queries
-from index_types import DEFAULT_REFERENCE, anon_rss_bytes, bundle_for, synthetic_inputs
-from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
+from bench.harness.record import (
+    REPO,
+    LoadSpan,
+    add_output_args,
+    command_line,
+    cpu_line,
+    publish,
+    start_logging,
+)
+from bench.harness.runs import module_cmd
+from bench.harness.servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.index.index_types import DEFAULT_REFERENCE, anon_rss_bytes, bundle_for, synthetic_inputs
 
 log = logging.getLogger("bench.filter_scale")
 
@@ -314,8 +322,8 @@ def measure_service(bundle: Path, index: str, student: Path, work: Path, texts: 
 
 def measure_memory(bundle: Path) -> dict[str, object]:
     """In a fresh process: anonymous RSS gained opening the payload index and evaluating every case."""
-    out = subprocess.run([sys.executable, __file__, "--memory-of", str(bundle)], check=True, capture_output=True,
-                         text=True, cwd=REPO)
+    out = subprocess.run(module_cmd("bench.filters.filter_scale", "--memory-of", str(bundle)), check=True,
+                         capture_output=True, text=True, cwd=REPO)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
@@ -484,7 +492,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     if args.student is None:
         raise SystemExit("--student is required")
-    _, load_before = load_average()
+    span = LoadSpan()
     inputs = make_inputs(args.work, args.n, args.reference)
     bundles = {index: build(inputs, index, args.dim) for index in args.indexes.split(",")}
     columns = dict(np.load(inputs / "columns.npz"))
@@ -518,10 +526,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                                      "tag in [a, b]", "tag = q and year = 2000"])
         shutil.rmtree(stripped)
     memory = measure_memory(next(iter(bundles.values()))) if "memory" in parts else None
-    command = shlex.join(["python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]])
+    command = command_line()
     student_note = (f"encoded by the int8 student at {args.student} one at a time (the service's default; "
                     f"latency is the architecture's, not its training's); {source}")
-    text = render(args, plans, served, base, memory, f"{load_before} before, {load_average()[1]} after", command,
+    text = render(args, plans, served, base, memory, span.text(), command,
                   student_note)
     publish(args.lab, SECTION, text, write=not args.no_write)
 

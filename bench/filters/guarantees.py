@@ -4,7 +4,7 @@ Why: a request's cost must be bounded before its work starts, and bad input must
 built; a unit test shows the rule on a tiny bundle, this run shows it where the work could really be large (a
 200,000-value `in` list, a 340-word query whose every word is in every document's postings). In one run:
 
-1. Inputs and bundle: bench/filter_scale.py's `--n` synthetic documents (SciFact's teacher vectors plus
+1. Inputs and bundle: bench/filters/filter_scale.py's `--n` synthetic documents (SciFact's teacher vectors plus
    covariance-shaped noise; payload keys `r`, `year`, `tag`, `labels`; every text "Synthetic text.", so the stem
    "synthet" has a posting list as long as the corpus), flat binary with BM25 and the payload index.
 2. `tandem serve` with its default settings on that bundle, but for TANDEM_MAX_BODY_BYTES raised to 16 MiB, so
@@ -13,7 +13,7 @@ built; a unit test shows the rule on a tiny bundle, this run shows it where the 
    (status, latency) while the hostile requests run show whether the service kept answering the others.
 4. Each hostile body, `--repeat` times: its status and wall time as the client sees it.
 
-    python bench/guarantees.py --student DIR --work /tmp/tandem-filter-scale --n 1000000
+    python -m bench.filters.guarantees --student DIR --work /tmp/tandem-filter-scale --n 1000000
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import argparse
 import json
 import logging
 import os
-import shlex
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -32,11 +30,19 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from encode_latency import DEFAULT_SCIFACT, load_queries
-from filter_scale import build, make_inputs
-from index_types import DEFAULT_REFERENCE
-from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
+from bench.filters.filter_scale import build, make_inputs
+from bench.harness.record import (
+    LoadSpan,
+    add_output_args,
+    command_line,
+    cpu_line,
+    publish,
+    start_logging,
+)
+from bench.harness.servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.index.index_types import DEFAULT_REFERENCE
 
 log = logging.getLogger("bench.guarantees")
 
@@ -129,7 +135,7 @@ def render(args: argparse.Namespace, rows: list[Hostile], steady: Steady, rss: f
         "",
         f"- Command: `{command}`",
         f"- CPU: {cpu_line()}; {os.cpu_count()} cores; load {load}",
-        f"- Bundle: flat binary, dim {args.dim}, BM25 and payload index (bench/filter_scale.py's inputs); "
+        f"- Bundle: flat binary, dim {args.dim}, BM25 and payload index (bench/filters/filter_scale.py's inputs); "
         "`tandem serve` with its default settings but TANDEM_MAX_BODY_BYTES 16 MiB; "
         f"served RSS {rss or float('nan'):.0f} MiB",
         f"- Each hostile body sent {args.repeat} times, one at a time, while a steady client sent ordinary dense "
@@ -170,7 +176,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     start_logging()
-    _, load_before = load_average()
+    span = LoadSpan()
     bundle = build(make_inputs(args.work, args.n, args.reference), "flat", args.dim)
     texts, _ = load_queries(args.scifact, 100)
     port = free_port()
@@ -193,8 +199,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         steady.stop.set()
         stop(process)
-    command = shlex.join(["python", os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]])
-    text = render(args, rows, steady, rss, command, f"{load_before} before, {load_average()[1]} after")
+    command = command_line()
+    text = render(args, rows, steady, rss, command, span.text())
     publish(args.lab, SECTION, text, write=not args.no_write)
 
 

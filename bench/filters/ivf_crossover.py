@@ -1,13 +1,13 @@
 """Where a filtered search over an IVF binary version should score the allowed rows exactly rather than search the IVF.
 
-In process (no HTTP), on a version built by `tandem index build --index ivf` from bench/scale_10m.py's inputs, each
-of scale_10m's filters is searched with each plan forced (`Planner(exact_share=1)`: the exact pass over the
+In process (no HTTP), on a version built by `tandem index build --index ivf` from bench/index/scale_10m.py's inputs,
+each of scale_10m's filters is searched with each plan forced (`Planner(exact_share=1)`: the exact pass over the
 allowed rows' codes by row; `Planner(exact_share=0)`: the IVF with its own nprobe and its over-fetch), one student
 query at a time, each encoded just before its search as the service does. Reported per filter: allowed rows,
 p50/p99 of the search, and recall@10 against exact float search among the allowed rows. models.search.planner's
 IVF rule is set from where the exact plan stops being the faster one (docs/lab/2026-11-26-ivf-crossover.md).
 
-    flock /tmp/tandem-heavy.lock python bench/ivf_crossover.py --root ROOT --inputs /work/scale/inputs-1000000 \
+    flock /tmp/tandem-heavy.lock python -m bench.filters.ivf_crossover --root ROOT --inputs /work/scale/inputs-1000000 \
         --student /work/bench/student
 """
 
@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from benchdoc import cpu_line, load_average
-from filter_scale import exact_top, recall, timed_plan
-from scale_10m import FILTERS, train_queries
+
+from bench.filters.filter_scale import exact_top, recall, timed_plan
+from bench.harness.record import cpu_line, load_average
+from bench.index.scale_10m import FILTERS, train_queries
 
 log = logging.getLogger("ivf_crossover")
 

@@ -8,7 +8,7 @@ scattered row's cost in compared rows; this measures both sides at shares from 1
 of 35 years, as scale_10m's `date`; 35 is its `year`, whose runs of rows are longer and so scatter faster), 1% of rows
 without one.
 
-    python bench/mask_cost.py --rows 10000000
+    python -m bench.filters.mask_cost --rows 10000000
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-from benchdoc import cpu_line
 
+from bench.harness.record import cpu_line
 from models.bundle.fields import FieldType, PayloadField
 from models.bundle.payload import SCATTER_COST, Column
 from models.bundle.payload_writer import part_name

@@ -1,4 +1,5 @@
-"""What the bench scripts share: the machine they ran on, and the dated record each run writes.
+"""What the bench scripts share: the machine they ran on, its load while they ran, and the dated record each run
+writes.
 
 A run writes its results as a record of its own in the lab notebook, docs/lab/<UTC date>-<section>.md,
 and touches no other file: docs/BENCHMARKS.md holds only today's figures, one row per figure linking its
@@ -14,12 +15,15 @@ import argparse
 import logging
 import os
 import platform
+import shlex
+import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 from models.atomic import atomic_write
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LAB = REPO / "docs" / "lab"
 
 log = logging.getLogger("bench")
@@ -68,6 +72,31 @@ def load_average() -> tuple[float, str]:
     except OSError:
         return 0.0, "n/a"
     return loads[0], "/".join(f"{x:.1f}" for x in loads) + " (1/5/15 min)"
+
+
+def machine() -> str:
+    """The CPU and the cores this process sees, as a record's machine line names them."""
+    return f"{cpu_line()}, {os.cpu_count()} cores visible"
+
+
+class LoadSpan:
+    """The load average when a run began, to print beside the load when it ended: on a shared machine the
+    two together say whether other work ran meanwhile."""
+
+    def __init__(self) -> None:
+        self.busy, self.before = load_average()
+
+    def text(self) -> str:
+        return f"{self.before} before, {load_average()[1]} after"
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """How this run was started, as a record gives it to rerun: `python -m bench.AREA.SCRIPT ARGS` (the script's
+    arguments `argv`, by default this process's)."""
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    script = ["-m", spec.name] if spec is not None else [os.path.relpath(sys.argv[0], REPO)]
+    return shlex.join(["python", *script, *(sys.argv[1:] if argv is None else argv)])
 
 
 def record_path(lab: Path, section: str, when: datetime | None = None) -> Path:

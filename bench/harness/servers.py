@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-from benchdoc import REPO
 
+from bench.harness.record import REPO
 from tandem.loadtest import LoadReport
 
 log = logging.getLogger("bench.servers")

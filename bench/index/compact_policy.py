@@ -4,9 +4,9 @@ the policy and with `--all` from that same base, each published with --out besid
 
 Prints, per mode: wall time, peak RSS (GNU time), the disk the new version adds beside the root (hard links counted
 once), what the embedding store grew by, and the filesystem's peak use above the start. Usage (inputs from
-bench/scale_10m.py, kept there):
+bench/index/scale_10m.py, kept there):
 
-    python bench/compact_policy.py --inputs /work/scale/inputs-1000000 --run /work/scale/compact44-1m
+    python -m bench.index.compact_policy --inputs /work/scale/inputs-1000000 --run /work/scale/compact44-1m
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from benchdoc import cpu_line
-from scale_10m import DiskPeak, build_args, disk_gb, home_with_teacher, timed, update_stage
+
+from bench.harness.record import cpu_line
+from bench.harness.runs import home_with_teacher
+from bench.index.scale_10m import DiskPeak, build_args, disk_gb, timed, update_stage
 
 log = logging.getLogger("compact_policy")
 

@@ -1,11 +1,12 @@
 """Recall@10 and latency of binary first stages (flat, IVF) with int8 rescoring, by depth, at sizes past RAM.
 
-Why: bench/first_stage_scale.py holds the corpus as float32 (30 GB at 10M documents), which this 24 GB box cannot;
-this one streams bench/scale_10m.py's float16 inputs once, keeping only what a bundle keeps (sign codes, int8
+Why: bench/index/first_stage_scale.py holds the corpus as float32 (30 GB at 10M documents), which this 24 GB box cannot;
+this one streams bench/index/scale_10m.py's float16 inputs once, keeping only what a bundle keeps (sign codes, int8
 rescoring codes) and the exact top 10 of each query, and fits the space (calibration, center, spin) on the first
 million rows. Queries: SciFact's *train* queries encoded by the student, as the service encodes them.
 
-    python bench/first_stage_10m.py --inputs /work/scale/inputs-10000000 --nlist 4096 --student /work/bench/student
+    python -m bench.index.first_stage_10m --inputs /work/scale/inputs-10000000 --nlist 4096 \
+        --student /work/bench/student
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import faiss
 import numpy as np
-from benchdoc import cpu_line, start_logging
-from first_stage_scale import K, measure_index, student_queries
 
+from bench.harness.record import cpu_line, start_logging
+from bench.index.first_stage_scale import K, measure_index, student_queries
 from models.bundle.first_stage import empty_first_stage
 from models.bundle.index_spec import IndexSpec, IndexType, Quantization
 from models.bundle.quantize import int8_encode

@@ -2,7 +2,7 @@
 
 Why (issue 44): binary IVF trained k-means on up to 256 codes a cell with 25 iterations, at 4·√N cells: its build
 grew as N^1.5 (136 s at 200k); flat binary with ×4 int8 rescoring kept 0.886 of the exact top 10 at 100k and
-0.445 at 10M. This measures, in process, on the synthetic documents of bench/scale_10m.py (SciFact's teacher
+0.445 at 10M. This measures, in process, on the synthetic documents of bench/index/scale_10m.py (SciFact's teacher
 vectors plus covariance-shaped noise) and queries made the same way (reference vectors plus noise, never SciFact's
 test queries), at each size:
 
@@ -12,7 +12,7 @@ test queries), at each size:
 - flat binary: recall@10 and single-thread latency per oversample (the rescoring depth), which places
   `--index auto`'s oversample and crossover (models.bundle.index_spec).
 
-    python bench/first_stage_scale.py --inputs /work/scale/inputs-1000000 --sizes 200000,1000000
+    python -m bench.index.first_stage_scale --inputs /work/scale/inputs-1000000 --sizes 200000,1000000
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from index_types import DEFAULT_REFERENCE
-from scale_10m import noise_shape
+
+from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
+from bench.index.index_types import DEFAULT_REFERENCE
+from bench.index.scale_10m import noise_shape
 
 log = logging.getLogger("bench.first_stage_scale")
 
@@ -54,8 +55,7 @@ class Row:
 
 def student_queries(student: Path, count: int) -> np.ndarray:
     """SciFact's train queries as the service encodes them (the student, int8): real queries, never test ones."""
-    from scale_10m import train_queries
-
+    from bench.index.scale_10m import train_queries
     from models.encoders.student import StudentEncoder
 
     return StudentEncoder(student).encode(train_queries(count))
@@ -163,7 +163,7 @@ def render(args: argparse.Namespace, rows: list[Row], load: str) -> str:
     source = f"SciFact train queries encoded by the student {args.student}" if args.student else \
         "reference vectors plus covariance-shaped noise"
     lines = ["# The first stage as the corpus grows: IVF trained on a bounded sample, flat binary's rescoring depth",
-             "", f"`python bench/first_stage_scale.py {shlex.join(args.argv)}` on {cpu_line()}, {os.cpu_count()} "
+             "", f"`python -m bench.index.first_stage_scale {shlex.join(args.argv)}` on {cpu_line()}, {os.cpu_count()} "
              f"cores, {datetime.now(UTC):%Y-%m-%d}, load before the run {load}. {args.queries} queries ({source}); "
              "recall@10 against exact float search over the same 768-d vectors; latency: one query at a time on "
              f"one thread, the first {args.latency}.", "",
@@ -177,7 +177,7 @@ def render(args: argparse.Namespace, rows: list[Row], load: str) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--inputs", type=Path, required=True, help="bench/scale_10m.py inputs (vectors.f16.npy).")
+    parser.add_argument("--inputs", type=Path, required=True, help="bench/index/scale_10m.py inputs (vectors.f16.npy).")
     parser.add_argument("--sizes", default="200000")
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
     parser.add_argument("--queries", type=int, default=200)

@@ -1,7 +1,7 @@
 """A follower handed a backlog (issue 42, item 6's acceptance): its versions' segments stay under the documented
 bound, and a service watching the root follows every one.
 
-A root of `--docs` synthetic documents with imported vectors (bench/index_scale.py's, no teacher) is served by
+A root of `--docs` synthetic documents with imported vectors (bench/index/index_scale.py's, no teacher) is served by
 `tandem serve` (its watcher polling CURRENT every 0.2 s); `--files` tiny change files (`--changes` changes each:
 metadata replaced, the vector kept, and a delete in every fourth file) are dropped into a directory the way
 operations.md tells producers to (a dot-name, then a rename), all before the follower starts; then
@@ -14,7 +14,7 @@ what the service did: the reloads it made and refused (its /metrics), every vers
 or failed, and each published version was either loaded or superseded (CURRENT had moved on before the watcher
 got to it: a watcher reloads what CURRENT names, never a version already replaced).
 
-    python bench/follow_backlog.py --student DIR [--docs 400] [--files 1000] [--work /tmp/follow-backlog]
+    python -m bench.index.follow_backlog --student DIR [--docs 400] [--files 1000] [--work /tmp/follow-backlog]
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from index_scale import home_with_teacher, synthetic_import
 from prometheus_client.parser import text_string_to_metric_families
-from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
+from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
+from bench.harness.runs import home_with_teacher
+from bench.harness.servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.index.index_scale import synthetic_import
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 
@@ -225,7 +226,7 @@ def measure(args: argparse.Namespace) -> str:
     return f"""# A follower's backlog of {args.files:,} change files, served as it is applied
 
 Issue 42, item 6's acceptance: "A follower handed 1,000 pending change files publishes versions whose segment count
-stays under its documented bound, and a service follows every one of them." `python bench/follow_backlog.py
+stays under its documented bound, and a service follows every one of them." `python -m bench.index.follow_backlog
 --student {args.student} --docs {args.docs} --files {args.files} --changes {args.changes}`; one run.
 
 CPU: {cpu_line()}; {os.cpu_count()} cores; load {loads} at the end (a shared machine:

@@ -1,7 +1,7 @@
 """Disk of an imported build: run `tandem ARGS` and sample, every 0.1 s, the bytes allocated under each watched
 directory (the embedding store, the root); print their peaks and final sizes, and the wall time, as JSON.
 
-    python bench/import_disk.py --watch STORE --watch ROOT -- index build ... --store STORE --root ROOT
+    python -m bench.index.import_disk --watch STORE --watch ROOT -- index build ... --store STORE --root ROOT
 
 Allocated bytes (st_blocks), so a sparse scratch file counts what was written, and a hard link to a file outside
 the watched directories counts in each watched one that holds a name of it, once per inode.

@@ -11,7 +11,7 @@ imported vectors); it now streams. This measures, in one run on this machine:
 A GPU figure is only reported when one was measured (`--gpu-json`, written by the same script on
 a GPU machine with `--precision-only --device cuda`).
 
-    python bench/index_scale.py --rss-sizes 100000,1000000 --engine-docs 192 --precision-docs 64
+    python -m bench.index.index_scale --rss-sizes 100000,1000000 --engine-docs 192 --precision-docs 64
 """
 
 from __future__ import annotations
@@ -32,46 +32,25 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_flags, cpu_model, load_average, publish, start_logging
+
+from bench.harness.record import REPO, add_output_args, cpu_flags, cpu_model, load_average, publish, start_logging
+from bench.harness.runs import home_with_teacher, run_peak
 
 log = logging.getLogger("bench.index_scale")
 
 SECTION = "index-scale"
 SCIFACT = Path(os.environ.get("TANDEM_SCIFACT_DIR", REPO.parent / "shared" / "data" / "scifact"))
-TIME = "/usr/bin/time"  # GNU time (Debian's `time` package)
 WORDS = ("protein", "cell", "gene", "expression", "tumor", "patient", "clinical", "trial", "receptor", "signal",
          "pathway", "mouse", "model", "dose", "response", "risk", "cohort", "mutation", "immune", "virus",
          "infection", "therapy", "brain", "neuron")
 
 
 
-def home_with_teacher(path: Path) -> Path:
-    """A TANDEM_HOME whose teacher is this machine's provisioned one (no copy of its weights)."""
-    from models.encoders import registry
-
-    (path / "models").mkdir(parents=True, exist_ok=True)
-    (path / "models/roles.json").write_text(json.dumps({"teacher": str(registry.resolve("teacher"))}))
-    return path
-
-
 def timed(cmd: list[str], home: Path, pythonpath: Path = REPO, extra_env: dict[str, str] | None = None,
           ) -> tuple[float, float]:
-    """Run `cmd` (a Python command line) in a fresh process; returns (wall seconds, peak RSS in GB).
-
-    The peak comes from GNU time, whose own small process starts the command: a child forked straight
-    from this (large) bench process would inherit its RSS high-water mark.
-    """
-    env = {**os.environ, "TANDEM_HOME": str(home), "PYTHONPATH": str(pythonpath), "TANDEM_LOG_LEVEL": "WARNING",
-           **(extra_env or {})}
-    log.info("run: %s", shlex.join(cmd))
-    began = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "maxrss-kib %M", *cmd], cwd=pythonpath,
-                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
-    wall = time.perf_counter() - began
-    if proc.returncode != 0:
-        raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    kib = int(proc.stderr.rsplit("maxrss-kib ", 1)[1].split()[0])
-    return wall, kib / 1024**2
+    """Run `cmd` (a Python command line) in a fresh process; returns (wall seconds, peak RSS in GiB)."""
+    run = run_peak(cmd, home, cwd=pythonpath, env=extra_env, keep_stdout=False)
+    return run.wall_s, run.peak_gib
 
 
 def _run(args: list[str], home: Path, pythonpath: Path = REPO, extra_env: dict[str, str] | None = None,
@@ -243,7 +222,7 @@ def render(args: argparse.Namespace, rss: list[RssRow], rates: dict[str, list[fl
            precisions: list[tuple[str, float, float, float]], gpu: list[tuple[str, float, float, float]] | None,
            load: str) -> str:
     lines = ["# Indexing at scale: memory, the Ray engine, the teacher's precisions", "",
-             f"`python bench/index_scale.py {shlex.join(args.argv)}` on {cpu_model()} ({os.cpu_count()} cores; "
+             f"`python -m bench.index.index_scale {shlex.join(args.argv)}` on {cpu_model()} ({os.cpu_count()} cores; "
              f"flags: {cpu_flags()}), {datetime.now(UTC):%Y-%m-%d}, load before the run {load}.", ""]
     if rss:
         lines += ["**Peak RSS of `tandem index build`** importing synthetic unit vectors (flat binary, 768-d; "

@@ -12,7 +12,7 @@ saved, then loaded and searched in a fresh child process, so its resident-memory
 index alone: anonymous RSS counts the first stage held in RAM; the memory-mapped rescoring file
 shows up only as file-backed pages (page cache, evictable) and is reported as disk.
 
-    nice -n 15 python bench/index_types.py --n 100000 --dims 768,256
+    nice -n 15 python -m bench.index.index_types --n 100000 --dims 768,256
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -34,7 +33,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
+
+from bench.harness.record import (
+    REPO,
+    LoadSpan,
+    add_output_args,
+    command_line,
+    cpu_line,
+    publish,
+    start_logging,
+)
+from bench.harness.runs import module_cmd
 
 log = logging.getLogger("bench.index_types")
 
@@ -189,9 +198,10 @@ def run_one(workdir: Path, docs: np.ndarray, dim: int, kind: str, quantization: 
     build_s = time.perf_counter() - began
     meta = {"dim": dim, "quantization": quantization, "spec": spec.model_dump(mode="json")}
     child = subprocess.run(
-        [sys.executable, __file__, "--measure", str(directory), "--meta", json.dumps(meta),
-         "--latency-queries", str(args.latency_queries)],
-        check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.build_threads)},
+        module_cmd("bench.index.index_types", "--measure", str(directory), "--meta", json.dumps(meta),
+                   "--latency-queries", str(args.latency_queries)),
+        check=True, capture_output=True, text=True, cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": str(args.build_threads)},
     )
     got = json.loads(child.stdout.strip().splitlines()[-1])
     rescore = directory / RESCORE_FILE
@@ -273,7 +283,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from models.contract import truncate
 
-    _, load_before = load_average()
+    span = LoadSpan()
     docs, queries = synthesize(args.reference, args.n, args.queries, args.seed)
     log.info("synthesized %d documents and %d queries", len(docs), len(queries))
     rows: list[Row] = []
@@ -287,13 +297,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             np.save(workdir / f"truth-{dim}.npy", exact.search(np.ascontiguousarray(truncate(queries, dim)), K)[1])
             del exact
             rows += [run_one(workdir, docs, dim, kind, quant, args) for kind, quant in types]
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    command = command_line()
     setup = (f"{args.n:,} synthetic documents: SciFact all-mpnet-base-v2 vectors plus covariance-shaped noise "
              f"(relative norm 0.4–0.8), {args.queries} queries from {args.queries} held-out reference vectors. "
              f"Recall@{K} against exact float search at the same dim, all {args.queries} queries. Latency: "
              f"`VectorIndex.search` for one query at a time, {args.latency_queries} queries, "
              f"FAISS threads 1, oversample 4 for binary. Builds with {args.build_threads} FAISS threads.")
-    section = render(rows, command, setup, f"{load_before} before, {load_average()[1]} after")
+    section = render(rows, command, setup, span.text())
     publish(args.lab, SECTION, section, write=not args.no_write)
 
 

@@ -5,7 +5,7 @@ in the files `PostingsIndex` reads, bounds included, so the timing needs no docs
 scale bench's lexical ones (three vocabulary words of Zipf ranks 10 to 10,000). Prints p50/p99 per mode and k, and
 checks that both searches return the same hits.
 
-    python bench/lexical_pruning.py /work/scale/inputs-1000000/corpus.jsonl --docs 1000000
+    python -m bench.index.lexical_pruning /work/scale/inputs-1000000/corpus.jsonl --docs 1000000
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.scale_10m import words
+from bench.index.scale_10m import words
 from models.bundle.dictionary import sorted_dictionary
 from models.bundle.lexical import (
     LENGTHS_FILE,

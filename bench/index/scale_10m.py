@@ -7,7 +7,7 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
 10^9 bytes (stage peaks were GiB before 2026-11-27, the phases and the disk already GB):
 
 1. Inputs (made once per size, in chunks, so generating 10M needs no more memory than 1M): unit vectors around
-   SciFact's reference teacher vectors plus Gaussian noise shaped like their covariance (bench/index_types.py's
+   SciFact's reference teacher vectors plus Gaussian noise shaped like their covariance (bench/index/index_types.py's
    model; not isotropic noise, which no ANN index sees in practice), as one float16 .npy; a corpus whose texts
    draw 16 to 48 words from a Zipfian vocabulary of 100,000 made-up words (so BM25 sees realistic posting
    lengths), with payload fields `year` (integer, 35 values), `tag` (keyword, 26 letters) and `date` (datetime).
@@ -29,7 +29,7 @@ wall time, peak RSS (GNU time's, of the stage's own process) and the disk each c
    filesystem's used bytes above what it used before (the inputs added), sampled every second: what the run
    needed at its worst, temporary files and compaction's two versions included.
 
-    python bench/scale_10m.py --sizes 1000000 --work /work/scale --student /work/bench/student
+    python -m bench.index.scale_10m --sizes 1000000 --work /work/scale --student /work/bench/student
 """
 
 from __future__ import annotations
@@ -52,14 +52,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from filter_scale import exact_top, recall
-from index_types import DEFAULT_REFERENCE
+
+from bench.filters.filter_scale import exact_top, recall
+from bench.harness.record import REPO, add_output_args, cpu_line, load_average, publish, start_logging
+from bench.harness.runs import home_with_teacher, run_peak
+from bench.index.index_types import DEFAULT_REFERENCE
 
 log = logging.getLogger("bench.scale_10m")
 
 SECTION = "scale"
-TIME = "/usr/bin/time"
 CHUNK = 65_536
 K = 10
 VOCAB = 100_000
@@ -147,20 +148,10 @@ class Stage:
 
 
 def timed(name: str, args: Sequence[str], home: Path, *, python: Sequence[str] = ("-m", "tandem")) -> Stage:
-    """`python ARGS` in a fresh process started by GNU time (whose small process keeps this bench's RSS out of the
-    child's high-water mark)."""
-    env = {**os.environ, "TANDEM_HOME": str(home), "PYTHONPATH": str(REPO), "TANDEM_LOG_LEVEL": "WARNING"}
-    cmd = [TIME, "-f", "maxrss-kib %M", sys.executable, *python, *args]
-    log.info("%s: %s", name, shlex.join(cmd))
-    began = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True,
-                          check=False)
-    wall = time.perf_counter() - began
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name} failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    kib = int(proc.stderr.rsplit("maxrss-kib ", 1)[1].split()[0])
-    stage = Stage(name, wall, kib * 1024 / 1e9, note=(proc.stdout.strip().splitlines() or [""])[-1])
-    log.info("%s: %.1f s, peak RSS %.2f GB", name, wall, stage.peak_rss_gb)
+    """`python ARGS` in a fresh process, its wall time and peak RSS (bench.harness.runs.run_peak)."""
+    run = run_peak([sys.executable, *python, *args], home, name=name)
+    stage = Stage(name, run.wall_s, run.peak_gb, note=(run.stdout.strip().splitlines() or [""])[-1])
+    log.info("%s: %.1f s, peak RSS %.2f GB", name, run.wall_s, stage.peak_rss_gb)
     return stage
 
 
@@ -168,14 +159,6 @@ def disk_gb(*paths: Path) -> float:
     """Bytes allocated on disk under `paths` (hard links counted once), in GB."""
     out = subprocess.run(["du", "-scb", *map(str, paths)], capture_output=True, text=True, check=True).stdout
     return int(out.strip().splitlines()[-1].split()[0]) / 1e9
-
-
-def home_with_teacher(path: Path) -> Path:
-    from models.encoders import registry
-
-    (path / "models").mkdir(parents=True, exist_ok=True)
-    (path / "models/roles.json").write_text(json.dumps({"teacher": str(registry.resolve("teacher"))}))
-    return path
 
 
 def build_args(inputs: Path, index: str) -> list[str]:
@@ -304,7 +287,8 @@ def serve_stage(args: argparse.Namespace, inputs: Path, root: Path, run: Path, h
     """`tandem serve` on the root: p50/p99 of 40 sequential /search per filter and mode, recall of the unfiltered
     ones, the server's RSS; then an update of 100 changes, how long until the server serves it, its RSS after."""
     import httpx
-    from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+
+    from bench.harness.servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
     port = free_port()
     env = {"TANDEM_HOME": str(home), "TANDEM_LOG_LEVEL": "WARNING", "TANDEM_LOG_FORMAT": "text"}
@@ -424,7 +408,7 @@ def follow_stage(inputs: Path, root: Path, run: Path, home: Path, files: int, ev
     """`tandem index follow` on `root` while a change file of FOLLOW_DOCS new documents arrives every `every_s`:
     each file's lag from its arrival (its rename into place) to CURRENT naming a version that holds it. `first`:
     the number of the first file (on a root that followed files before, the next one after them)."""
-    from servers import rss_mib, start_process, stop
+    from bench.harness.servers import rss_mib, start_process, stop
 
     changes = run / "follow"
     changes.mkdir()
@@ -498,7 +482,7 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
     disk = DiskPeak(args.work)
     home = home_with_teacher(run / "home")
     root = run / "root"
-    build = timed("build", [str(Path(__file__).resolve()), "--profile-build", "--", *build_args(inputs, args.index),
+    build = timed("build", ["-m", "bench.index.scale_10m", "--profile-build", "--", *build_args(inputs, args.index),
                             "--root", str(root)], home, python=())
     result.phases, build.note = dict(json.loads(build.note)), "RSS by phase below"
     build.disk_gb = disk_gb(root)
@@ -537,7 +521,7 @@ def run_size(args: argparse.Namespace, n: int) -> SizeResult:
 
 def render(args: argparse.Namespace, results: list[SizeResult], load: str) -> str:
     lines = ["# Scale: build, serve, filter, update and compact at growing sizes", "",
-             f"`python bench/scale_10m.py {shlex.join(args.argv)}` on {cpu_line()}, {os.cpu_count()} cores, "
+             f"`python -m bench.index.scale_10m {shlex.join(args.argv)}` on {cpu_line()}, {os.cpu_count()} cores, "
              f"{datetime.now(UTC):%Y-%m-%d}, load before the run {load}.", ""]
     for r in results:
         run_disk = r.inputs_gb + sum(s.disk_gb for s in r.stages if s.name in ("build", "embedding store "

@@ -1,7 +1,7 @@
 """Segments (issue 37): what a change costs against what the corpus holds, in one run per corpus size.
 
 For each size N, a bundle root of N imported synthetic unit vectors (flat binary, the streaming build, as
-bench/index_scale.py makes them) and one change file of 100 changes (50 replaced texts, 25 added, 25 deleted):
+bench/index/index_scale.py makes them) and one change file of 100 changes (50 replaced texts, 25 added, 25 deleted):
 
 - the full build (`tandem index build --root`): wall time and peak RSS;
 - the update as a segment (`tandem index update --root`): wall time, peak RSS, bytes added to the root and
@@ -15,7 +15,7 @@ bench/index_scale.py makes them) and one change file of 100 changes (50 replaced
 Each indexer command runs alone in a fresh process under GNU time (peak RSS), with the machine's threads. The
 server, pinned to one BLAS/OpenMP thread, and the load generator share the machine's cores.
 
-    python bench/segments.py --sizes 100000,1000000 [--student DIR] [--rps 50] [--duration 20]
+    python -m bench.index.segments --sizes 100000,1000000 [--student DIR] [--rps 50] [--duration 20]
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import argparse
 import json
 import logging
 import secrets
-import shlex
 import shutil
 import subprocess
 import sys
@@ -36,11 +35,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
-import index_scale
 import numpy as np
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from index_scale import WORDS, home_with_teacher, synthetic_import
-from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+
+from bench.harness.record import add_output_args, command_line, cpu_line, load_average, publish, start_logging
+from bench.harness.runs import home_with_teacher
+from bench.harness.servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.index import index_scale
+from bench.index.index_scale import WORDS, synthetic_import
 
 log = logging.getLogger("bench.segments")
 
@@ -224,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     start_logging()
     load = load_average()[1]
     rows = [measure(int(n), args.work, args.student, args.rps, args.duration) for n in args.sizes.split(",")]
-    command = "python bench/segments.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = command_line(argv)
     publish(args.lab, SECTION, render(rows, command, load), write=not args.no_write)
 
 

@@ -13,7 +13,7 @@ Compared on SciFact's test queries: the dense top-10 of every query (flat float 
 teacher's query vectors and the student's; and `tandem eval` on both (nDCG@10 of every row, lexical and hybrid
 included). Which documents are held out, drafted or junk is drawn with a fixed seed from the corpus alone.
 
-    python bench/segments_parity.py --data ../shared/data/scifact --student .tandem/students/scifact-quick
+    python -m bench.index.segments_parity --data ../shared/data/scifact --student .tandem/students/scifact-quick
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from index_scale import WORDS
+
+from bench.harness.record import REPO, add_output_args, command_line, cpu_line, load_average, publish, start_logging
+from bench.index.index_scale import WORDS
 
 log = logging.getLogger("bench.segments_parity")
 
@@ -141,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                "test", "--json", str(out))
         reports[name] = json.loads(out.read_text())
     rows = [k for k in reports["fresh"] if isinstance(reports["fresh"][k], dict) and "ndcg@10" in reports["fresh"][k]]
-    command = "python bench/segments_parity.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = command_line(argv)
     lines = [f"# Segments parity on SciFact ({datetime.now(UTC):%Y-%m-%d})", "",
              f"- Command: `{command}`", f"- CPU: {cpu_line()}", f"- Load average before: {load}",
              f"- Segmented: {len(manifest.parts)} segments, "

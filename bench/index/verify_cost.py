@@ -11,7 +11,7 @@ on a bundle (`--bundle`, or a synthetic flat binary one of `--docs` documents bu
   trusts identities: the space files and tombstones only;
 - loading the bundle without verifying (models.bundle.version.Bundle), to set the verification beside it.
 
-    python bench/verify_cost.py --docs 1000000
+    python -m bench.index.verify_cost --docs 1000000
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from index_scale import home_with_teacher, synthetic_import
-
+from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
+from bench.harness.runs import home_with_teacher
+from bench.index.index_scale import synthetic_import
 from indexer.segments import link_version
 from models.bundle.integrity import Verification
 from models.bundle.version import Bundle, read_bundle_manifest, verify_version
@@ -127,7 +127,7 @@ def render(args: argparse.Namespace, bundle: Path, rate: float, m: Measured, loa
     reload = f"hashes {', '.join(m.reload_hashed) or 'nothing'} ({m.reload_bytes / 1e6:.1f} MB)"
     return f"""# Verify cost
 
-`python bench/verify_cost.py {' '.join(args.argv)}` on {cpu_line()}, sha_ni {'yes' if has_sha_ni() else 'no'},
+`python -m bench.index.verify_cost {' '.join(args.argv)}` on {cpu_line()}, sha_ni {'yes' if has_sha_ni() else 'no'},
 {os.cpu_count()} cores shared with other work,
 {time.strftime('%Y-%m-%d', time.gmtime())}, load before the run {load}. Bundle: {what}; {m.files} files,
 {gb:.2f} GB (largest: {largest}). Medians of {args.rounds} runs, one thread, hashlib's sha256 (OpenSSL).

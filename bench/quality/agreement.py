@@ -12,7 +12,7 @@ corpus, and the dataset's train-split queries if it trained on them); its int8 g
 query alone, as `POST /search` does. Teacher vectors of the validation texts come from the target
 cache (`tandem distill` put them there); the test queries are encoded by the teacher here.
 
-    python bench/agreement.py --data ../shared/data/scifact --index .tandem/bundles/scifact-768-float \
+    python -m bench.quality.agreement --data ../shared/data/scifact --index .tandem/bundles/scifact-768-float \
         .tandem/students/scifact-full-b32 .tandem/students/scifact-full-b16
 """
 
@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shlex
 import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, publish, start_logging
+
+from bench.harness.record import add_output_args, command_line, cpu_line, publish, start_logging
 
 log = logging.getLogger("bench.agreement")
 
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         recipe = f"{preset.members} × {preset.epochs} | {per_epoch} | {preset.batch_size} | {preset.real_query_repeats}"
         rows.append(f"| `{directory.name}` | {recipe} | {cells} |")
         log.info("%s: %s", directory, overlap)
-    command = "python bench/agreement.py " + shlex.join(sys.argv[1:] if argv is None else list(argv))
+    command = command_line(argv)
     text = "\n".join([
         "# Students' agreement with the teacher, by kind of query",
         "",

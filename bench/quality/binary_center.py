@@ -5,7 +5,8 @@ Teacher document vectors (the embedding store, or imported reference vectors) ar
 nDCG@10 of float, Hamming-only and binary+rescore (oversample 4, 8, 16), with plain and centered codes,
 and the student's retention of the teacher's float nDCG@10 at the same dim and rotation.
 
-    python bench/binary_center.py --data ../shared/data/scifact --split test --student .tandem/students/scifact-quick \
+    python -m bench.quality.binary_center --data ../shared/data/scifact --split test \
+        --student .tandem/students/scifact-quick \
         --docs ../shared/data/scifact/reference/all-mpnet-base-v2.corpus.f16.npy
 """
 

@@ -5,7 +5,7 @@ fusion depth, through the service's own candidate functions; then every fusion i
 candidate lists. The output is a markdown table and a JSON file; the chosen default goes into
 models/fusion_default.py, which every new bundle records.
 
-    python bench/choose_fusion.py --data ../shared/data/scifact --index .tandem/bundles/scifact-768-float \
+    python -m bench.quality.choose_fusion --data ../shared/data/scifact --index .tandem/bundles/scifact-768-float \
         --student .tandem/students/scifact-quick --split train --json docs/results/fusion-scifact-train.json
 """
 

@@ -7,7 +7,7 @@ Each student's int8 graph encodes them one call per query, as `POST /search` doe
 of the teacher's top 10 over the whole version (every live document, the teacher's vectors) that the student's
 top 10 shares, and beside it the share of queries whose source document each model ranks in its top 10.
 
-    python bench/refresh_domain.py --index ROOT --student served=/work/bench/student --student refreshed=DIR
+    python -m bench.quality.refresh_domain --index ROOT --student served=/work/bench/student --student refreshed=DIR
 
 `--union-corpus OUT` instead writes the version's live documents as one corpus (what a from-scratch distillation
 on the union reads), and puts the teacher's vectors of it, concatenated from its segments' embedding-store
@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-from benchdoc import cpu_line, start_logging
+
+from bench.harness.record import cpu_line, start_logging
 
 log = logging.getLogger("bench.refresh_domain")
 
@@ -110,7 +111,8 @@ def _seed_union(out: Path, docs: list, vectors: np.ndarray, targets: object) -> 
     card = targets.card  # type: ignore[attr-defined]
     out.write_text("".join(json.dumps({"_id": d.id, "title": d.title, "text": d.text}) + "\n" for d in docs))
     key = store_key(card.fingerprint, card.max_seq_length, corpus_key(docs))
-    EmbeddingStore().put(key, vectors, {"source": "bench/refresh_domain.py: the segments' entries, concatenated",
+    EmbeddingStore().put(key, vectors, {"source": "bench/quality/refresh_domain.py: the segments' entries, "
+                                                   "concatenated",
                                         "teacher": card.fingerprint, "max_seq_length": card.max_seq_length})
     print(f"wrote {out} ({len(docs)} documents) and its targets under store key {key}")
 

@@ -6,7 +6,7 @@ A root is built from a corpus the student was distilled on (SciFact, from the te
 on `--draws` other samples of the same size (other seeds), which shows how much a sample's figure moves by chance:
 a threshold must sit below the home segments' figure by more than that, and above the other domain's.
 
-    python bench/segment_agreement.py --corpus ../shared/data/scifact/corpus.jsonl \
+    python -m bench.quality.segment_agreement --corpus ../shared/data/scifact/corpus.jsonl \
         --embeddings ../shared/data/scifact/reference/all-mpnet-base-v2.corpus.f16.npy \
         --ids ../shared/data/scifact/reference/all-mpnet-base-v2.corpus.ids.json \
         --student ../bench/student --work /tmp/segment-agreement
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shlex
 import shutil
-import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
-from benchdoc import add_output_args, cpu_line, publish, start_logging
 
+from bench.harness.record import add_output_args, command_line, cpu_line, publish, start_logging
 from indexer.build import BuildRequest, build
 from indexer.check import check, describe
 from indexer.demo_corpus import write_demo_corpus
@@ -101,7 +99,7 @@ def spread(bundle: Bundle, student: StudentEncoder, teacher: TeacherEncoder, dra
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(argv)
     start_logging()
-    command = shlex.join(["python", "bench/segment_agreement.py", *(argv if argv is not None else sys.argv[1:])])
+    command = command_line(argv)
     root = args.work / "root"
     shutil.rmtree(root, ignore_errors=True)
     args.work.mkdir(parents=True, exist_ok=True)

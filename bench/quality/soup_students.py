@@ -7,7 +7,7 @@ described the first student's graph and not the average. Score the result with
 `tandem eval`. Students from one backbone and one export path have identical graphs; any other pair
 is refused. `tandem distill` trains and averages members in one run with preset `members`.
 
-    python bench/soup_students.py --out /tmp/soup .tandem/students/a .tandem/students/b
+    python -m bench.quality.soup_students --out /tmp/soup .tandem/students/a .tandem/students/b
 """
 
 from __future__ import annotations

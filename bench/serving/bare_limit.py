@@ -11,7 +11,7 @@ a barrier, then loop for the same fixed duration; their rates are summed.
 Memory: each worker loads its own copy of the FAISS index (`VectorIndex.load` reads it whole; the int8
 rescoring codes and the document store are memory-mapped or paged, so shared through the page cache).
 
-    python bench/bare_limit.py --index BUNDLE --student DIR
+    python -m bench.serving.bare_limit --index BUNDLE --student DIR
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from benchdoc import cpu_flags, cpu_model, start_logging
-from servers import rss_mib
 from threadpoolctl import threadpool_limits
 
+from bench.harness.record import cpu_flags, cpu_model, start_logging
+from bench.harness.servers import rss_mib
 from service.settings import available_cores  # which the server and the load generator share too
 
 log = logging.getLogger("bench.bare_limit")
@@ -198,7 +198,7 @@ def describe(bare: BareLimit) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from encode_latency import DEFAULT_SCIFACT, load_queries
+    from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
 
     parser = argparse.ArgumentParser(description="Bare limit: student encode + bundle search on every core, no HTTP.")
     parser.add_argument("--index", type=Path, required=True, help="Index bundle directory (or bundle root).")

@@ -13,7 +13,7 @@ and the changes an operator makes to it under open-loop load.
    failures (0 expected), both collections' top hits, and the resident memory before and after the demo collection
    was added, with /admin/status's memory of each collection.
 
-    python bench/collections_accept.py            # writes docs/lab/<date>-collections.md
+    python -m bench.serving.collections_accept            # writes docs/lab/<date>-collections.md
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from benchdoc import add_output_args, cpu_line, load_average, publish, start_logging
-from servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
+from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
+from bench.harness.servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 from models.bundle.versions import set_current
 from models.paths import tandem_home
 from tandem.demo import EXAMPLE_QUERY
@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         work = Path(tmp)
         one = one_collection(args.scifact, args.scifact_student, work)
         run = under_load(args.scifact, args.scifact_student, args.demo, args.demo_student, work, args.rps)
-    command = "python bench/collections_accept.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m bench.serving.collections_accept " + " ".join(argv if argv is not None else sys.argv[1:])
     text = render(command.strip(), one, run, args.rps, inputs)
     publish(args.lab, "collections", text, write=not args.no_write)
     return 0 if sum(len(v) for v in judge(run["records"], run["marks"]).values()) == 0 else 1

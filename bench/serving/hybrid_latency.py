@@ -6,7 +6,7 @@ around the reference teacher embeddings (bench/index_types.synthesize), imported
 Queries are SciFact *train* queries, sent one at a time (closed loop), the modes taking turns query
 by query, so that both see the same machine load.
 
-    python bench/hybrid_latency.py --scifact ../shared/data/scifact --student .tandem/students/scifact-quick
+    python -m bench.serving.hybrid_latency --scifact ../shared/data/scifact --student .tandem/students/scifact-quick
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import cpu_flags, cpu_model
-from index_types import synthesize
-from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+
+from bench.harness.record import cpu_flags, cpu_model
+from bench.harness.servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.index.index_types import synthesize
 
 log = logging.getLogger("bench.hybrid_latency")
 MODES = ("dense", "lexical", "hybrid")

@@ -1,11 +1,11 @@
-"""The plain way to serve teacher search, one of the peers that bench/peers.py measures against tandem.
+"""The plain way to serve teacher search, one of the peers that bench/serving/peers.py measures against tandem.
 
 What a developer would write first: FastAPI on uvicorn (the same stack and uvicorn settings as `tandem serve`),
 a sync endpoint (FastAPI runs it in its thread pool) that encodes the query with sentence-transformers'
 `SentenceTransformer(teacher)` on CPU and searches a FAISS `IndexFlatIP` of precomputed teacher document
 vectors. No batching, no caching, no student: the baseline tandem's design has to beat.
 
-    python bench/peer_plain.py --teacher DIR --embeddings corpus.f16.npy --ids corpus.ids.json --port 8001
+    python -m bench.serving.peer_plain --teacher DIR --embeddings corpus.f16.npy --ids corpus.ids.json --port 8001
 
 POST /search {"query": "...", "top_k": 10} → {"results": [{"id": ..., "score": ...}, ...]}; GET /readyz → 200
 once the model and the index are loaded (before the port opens, in fact).

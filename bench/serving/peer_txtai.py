@@ -1,4 +1,4 @@
-"""A txtai index of precomputed teacher vectors, served by txtai's API: one of the peers of bench/peers.py.
+"""A txtai index of precomputed teacher vectors, served by txtai's API: one of the peers of bench/serving/peers.py.
 
 Encoding SciFact with the teacher takes about an hour on a 2-core CPU, so txtai does not encode the corpus:
 `build_index` indexes the reference document vectors through txtai's "external" vectors method (a transform

@@ -5,8 +5,8 @@ more load than serving the teacher. This measures it against what people would o
 run, on the same machine and corpus, with the same open-loop load generator (`tandem.loadtest`):
 
 - txtai's API (`uvicorn txtai.api:app`), an index of the reference teacher vectors (exact FAISS flat),
-  queries vectorized by the teacher through sentence-transformers (bench/peer_txtai.py);
-- the plain way: FastAPI + `SentenceTransformer(teacher)` + FAISS `IndexFlatIP` (bench/peer_plain.py);
+  queries vectorized by the teacher through sentence-transformers (bench/serving/peer_txtai.py);
+- the plain way: FastAPI + `SentenceTransformer(teacher)` + FAISS `IndexFlatIP` (bench/serving/peer_plain.py);
 - `tandem serve` with its defaults: the student encodes queries, the bundle holds the same reference vectors.
 
 Each server is started fresh, checked (its top 10 against exact search with the teacher's query vectors;
@@ -15,7 +15,8 @@ for txtai also its query vectors against models/encoders/teacher.py), warmed up,
 answered and p99 within a bound), and stopped; its peak RSS is read from /proc first. Results go into a
 dated record in the lab notebook (docs/lab/<date>-peers.md).
 
-    python bench/peers.py [--index .tandem/bundles/scifact-768-float] [--student .tandem/students/scifact-trainq-4ep]
+    python -m bench.serving.peers [--index .tandem/bundles/scifact-768-float] \
+        [--student .tandem/students/scifact-trainq-4ep]
 """
 
 from __future__ import annotations
@@ -38,11 +39,20 @@ from urllib.parse import urlencode
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
-from peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
-from servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
 
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, busy_note, load_queries, versions
+from bench.harness.record import (
+    REPO,
+    LoadSpan,
+    add_output_args,
+    command_line,
+    cpu_line,
+    publish,
+    start_logging,
+)
+from bench.harness.runs import module_cmd
+from bench.harness.servers import Step, free_port, judge, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.serving.peer_txtai import FAISS_COMPONENTS, api_cmd, build_index, write_api_config
 from tandem.loadclient import ConnectionPool
 from tandem.loadtest import Answer, LoadReport, Request, Send, format_report, post_search, run_loadtest
 
@@ -324,11 +334,11 @@ def make_peers(args: argparse.Namespace, teacher: Path, embeddings: Path, ids: P
 
     def plain() -> Peer:
         port = free_port()
-        cmd = [sys.executable, str(REPO / "bench" / "peer_plain.py"), "--teacher", str(teacher), "--embeddings",
-               str(embeddings), "--ids", str(ids), "--port", str(port)]
-        return Peer("plain", "bench/peer_plain.py: FastAPI on uvicorn (as `tandem serve` runs it), sync endpoint in "
-                    "FastAPI's thread pool, `SentenceTransformer(teacher, device=\"cpu\")` with 2 torch threads, "
-                    "FAISS `IndexFlatIP` of the same vectors, `POST /search` (answers id, score)",
+        cmd = module_cmd("bench.serving.peer_plain", "--teacher", str(teacher), "--embeddings", str(embeddings),
+                         "--ids", str(ids), "--port", str(port))
+        return Peer("plain", "bench/serving/peer_plain.py: FastAPI on uvicorn (as `tandem serve` runs it), sync "
+                    "endpoint in FastAPI's thread pool, `SentenceTransformer(teacher, device=\"cpu\")` with 2 torch "
+                    "threads, FAISS `IndexFlatIP` of the same vectors, `POST /search` (answers id, score)",
                     cmd, f"http://127.0.0.1:{port}", "/readyz")
 
     def tandem() -> Peer:
@@ -353,8 +363,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     queries, described = load_queries(args.scifact, args.queries)
     log.info("queries: %s", described)
-    busy, load_before = load_average()
-    note = busy_note(busy, 2)
+    span = LoadSpan()
+    note = busy_note(span.busy, 2)
     if note:
         log.warning("%s", note.removeprefix("> Warning: "))
     ref = reference(queries[: args.check_queries], teacher, embeddings, ids, args.top_k)
@@ -382,8 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Load: `tandem.loadtest` open loop in the benchmark's process (10 s client timeout), cycling the queries, "
         f"top {args.top_k}; {args.warmup} untimed queries one at a time before it.",
     ])
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
-    load = f"{load_before} before, {load_average()[1]} after"
+    command = command_line()
+    load = span.text()
     section = render(command, setup, load, note, outcomes, args)
     publish(args.lab, SECTION, section, write=not args.no_write)
     return 0

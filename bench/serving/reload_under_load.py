@@ -19,7 +19,7 @@ each answer's version must be the one in service on the replica that answered it
 once the last replica has switched, no answer may come from an older version. That run has its own
 section (`reload-under-load-replicas`), so the single-replica one stays.
 
-    python bench/reload_under_load.py [--student DIR] [--rps 40] [--duration 30] [--replicas N]
+    python -m bench.serving.reload_under_load [--student DIR] [--rps 40] [--duration 30] [--replicas N]
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ import logging
 import os
 import platform
 import secrets
-import shlex
 import shutil
 import subprocess
 import sys
@@ -44,8 +43,9 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from servers import (
+
+from bench.harness.record import REPO, add_output_args, command_line, cpu_line, load_average, publish, start_logging
+from bench.harness.servers import (
     UPSTREAM_HEADER,
     free_port,
     nginx_binary,
@@ -516,7 +516,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("reloads and checks:\n%s", json.dumps({"verdict": asdict(verdict), "events": events_out}, indent=2,
                                                    default=str))
     log.info("%s", "PASS" if verdict.passed else "FAIL")
-    command = "python bench/reload_under_load.py " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:]))
+    command = command_line(argv)
     docs = Counter(a.version for a in answers)
     threads = workers_of(args.processes, args.workers)
     shape = ("default settings (2 workers" if args.processes == 1 and threads is None
@@ -528,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.replicas == 1 else
                 f"{args.replicas} `tandem serve` replicas on 127.0.0.1, each with {shape}, "
                 f"CURRENT polled every 2 s), behind Debian's nginx ({nginx_version()}, round robin, "
-                f"`proxy_next_upstream error timeout`, the config in bench/servers.py); ")
+                f"`proxy_next_upstream error timeout`, the config in bench/harness/servers.py); ")
              + f"open-loop load {args.rps:g} rps for {args.duration:g} s through "
              + ("the server" if args.replicas == 1 else "nginx") + ", answers per version "
              + ", ".join(f"`{v}` {n}" for v, n in docs.items()))

@@ -12,7 +12,7 @@ their number. `--rounds` restarts all the servers, so process-level luck (memory
 A tree is a directory holding models/, service/ and tandem/ (e.g. `git archive REV | tar -x -C DIR`): its
 server runs with that directory first on PYTHONPATH, the same interpreter and installed libraries for all.
 
-    python bench/search_door_ab.py --index BUNDLE --student DIR --tree shortcut=/tmp/a --tree route=/tmp/b
+    python -m bench.serving.search_door_ab --index BUNDLE --student DIR --tree shortcut=/tmp/a --tree route=/tmp/b
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
-from benchdoc import cpu_flags, cpu_model, start_logging
-from servers import cpu_seconds, free_port, start_process, stop, tandem_serve_cmd, wait_ready
+
+from bench.harness.record import cpu_flags, cpu_model, start_logging
+from bench.harness.servers import cpu_seconds, free_port, start_process, stop, tandem_serve_cmd, wait_ready
 
 log = logging.getLogger("bench.search_door_ab")
 

@@ -3,11 +3,11 @@
 Why: an operator sizing a deployment needs the whole request (HTTP, the real int8 student encoding
 a real query, FAISS, rescoring, the document store) under concurrency, not the parts alone. Each
 configuration is a bundle built by `tandem index build` from synthetic teacher-like vectors
-(SciFact's teacher embeddings plus covariance-shaped noise, as in bench/index_types.py; index size
+(SciFact's teacher embeddings plus covariance-shaped noise, as in bench/index/index_types.py; index size
 is what matters here), served by a real `tandem serve` on 127.0.0.1 and driven by `tandem.loadtest`
 (open loop: no coordinated omission) with SciFact's test queries.
 
-0. Bare limit, per size × index type, before the server starts (bench/bare_limit.py): one process per
+0. Bare limit, per size × index type, before the server starts (bench/serving/bare_limit.py): one process per
    available core, each looping the student's encode plus the bundle's search with the server's settings,
    no HTTP; their queries/s summed. The server's figures below are read against it on the same cores.
 1. Ladder, per size × index type: open-loop steps from `--start-rps`, doubling until a step fails
@@ -21,7 +21,7 @@ is what matters here), served by a real `tandem serve` on 127.0.0.1 and driven b
    how fast, the accepted requests' p99, the server's memory; then a recovery run at half the
    sustained rate.
 
-    python bench/serve_load.py --student .tandem/students/scifact-full
+    python -m bench.serving.serve_load --student .tandem/students/scifact-full
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import platform
-import shlex
 import sys
 import threading
 import time
@@ -42,21 +41,20 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from bare_limit import BareLimit, describe
-from bare_limit import measure as measure_bare
-from benchdoc import (
+
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
+from bench.harness.record import (
     REPO,
+    LoadSpan,
     add_output_args,
+    command_line,
     cpu_flag_map,
     cpu_flags,
     cpu_model,
-    load_average,
     publish,
     start_logging,
 )
-from encode_latency import DEFAULT_SCIFACT, load_queries
-from index_types import DEFAULT_REFERENCE, bundle_for, synthetic_inputs
-from servers import (
+from bench.harness.servers import (
     Step,
     free_port,
     judge,
@@ -67,7 +65,9 @@ from servers import (
     tandem_serve_cmd,
     wait_ready,
 )
-
+from bench.index.index_types import DEFAULT_REFERENCE, bundle_for, synthetic_inputs
+from bench.serving.bare_limit import BareLimit, describe
+from bench.serving.bare_limit import measure as measure_bare
 from service.settings import available_cores
 from tandem.loadtest import Answer, format_report, run_loadtest
 
@@ -401,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = dict(item.split("=", 1) for item in args.env)
     queries, described = load_queries(args.queries, 10_000)
     accept_size, accept_label = (None, "") if args.accept == "none" else args.accept.split(":", 1)
-    load_before = load_average()[1]
+    span = LoadSpan()
     configs: list[Config] = []
     accept: Acceptance | None = None
     for size in (int(s) for s in args.sizes.split(",")):
@@ -433,9 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config.bare_after = bare_limit(bundle, args.student, queries, env, args)
                 log.info("bare limit after %d %s: %s", size, label, describe(config.bare_after))
             configs.append(config)
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    command = command_line()
     setup = (
-        f"synthetic corpora of SciFact-like teacher vectors (768-d, bench/index_types.py), bundles built by "
+        f"synthetic corpora of SciFact-like teacher vectors (768-d, bench/index/index_types.py), bundles built by "
         f"`tandem index build --embeddings`; `tandem serve` with the int8 student `{args.student.name}` "
         f"({'defaults' if not env else ', '.join(f'{k}={v}' for k, v in env.items())}); queries: {described}; "
         f"top_k 10; warm-up 2 s at 10 rps then {args.warmup:g} s at a quarter of the bare limit; "
@@ -443,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.bisect} bisections; latencies from the scheduled send (open loop)."
     )
     section = render(configs, accept, f"{accept_size} documents, {accept_label}" if accept_size else "",
-                     command, setup, f"{load_before} before, {load_average()[1]} after", args)
+                     command, setup, span.text(), args)
     publish(args.lab, args.section, section, write=not args.no_write)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ fresh server. Besides latency and 429s, the CPU each side spends per request is 
 from /proc/PID/stat, the generator's from os.times()): on 2 shared cores, CPU per request is what
 bounds throughput, and it is less noisy than a latency percentile.
 
-    python bench/serve_settings.py --student .tandem/students/scifact-full \
+    python -m bench.serving.serve_settings --student .tandem/students/scifact-full \
         --variant default= --variant 'count-only=TANDEM_MAX_QUEUE_MS=1e9' \
         --variant 'batch8=TANDEM_BATCH_MAX_QUERIES=8' --variant '1x2threads=TANDEM_WORKERS=1,TANDEM_ENCODE_THREADS=2'
 """
@@ -17,7 +17,6 @@ import argparse
 import logging
 import os
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Sequence
@@ -25,11 +24,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchdoc import REPO, add_output_args, cpu_line, load_average, publish, start_logging
-from encode_latency import DEFAULT_SCIFACT, load_queries
-from serve_load import Server
-from servers import cpu_seconds, stop
-
+from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
+from bench.harness.record import (
+    REPO,
+    LoadSpan,
+    add_output_args,
+    command_line,
+    cpu_line,
+    publish,
+    start_logging,
+)
+from bench.harness.servers import cpu_seconds, stop
+from bench.serving.serve_load import Server
 from tandem.loadtest import LoadReport, format_report, run_loadtest
 
 log = logging.getLogger("bench.serve_settings")
@@ -117,11 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     start_logging()
     if not (args.index / "manifest.json").is_file():
-        log.error("%s is not a bundle; build it with bench/serve_load.py or `tandem index build`", args.index)
+        log.error("%s is not a bundle; build it with bench/serving/serve_load.py or `tandem index build`", args.index)
         return 2
     variants = args.variant or [Variant("default", {})]
     queries, described = load_queries(args.queries, 10_000)
-    load_before = load_average()[1]
+    span = LoadSpan()
     runs: list[Run] = []
     for variant in variants:
         for rps in (float(r) for r in args.rates.split(",")):
@@ -132,11 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             finally:
                 stop(server.process)
             time.sleep(args.rest)
-    command = shlex.join(["python", os.path.relpath(sys.argv[0]), *sys.argv[1:]])
+    command = command_line()
     setup = (f"`tandem serve` of `{os.path.relpath(args.index, REPO)}` with the int8 student `{args.student.name}`, "
              f"a fresh server per variant and rate, warmed up with 20 requests; open-loop runs of "
              f"{args.duration:g} s; queries: {described}; top_k 10.")
-    section = render(runs, command, setup, f"{load_before} before, {load_average()[1]} after")
+    section = render(runs, command, setup, span.text())
     publish(args.lab, SECTION, section, write=not args.no_write)
     return 0
 

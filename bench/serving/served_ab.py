@@ -4,13 +4,13 @@ Why: "main is not slower than the tree before the change on any served figure" c
 the same machine in the same minutes; two runs apart drift by more than most changes move. Every tree serves the
 same root with its own `tandem serve` (default settings, `python -m tandem` from the tree's directory, one server
 up at a time), warms up on other queries, then answers the same sequential requests per case: dense unfiltered and
-under bench/scale_10m.py's filters, lexical, hybrid. `--rounds` restarts each tree's server in turn (A, B, A, B…),
+under bench/index/scale_10m.py's filters, lexical, hybrid. `--rounds` restarts each tree's server in turn (A, B, A, B…),
 so a slow minute of the machine falls on both. Per case and tree: the median of the rounds' p50, and the p99 of
 all rounds' requests pooled.
 
 A tree is a directory with models/, service/ and tandem/ (`git archive REV | tar -x -C DIR`, or a checkout).
 
-    python bench/served_ab.py --root ROOT --student DIR --tree before=/tmp/before --tree after=. --rounds 3
+    python -m bench.serving.served_ab --root ROOT --student DIR --tree before=/tmp/before --tree after=. --rounds 3
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from benchdoc import cpu_line
-from scale_10m import _split, timed_cases, train_queries
-from servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+
+from bench.harness.record import cpu_line
+from bench.harness.servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.index.scale_10m import _split, timed_cases, train_queries
 
 log = logging.getLogger("bench.served_ab")
 def serve_once(tree: Path, root: Path, student: Path, texts: list[str], warm: list[str],
