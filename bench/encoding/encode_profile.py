@@ -40,7 +40,14 @@ from pathlib import Path
 import numpy as np
 
 from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries, measure
-from bench.harness.record import add_output_args, command_line, cpu_line, load_average, publish, start_logging
+from bench.harness.record import (
+    command_line,
+    cpu_line,
+    load_average,
+    parse_with_output,
+    publish,
+    start_logging,
+)
 
 log = logging.getLogger("bench.encode_profile")
 
@@ -205,8 +212,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--passes", type=int, default=4, help="times each encoder times every query")
     parser.add_argument("--profile-queries", type=int, default=200)
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -30,7 +30,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness.record import add_output_args, command_line, cpu_line, load_average, publish, start_logging
+from bench.harness.record import (
+    command_line,
+    cpu_line,
+    load_average,
+    parse_with_output,
+    publish,
+    start_logging,
+)
 
 log = logging.getLogger("bench.int8_variants")
 
@@ -45,8 +52,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--index", type=Path, required=True, help="bundle built from the dataset's corpus")
     parser.add_argument("--split", default="test")
     parser.add_argument("--threads", type=int, default=1)
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

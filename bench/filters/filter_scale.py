@@ -47,9 +47,9 @@ from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
 from bench.harness.record import (
     REPO,
     LoadSpan,
-    add_output_args,
     command_line,
     cpu_line,
+    parse_with_output,
     publish,
     start_logging,
 )
@@ -480,8 +480,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--parts", default="plans,service,memory",
                    help="What to measure, of plans, service and memory (the inputs and bundles are made first).")
     p.add_argument("--memory-of", type=Path, help=argparse.SUPPRESS)
-    add_output_args(p)
-    return p.parse_args(argv)
+    return parse_with_output(p, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

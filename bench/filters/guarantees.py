@@ -35,9 +35,9 @@ from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
 from bench.filters.filter_scale import build, make_inputs
 from bench.harness.record import (
     LoadSpan,
-    add_output_args,
     command_line,
     cpu_line,
+    parse_with_output,
     publish,
     start_logging,
 )
@@ -169,8 +169,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
     p.add_argument("--scifact", type=Path, default=DEFAULT_SCIFACT)
-    add_output_args(p)
-    return p.parse_args(argv)
+    return parse_with_output(p, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -123,6 +123,15 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-write", action="store_true", help="Only log the results.")
 
 
+def parse_with_output(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """`parser` with --lab and --no-write added, applied to `argv` (this process's arguments by default); the
+    arguments are kept as `args.argv`, for the command line a record prints."""
+    add_output_args(parser)
+    args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    return args
+
+
 def start_logging() -> None:
     """INFO logs for a bench run (httpx's line per request held back); never reach for a model hub."""
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,5 +1,6 @@
 """What the bench scripts that drive a live HTTP server share: a free port, `tandem serve` as a subprocess,
-waiting until a server answers, its memory, stopping it, and judging a load step against a p99 bound.
+waiting until a server answers (`served` does all three and stops it after), its memory, stopping it, and judging
+a load step against a p99 bound.
 
 Servers run as child processes on 127.0.0.1 with their output in a log file; each is stopped with SIGINT
 (uvicorn's graceful shutdown) and killed only if it does not exit in time.
@@ -15,7 +16,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +70,34 @@ def wait_ready(client: httpx.Client, server: subprocess.Popen[bytes], path: str 
             pass
         time.sleep(0.1)
     raise TimeoutError(f"the server was not ready within {timeout_s:g} s")
+
+
+@dataclass(frozen=True)
+class Served:
+    """A ready `tandem serve` child: its process, a client on its address, and its port."""
+
+    process: subprocess.Popen[bytes]
+    client: httpx.Client
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@contextmanager
+def served(index: Path, student: Path, log_path: Path, env: Mapping[str, str] | None = None, *, cwd: Path = REPO,
+           timeout_s: float = 60.0, ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[Served]:
+    """`tandem serve --index --student` on a free port of 127.0.0.1 (the code of the tree at `cwd`), with a client
+    whose requests time out after `timeout_s`; yields once it is ready and stops it (SIGINT) on the way out."""
+    port = free_port()
+    process = start_process(tandem_serve_cmd(index, student, port), log_path, env, cwd)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=timeout_s, trust_env=False) as client:
+            wait_ready(client, process, timeout_s=ready_timeout_s)
+            yield Served(process, client, port)
+    finally:
+        stop(process)
 
 
 def process_tree(pid: int) -> list[int]:

@@ -33,7 +33,15 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness.record import REPO, add_output_args, cpu_flags, cpu_model, load_average, publish, start_logging
+from bench.harness.record import (
+    REPO,
+    cpu_flags,
+    cpu_model,
+    load_average,
+    parse_with_output,
+    publish,
+    start_logging,
+)
 from bench.harness.runs import home_with_teacher, run_peak
 
 log = logging.getLogger("bench.index_scale")
@@ -276,10 +284,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--precision-only", action="store_true", help="Only the precision table, as JSON to stdout.")
     parser.add_argument("--gpu-json", type=Path, help="A GPU machine's --precision-only output to include.")
-    add_output_args(parser)
-    args = parser.parse_args(argv)
-    args.argv = list(argv if argv is not None else sys.argv[1:])
-    return args
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -54,7 +54,14 @@ from typing import Any
 import numpy as np
 
 from bench.filters.filter_scale import exact_top, recall
-from bench.harness.record import REPO, add_output_args, cpu_line, load_average, publish, start_logging
+from bench.harness.record import (
+    REPO,
+    cpu_line,
+    load_average,
+    parse_with_output,
+    publish,
+    start_logging,
+)
 from bench.harness.runs import home_with_teacher, run_peak
 from bench.index.index_types import DEFAULT_REFERENCE
 
@@ -577,10 +584,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--drop-inputs", action="store_true", help="Delete each size's inputs after its run.")
     parser.add_argument("--follow-files", type=int, default=3, help="Change files the follow stage sends (0: none).")
     parser.add_argument("--follow-every", type=float, default=60.0, help="Seconds between the follow stage's files.")
-    add_output_args(parser)
-    args = parser.parse_args(argv)
-    args.argv = list(argv if argv is not None else sys.argv[1:])
-    return args
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
+from bench.harness.record import cpu_line, load_average, parse_with_output, publish, start_logging
 from bench.harness.runs import home_with_teacher
 from bench.index.index_scale import synthetic_import
 from indexer.segments import link_version
@@ -151,10 +151,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--docs", type=int, default=1_000_000, help="Documents of the synthetic bundle.")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--buffer-mb", type=int, default=256)
-    add_output_args(parser)
-    args = parser.parse_args(argv)
-    args.argv = list(argv if argv is not None else sys.argv[1:])
-    return args
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

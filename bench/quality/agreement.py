@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness.record import add_output_args, command_line, cpu_line, publish, start_logging
+from bench.harness.record import command_line, cpu_line, parse_with_output, publish, start_logging
 
 log = logging.getLogger("bench.agreement")
 
@@ -40,8 +40,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, required=True, help="BEIR dataset directory (corpus, queries, qrels)")
     parser.add_argument("--index", type=Path, required=True, help="bundle built from the dataset's corpus")
     parser.add_argument("--split", default="test", help="qrels split whose queries are scored (labels unused)")
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness.record import add_output_args, command_line, cpu_line, publish, start_logging
+from bench.harness.record import command_line, cpu_line, parse_with_output, publish, start_logging
 from indexer.build import BuildRequest, build
 from indexer.check import check, describe
 from indexer.demo_corpus import write_demo_corpus
@@ -55,8 +55,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, required=True, help="Scratch directory (the root is rebuilt there).")
     parser.add_argument("--other-docs", type=int, default=800, help="Demo-corpus documents the update adds.")
     parser.add_argument("--draws", type=int, default=10, help="Other samples per segment, for the spread.")
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def heldout_rows(corpus: Path, student: Path, store: DocStore) -> list[int]:

@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from bench.harness.record import add_output_args, cpu_line, load_average, publish, start_logging
-from bench.harness.servers import free_port, rss_mib, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.harness.record import cpu_line, load_average, parse_with_output, publish, start_logging
+from bench.harness.servers import free_port, rss_mib, served, start_process, stop, wait_ready
 from models.bundle.versions import set_current
 from models.paths import tandem_home
 from tandem.demo import EXAMPLE_QUERY
@@ -84,17 +84,11 @@ def _titles(answer: dict[str, Any]) -> list[str]:
 
 def one_collection(scifact: Path, student: Path, work: Path) -> dict[str, Any]:
     """`tandem serve --index --student`: POST /search answers; its resident memory once ready."""
-    port = free_port()
-    server = start_process(tandem_serve_cmd(scifact, student, port), work / "one.log")
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0, trust_env=False) as client:
-            wait_ready(client, server)
-            response = client.post("/search", json={"query": SCIFACT_QUERY, "top_k": 3})
-            response.raise_for_status()
-            return {"status": response.status_code, "titles": _titles(response.json()),
-                    "rss_mib": rss_mib(server.pid, "VmRSS")}
-    finally:
-        stop(server)
+    with served(scifact, student, work / "one.log") as server:
+        response = server.client.post("/search", json={"query": SCIFACT_QUERY, "top_k": 3})
+        response.raise_for_status()
+        return {"status": response.status_code, "titles": _titles(response.json()),
+                "rss_mib": rss_mib(server.process.pid, "VmRSS")}
 
 
 def _version(record: Record) -> str | None:
@@ -250,8 +244,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--demo", type=Path, default=demo / "bundle", help="The demo bundle (`tandem demo serve`).")
     parser.add_argument("--demo-student", type=Path, default=demo / "student")
     parser.add_argument("--rps", type=float, default=50.0)
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -20,11 +20,10 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 from bench.harness.record import cpu_flags, cpu_model
-from bench.harness.servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.harness.servers import served
 from bench.index.index_types import synthesize
 
 log = logging.getLogger("bench.hybrid_latency")
@@ -80,28 +79,22 @@ def main() -> None:
     train = {line.split("\t")[0] for line in list((args.scifact / "qrels" / "train.tsv").open())[1:]}
     by_id = {json.loads(line)["_id"]: json.loads(line)["text"] for line in (args.scifact / "queries.jsonl").open()}
     queries = [by_id[q] for q in sorted(train) if q in by_id][: args.queries + args.warmup]
-    port = free_port()
-    server = start_process(tandem_serve_cmd(bundle.resolve(), args.student.resolve(), port),
-                           args.workdir / "serve.log", env={"TANDEM_LOG_LEVEL": "WARNING"})
     latencies: dict[str, list[float]] = {m: [] for m in MODES}
     stages: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0, trust_env=False) as client:
-            wait_ready(client, server)
-            for i, query in enumerate(queries):
-                order = MODES[i % 3:] + MODES[: i % 3]  # rotate who goes first
-                for mode in order:
-                    began = time.perf_counter()
-                    response = client.post("/search", json={"query": query, "top_k": 10, "mode": mode})
-                    elapsed = (time.perf_counter() - began) * 1e3
-                    response.raise_for_status()
-                    if i < args.warmup:
-                        continue
-                    latencies[mode].append(elapsed)
-                    for stage, ms in response.json()["timing_ms"].items():
-                        stages[mode].setdefault(stage, []).append(ms)
-    finally:
-        stop(server)
+    with served(bundle.resolve(), args.student.resolve(), args.workdir / "serve.log",
+                {"TANDEM_LOG_LEVEL": "WARNING"}) as server:
+        for i, query in enumerate(queries):
+            order = MODES[i % 3:] + MODES[: i % 3]  # rotate who goes first
+            for mode in order:
+                began = time.perf_counter()
+                response = server.client.post("/search", json={"query": query, "top_k": 10, "mode": mode})
+                elapsed = (time.perf_counter() - began) * 1e3
+                response.raise_for_status()
+                if i < args.warmup:
+                    continue
+                latencies[mode].append(elapsed)
+                for stage, ms in response.json()["timing_ms"].items():
+                    stages[mode].setdefault(stage, []).append(ms)
     report = {"docs": args.docs, "queries": len(latencies["dense"]), "cpu": cpu_model(), "flags": cpu_flags(),
               "date": time.strftime("%Y-%m-%d"), "modes": {}}
     print(f"{args.docs} docs, {report['queries']} queries per mode; CPU {report['cpu']} ({report['flags']})")

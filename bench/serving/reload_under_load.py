@@ -44,7 +44,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.harness.record import REPO, add_output_args, command_line, cpu_line, load_average, publish, start_logging
+from bench.harness.record import (
+    REPO,
+    command_line,
+    cpu_line,
+    load_average,
+    parse_with_output,
+    publish,
+    start_logging,
+)
 from bench.harness.servers import (
     UPSTREAM_HEADER,
     free_port,
@@ -435,8 +443,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--note", default="", help="A line about the run's circumstances for the section "
                         "(e.g. other jobs on the machine).")
     parser.add_argument("--work", type=Path, default=REPO / ".tandem" / "bench" / "reload")
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

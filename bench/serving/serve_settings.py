@@ -28,9 +28,9 @@ from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries
 from bench.harness.record import (
     REPO,
     LoadSpan,
-    add_output_args,
     command_line,
     cpu_line,
+    parse_with_output,
     publish,
     start_logging,
 )
@@ -115,8 +115,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, default=15.0)
     parser.add_argument("--queries", type=Path, default=Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT)))
     parser.add_argument("--rest", type=float, default=2.0, help="Seconds between runs.")
-    add_output_args(parser)
-    return parser.parse_args(argv)
+    return parse_with_output(parser, argv)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

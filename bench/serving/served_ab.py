@@ -22,31 +22,24 @@ import statistics
 import sys
 from pathlib import Path
 
-import httpx
 import numpy as np
 
 from bench.harness.record import cpu_line
-from bench.harness.servers import free_port, start_process, stop, tandem_serve_cmd, wait_ready
+from bench.harness.servers import served
 from bench.index.scale_10m import _split, timed_cases, train_queries
 
 log = logging.getLogger("bench.served_ab")
 def serve_once(tree: Path, root: Path, student: Path, texts: list[str], warm: list[str],
                logs: Path) -> dict[str, list[float]]:
     """One server of `tree` on `root`: the warm-up, then each case's requests; seconds per request by case."""
-    port = free_port()
     env = {"PYTHONPATH": str(tree), "TANDEM_LOG_LEVEL": "WARNING", "TANDEM_LOG_FORMAT": "text"}
-    process = start_process(tandem_serve_cmd(root, student, port), logs / f"{tree.name}-{port}.log", env, cwd=tree)
     out: dict[str, list[float]] = {}
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=60.0, trust_env=False) as client:
-            wait_ready(client, process, timeout_s=600)
-            for name, mode, times, responses in timed_cases(client, texts, warm):
-                for response in responses:
-                    if response.status_code != 200:
-                        raise RuntimeError(f"{tree}: {mode} {name} answered {response.status_code}: {response.text}")
-                out[f"{mode} · {name}"] = times
-    finally:
-        stop(process)
+    with served(root, student, logs / f"{tree.name}.log", env, cwd=tree, ready_timeout_s=600) as server:
+        for name, mode, times, responses in timed_cases(server.client, texts, warm):
+            for response in responses:
+                if response.status_code != 200:
+                    raise RuntimeError(f"{tree}: {mode} {name} answered {response.status_code}: {response.text}")
+            out[f"{mode} · {name}"] = times
     return out
 
 
