@@ -5,6 +5,7 @@ argument parsers are what a refactor breaks."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 from pathlib import Path
@@ -12,6 +13,9 @@ from pathlib import Path
 import pytest
 
 import bench
+from bench.harness.record import LoadSpan, command_line, parse_with_output
+from bench.harness.runs import module_cmd, run_peak
+from bench.harness.servers import served
 
 BENCH = Path(bench.__file__).parent
 MODULES = sorted(info.name for info in pkgutil.walk_packages([str(BENCH)], "bench.") if not info.ispkg)
@@ -40,3 +44,30 @@ def test_bench_script_imports_and_helps(name: str, capsys: pytest.CaptureFixture
         main()
     assert exit_info.value.code == 0
     assert "usage:" in capsys.readouterr().out
+
+
+def test_served_answers_once_ready_and_is_stopped_after(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+    """The harness's server: `tandem serve` on a free port, ready before the body runs, gone after it."""
+    with served(tiny_bundle, tiny_student, tmp_path / "serve.log") as server:
+        answer = server.client.post("/search", json={"query": "hormone that controls blood sugar", "top_k": 1})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["results"][0]["id"] == "insulin"
+        process = server.process
+    assert process.poll() is not None
+
+
+def test_run_peak_reports_the_childs_own_peak(tmp_path: Path) -> None:
+    """GNU time's peak is the child's: a child that touches 64 MiB reports at least that, and its output comes back."""
+    run = run_peak(["python", "-c", "b = bytearray(64 << 20); print(len(b))"], tmp_path / "home")
+    assert run.peak_kib >= 64 << 10
+    assert run.stdout.strip() == str(64 << 20)
+
+
+def test_a_record_names_the_module_and_its_arguments() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--n", type=int, default=1)
+    args = parse_with_output(parser, ["--n", "3", "--no-write"])
+    assert (args.n, args.no_write, args.argv) == (3, True, ["--n", "3", "--no-write"])
+    assert command_line(["--n", "3"]).endswith(" --n 3")
+    assert module_cmd("bench.index.index_types", "--help")[1:] == ["-m", "bench.index.index_types", "--help"]
+    assert " before, " in LoadSpan().text() and LoadSpan().text().endswith(" after")

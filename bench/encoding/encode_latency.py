@@ -31,7 +31,7 @@ from bench.harness.record import (
     LoadSpan,
     add_output_args,
     command_line,
-    cpu_line,
+    machine,
     publish,
     start_logging,
 )
@@ -167,7 +167,7 @@ def render_section(
             f"Command: `{command}`",
             "",
             f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-            f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; {versions()}; load average {load}",
+            f"- Machine: {machine()}; {versions()}; load average {load}",
             f"- Setup: {setup}",
             "",
             *([note, ""] if note else []),
@@ -187,7 +187,7 @@ def busy_note(load: float, threads: int) -> str | None:
     if load + threads <= cores + 0.5:
         return None
     return (
-        f"> Warning: the machine was span.busy before the run (1-min load {load:.1f} on {cores} cores), so these "
+        f"> Warning: the machine was busy before the run (1-min load {load:.1f} on {cores} cores), so these "
         "times are inflated, the teacher's most of all; rerun on an idle machine for reference numbers."
     )
 

@@ -42,8 +42,8 @@ import numpy as np
 from bench.encoding.encode_latency import DEFAULT_SCIFACT, load_queries, measure
 from bench.harness.record import (
     command_line,
-    cpu_line,
     load_average,
+    machine,
     parse_with_output,
     publish,
     start_logging,
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"Command: `{command}`",
         "",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; onnxruntime {ort.__version__}; load average "
+        f"- Machine: {machine()}; onnxruntime {ort.__version__}; load average "
         f"{load_before} before, {load_after} after",
         f"- Setup: student `{args.student}`; queries: {described}, {tokens:.1f} tokens on average; one query per "
         f"call, 1 intra-op thread; {args.warmup} warm-up calls each, then every query {args.passes} times in "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -32,8 +31,8 @@ import numpy as np
 
 from bench.harness.record import (
     command_line,
-    cpu_line,
     load_average,
+    machine,
     parse_with_output,
     publish,
     start_logging,
@@ -124,7 +123,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"Command: `{command}`",
         "",
         f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
-        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; load average {load_before} before the run",
+        f"- Machine: {machine()}; load average {load_before} before the run",
         f"- Setup: student `{args.student}` (its fp32 graph re-quantized per row, per-channel dynamic); "
         f"{len(texts)} {args.split} queries of {args.data.name}; bundle `{args.index}`, top {TOP_K}; "
         f"{args.threads} onnxruntime thread(s); cosine and timing over each query encoded alone.",

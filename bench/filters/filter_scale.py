@@ -48,7 +48,7 @@ from bench.harness.record import (
     REPO,
     LoadSpan,
     command_line,
-    cpu_line,
+    machine,
     parse_with_output,
     publish,
     start_logging,
@@ -370,7 +370,7 @@ def render(args: argparse.Namespace, plans: list[PlanRow], served: dict[str, Ser
     lines = [f"# Filters at scale: {n:,} documents, flat and HNSW binary ({time.strftime('%Y-%m-%d')})", "",
              f"Command: `{command}`", "",
              f"- Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
-             f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; load {loads}",
+             f"- Machine: {machine()}; load {loads}",
              f"- Setup: {n:,} synthetic documents (SciFact teacher vectors plus covariance-shaped noise), imported by "
              f"`tandem index build --quantization binary --dim {args.dim} --metadata-extra --field tag:keyword "
              f"--field labels:keyword-list` (`r` and `year` inferred integers); binary first stage, int8 rescoring "

@@ -39,7 +39,7 @@ from bench.harness.record import (
     LoadSpan,
     add_output_args,
     command_line,
-    cpu_line,
+    machine,
     publish,
     start_logging,
 )
@@ -225,7 +225,7 @@ def render(rows: list[Row], command: str, setup: str, load: str) -> str:
         f"Command: `{command}`",
         "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; python {platform.python_version()}, "
+        f"- Machine: {machine()}; python {platform.python_version()}, "
         f"faiss {faiss.__version__}; load average {load}",
         f"- Setup: {setup}",
         "",

@@ -46,7 +46,7 @@ from bench.harness.record import (
     LoadSpan,
     add_output_args,
     command_line,
-    cpu_line,
+    machine,
     publish,
     start_logging,
 )
@@ -256,7 +256,7 @@ def render(command: str, setup: str, load: str, note: str | None, outcomes: list
         "# Tandem and its peers: txtai, the plain way", "",
         f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; {peer_versions()}; load average {load}",
+        f"- Machine: {machine()}; {peer_versions()}; load average {load}",
         f"- Setup: {setup}", "",
         *([note, ""] if note else []),
         f"Latency at {args.latency_rps:g} rps open loop for {args.latency_duration:g} s (from the scheduled send), "

@@ -47,8 +47,8 @@ import numpy as np
 from bench.harness.record import (
     REPO,
     command_line,
-    cpu_line,
     load_average,
+    machine,
     parse_with_output,
     publish,
     start_logging,
@@ -416,7 +416,7 @@ def render(command: str, setup: str, load_before: str, report_text: str, events:
         title, "",
         f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible; "
+        f"- Machine: {machine()}; "
         f"python {platform.python_version()}; load average {load_before} before the run",
         f"- Setup: {setup}", "",
         *rows, "", *checks, "", *lat, "", "```", report_text, "```",

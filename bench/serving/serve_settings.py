@@ -29,7 +29,7 @@ from bench.harness.record import (
     REPO,
     LoadSpan,
     command_line,
-    cpu_line,
+    machine,
     parse_with_output,
     publish,
     start_logging,
@@ -85,7 +85,7 @@ def render(runs: list[Run], command: str, setup: str, load: str) -> str:
     lines = [
         "# Serving settings, side by side", "", f"Command: `{command}`", "",
         f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- Machine: {cpu_line()}, {os.cpu_count()} cores visible (server and load generator share them); "
+        f"- Machine: {machine()} (server and load generator share them); "
         f"python {platform.python_version()}, onnxruntime {onnxruntime.__version__}; load average {load}",
         f"- Setup: {setup}", "",
         "| variant | settings | rps | achieved 2xx rps | p50 ms | p99 ms | 429/503 | server CPU ms/request "
