@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--queries", type=int, default=100)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(dir="/work/tmp") as tmp:
+    with tempfile.TemporaryDirectory(prefix="lexical-pruning-", dir=os.environ.get("TMPDIR")) as tmp:
         started = time.perf_counter()
         index = build(args.corpus, args.docs, Path(tmp))
         log.info("postings of %d documents laid out in %.1f s (%d postings)", args.docs, time.perf_counter() - started,
