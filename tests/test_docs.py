@@ -307,7 +307,8 @@ def test_shell_examples_parse() -> None:
 
 
 def test_scripts_the_docs_run_exist() -> None:
-    """`python bench/x.py …` and `pytest tests/x.py` name files that are there."""
+    """`python bench/x.py …` and `pytest tests/x.py` name files that are there (bench scripts now run as modules,
+    `python -m bench.AREA.SCRIPT`: tests/test_bench.py imports each)."""
     missing: list[str] = []
     for block in _code_blocks("bash", "sh", "shell"):
         if block.page.parent == LAB:
@@ -351,8 +352,7 @@ def test_every_record_is_dated_and_listed() -> None:
 
 def test_bench_scripts_write_a_dated_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A bench run writes its own record under the lab folder and leaves every other file alone."""
-    monkeypatch.syspath_prepend(str(ROOT / "bench"))
-    import benchdoc
+    from bench.harness import record as benchdoc
 
     other = tmp_path / "2026-11-24-other.md"
     other.write_text("# kept\n")

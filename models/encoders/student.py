@@ -168,7 +168,8 @@ def split_graph(path: Path) -> onnx.ModelProto | None:
 
 
 def load_graph(path: Path) -> bytes:
-    """The graph a session of `path` runs (`open_graph`), as bytes: what bench/encode_profile.py and the tests read."""
+    """The graph a session of `path` runs (`open_graph`), as bytes: what bench/encoding/encode_profile.py and the
+    tests read."""
     model = split_graph(path)
     return path.read_bytes() if model is None else model.SerializeToString()
 

@@ -9,7 +9,8 @@ Ties are broken by row, so a fused ranking is deterministic.
 
 DEFAULT_FUSION is what a new bundle records as its `mode: hybrid` default, so `tandem eval` and the
 service agree. Chosen on SciFact's *train* queries only (809 queries; never the test split), asymmetric
-(a `quick` student's queries + BM25), by bench/choose_fusion.py (docs/decisions.md#fusion-default-convex-alpha-04):
+(a `quick` student's queries + BM25), by bench/quality/choose_fusion.py
+(docs/decisions.md#fusion-default-convex-alpha-04):
 convex 0.3 / 0.4 / 0.5 gave nDCG@10 0.7243 / 0.7306 / 0.7260, RRF 0.6980, BM25 alone 0.6964. Convex
 beat RRF on every set measured (issue 26: also a held-out BEIR set, 111.9% against 106.5%), and the
 best weight there was 0.3 to 0.5; 0.4, the train optimum, sits in the flat middle of that range.

@@ -1,21 +1,16 @@
-"""The bare-limit bookkeeping of bench/serve_load.py: settings mirrored from the server's, and the ratio read
+"""The bare-limit bookkeeping of bench/serving/serve_load.py: settings mirrored from the server's, and the ratio read
 beside it. Why: a wrong override or ratio would misstate what share of the machine the server delivers.
-The measurement itself needs a student and a quiet machine (bench/bare_limit.py), not the test suite."""
+The measurement itself needs a student and a quiet machine (bench/serving/bare_limit.py), not the test suite."""
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from bare_limit import BareLimit, settings_overrides
-from serve_load import Config, limit_lines
-from servers import Step, judge
-
+from bench.harness.servers import Step, judge
+from bench.serving.bare_limit import BareLimit, settings_overrides
+from bench.serving.serve_load import Config, limit_lines
 from tandem.loadtest import LoadReport
 
 

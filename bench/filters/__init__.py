@@ -1,0 +1,1 @@
+"""Filtered search: filters at scale, the planner's crossovers, row masks, and bounded requests."""
