@@ -21,7 +21,8 @@ CHANGES = 10
 
 
 def _collections(server: LiveServer) -> Any:
-    return server.server.config.app.state.collections
+    app: Any = server.server.config.app  # serve_app hands the FastAPI app to uvicorn's config
+    return app.state.collections
 
 
 def _students(tmp_path: Path, tiny_student: Path) -> Path:
