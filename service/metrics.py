@@ -25,16 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 
 # tokenize ⊂ encode (student call); rescore ⊂ search (binary bundles); filter: a filter turned into rows;
 # total: the whole HTTP request.
 STAGES = ("queue", "tokenize", "encode", "search", "lexical", "filter", "rescore", "total")
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client reads it when first imported
+# labels a scrape without TANDEM_METRICS_TOKEN never sees (`Unnamed`): collection names, and the segment (version)
+# names of each collection
+HIDDEN_LABELS = ("collection", "segment")
+LOWEST = frozenset({"tandem_segment_agreement"})  # aggregated by the minimum, not the sum
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -160,10 +165,39 @@ class Metrics:
             if score.below is not None:
                 self.segment_agreement_below.labels(collection, score.segment).set(int(score.below))
 
-    def render(self) -> bytes:
-        if self.multiprocess_dir is None:
-            return generate_latest(self.registry)
-        self.sync_queue_depth()
-        merged = CollectorRegistry()
-        MultiProcessCollector(merged, path=self.multiprocess_dir)
-        return generate_latest(merged)
+    def render(self, names: bool = False) -> bytes:
+        """The text format; without `names`, the per-collection series summed over the collections (`Unnamed`)."""
+        source: CollectorRegistry = self.registry
+        if self.multiprocess_dir is not None:
+            self.sync_queue_depth()
+            source = CollectorRegistry()
+            MultiProcessCollector(source, path=self.multiprocess_dir)
+        return generate_latest(source if names else Unnamed(source))
+
+
+class Unnamed:
+    """A registry's metrics with the `collection` and `segment` labels aggregated away, for a scrape that may not
+    learn the collections' names (service.http.scoping.may_name_collections): the counters are summed (searches,
+    reloads by outcome over every collection), as are tandem_collection_ready (how many collections serve),
+    tandem_collection_documents (documents served in all) and tandem_segment_agreement_below (how many segments
+    are below the threshold); tandem_segment_agreement is the lowest overlap of any segment. A `_created` sample
+    keeps the earliest time."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self._source = source
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._source.collect():
+            if not any(label in sample.labels for sample in family.samples for label in HIDDEN_LABELS):
+                yield family
+                continue
+            groups: dict[tuple[str, tuple[tuple[str, str], ...]], list[float]] = {}
+            for sample in family.samples:
+                kept = tuple(sorted((k, v) for k, v in sample.labels.items() if k not in HIDDEN_LABELS))
+                groups.setdefault((sample.name, kept), []).append(sample.value)
+            merged = Metric(family.name, f"{family.documentation} Over every collection: their names need "
+                            "TANDEM_METRICS_TOKEN.", family.type, family.unit)
+            for (name, labels), values in groups.items():
+                lowest = name.endswith("_created") or family.name in LOWEST
+                merged.add_sample(name, dict(labels), min(values) if lowest else sum(values))
+            yield merged

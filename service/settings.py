@@ -126,6 +126,14 @@ class ServiceSettings(BaseSettings):
     admin_token: SecretStr | None = Field(
         None, description="Bearer token of the /admin routes; unset, they are disabled (never open by default).",
     )
+    metrics_token: SecretStr | None = Field(
+        None, description="Bearer token that lets GET /metrics and GET /readyz name the collections (their labels, "
+        "which failed and why); without it they name none (a key learns no collection it was not given).",
+    )
+    metrics_names: bool = Field(
+        False, description="Let GET /metrics and GET /readyz name the collections to anyone who reaches them, no "
+        "token needed (where the network already restricts them); off, only TANDEM_METRICS_TOKEN does.",
+    )
     watch_interval_s: float = Field(
         2.0, ge=0, description="How often a bundle root's CURRENT pointer is polled for a new version (0: never).",
     )
@@ -164,10 +172,10 @@ class ServiceSettings(BaseSettings):
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("admin_token", mode="before")
+    @field_validator("admin_token", "metrics_token", mode="before")
     @classmethod
     def _blank_token_disables(cls, value: object) -> object:
-        # An empty TANDEM_ADMIN_TOKEN= means "no admin", never "any token opens it".
+        # An empty TANDEM_ADMIN_TOKEN= (or TANDEM_METRICS_TOKEN=) means "no token", never "any token opens it".
         return None if isinstance(value, str) and not value.strip() else value
 
     @model_validator(mode="after")

@@ -77,6 +77,16 @@ class StudentEncoder:
         self.observe: StageObserver | None = None  # told how long tokenization took, when set (metrics)
         log.info("student %s (%s, %d threads)", self.directory, precision, threads)
 
+    def close(self) -> None:
+        """Let the ONNX session go now rather than when the last reference to this encoder is collected (a closed
+        searcher sits in a reference cycle until the garbage collector's next full pass), and hand its heap back
+        to the OS: the service's student pool calls it once no searcher holds the student. Encoding after it
+        raises AttributeError."""
+        if hasattr(self, "session"):
+            del self.session
+            return_freed_heap()
+            log.info("student %s released", self.directory)
+
     def query_key(self, text: str) -> str:
         """`text` as this student's tokenizer sees it before splitting it into tokens (its normalizer, e.g. lower
         case, and runs of whitespace as one space where the pre-tokenizer splits on whitespace): two texts with

@@ -16,7 +16,6 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from models.agreement.score import SegmentAgreement
@@ -36,14 +35,34 @@ log = logging.getLogger(__name__)
 
 class StudentPool:
     """One StudentEncoder per student directory (its real path): collections that share a student load it once.
-    onnxruntime lets several searchers share a session, as a hot reload already does."""
+    onnxruntime lets several searchers share a session, as a hot reload already does.
+
+    The pool counts the searchers holding each student (in service, kept for rollback, or swapped out and still
+    answering the requests that leased them), and lets a student go when the last of them closes: a
+    `--refresh-student` publish or a collection config change would otherwise add an ONNX session for the life of
+    the process. A searcher closes only after its last lease ends (service.core.loader), so a request in flight
+    that still holds the old encoder finishes on it."""
 
     def __init__(self, settings: ServiceSettings) -> None:
         self._settings = settings
         self._lock = threading.Lock()  # held while a student loads: two collections never load the same one twice
         self._students: dict[str, StudentEncoder] = {}
+        self._holders: dict[str, int] = {}  # real path → searchers holding its student
 
-    def get(self, directory: Path) -> StudentEncoder:
+    def source(self, directory: Path) -> PooledStudents:
+        """What a collection's loader acquires its students from: `directory` (a student, or a student root)."""
+        return PooledStudents(self, directory)
+
+    def acquire(self, directory: Path, shared: StudentEncoder | None = None) -> StudentEncoder:
+        """`shared` (a student a searcher in service holds, which a reload keeps), else the student `directory`
+        names now (a student root: the one its CURRENT names), loaded unless the pool holds it; one more holder
+        either way, until `release`."""
+        if shared is not None:
+            with self._lock:
+                real = os.path.realpath(shared.directory)
+                if self._students.get(real) is shared:
+                    self._holders[real] += 1
+                return shared  # one the pool did not load is the caller's to keep (release ignores it too)
         directory = resolve_student(directory)  # a student root: the student its CURRENT names now
         real = os.path.realpath(directory)
         with self._lock:
@@ -51,12 +70,44 @@ class StudentPool:
             if student is None:
                 student = StudentEncoder(Path(directory), self._settings.student_precision,
                                          self._settings.encode_threads)
-                self._students[real] = student
+                self._students[real], self._holders[real] = student, 0
+            self._holders[real] += 1
             return student
+
+    def release(self, student: StudentEncoder) -> None:
+        """One holder fewer; the last one closes the student (its ONNX session and heap go back at once)."""
+        real = os.path.realpath(student.directory)
+        with self._lock:
+            if self._students.get(real) is not student:
+                return
+            self._holders[real] -= 1
+            if self._holders[real] > 0:
+                return
+            del self._students[real], self._holders[real]
+        student.close()
+
+    def holders(self) -> dict[str, int]:
+        """Each student held (its real path) and how many searchers hold it."""
+        with self._lock:
+            return dict(self._holders)
 
     def __len__(self) -> int:
         with self._lock:
             return len(self._students)
+
+
+@dataclass(frozen=True)
+class PooledStudents:
+    """A collection's view of the pool (service.core.loader.StudentSource): its own student directory."""
+
+    pool: StudentPool
+    directory: Path
+
+    def acquire(self, shared: StudentEncoder | None = None) -> StudentEncoder:
+        return self.pool.acquire(self.directory, shared)
+
+    def release(self, student: StudentEncoder) -> None:
+        self.pool.release(student)
 
 
 class CollectionMetrics:
@@ -131,7 +182,7 @@ class CollectionSet:
         # a process of --processes N starting late catches up with the collection's last admin change
         initial = group.catch_up() if group is not None else None
         loader = SearcherLoader(own, observe=self._metrics.observe_stage, initial=initial,
-                                student_source=partial(self.students.get, spec.student), query_cache=self.query_cache)
+                                students=self.students.source(spec.student), query_cache=self.query_cache)
         reported = CollectionMetrics(self._metrics, spec.name, is_default)
         reloader = Reloader(own, loader, metrics=reported, group=group)
         agreement = AgreementMonitor(spec.name, own, loader, reported)

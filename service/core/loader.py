@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
+from typing import Protocol
 
 from models.bundle.manifest import BundleManifest
 from models.bundle.storage.integrity import check_unchanged
@@ -65,6 +67,14 @@ def _require_files(directory: Path, what: str, names: list[str]) -> None:
         raise ContractMismatch(f"{directory}: {what} is incomplete, missing {', '.join(missing)}")
 
 
+class StudentSource(Protocol):
+    """Where a loader's students come from when collections pool them (service.core.collections.StudentPool):
+    each searcher it loads holds its student from `acquire` until the searcher closes (`release`)."""
+
+    def acquire(self, shared: StudentEncoder | None = None) -> StudentEncoder: ...
+    def release(self, student: StudentEncoder) -> None: ...
+
+
 class LoadState(StrEnum):
     LOADING = "loading"
     READY = "ready"
@@ -84,16 +94,17 @@ class SearcherLoader:
     """Loads a Searcher in a daemon thread and reports its state; closing while loading is safe."""
 
     def __init__(self, settings: ServiceSettings, observe: StageObserver | None = None,
-                 initial: Path | None = None, student_source: Callable[[], StudentEncoder] | None = None,
+                 initial: Path | None = None, students: StudentSource | None = None,
                  query_cache: QueryCache | None = None) -> None:
         """`observe` (the metrics' stage timer) is wired into every searcher this loader loads; `initial` is the
         bundle to load first instead of settings.index (a worker catching up with its group's last admin change);
-        `student_source` gives the student when no searcher is in service to share one (collections sharing a
-        student: service.core.collections.StudentPool), instead of loading settings.student; `query_cache`, the
+        `students` gives each searcher its student (the one a reload shares, or the collection's current one) and
+        takes it back when the searcher closes (collections pool them: service.core.collections.StudentPool),
+        instead of each searcher loading settings.student; `query_cache`, the
         service's query-vector cache, is what every searcher it loads encodes through."""
         self._settings, self._observe, self._initial = settings, observe, initial
         self._query_cache = query_cache
-        self._student_source = student_source
+        self._students = students
         self._lock = threading.Lock()
         self._state = LoadState.LOADING
         self._error: str | None = None
@@ -116,9 +127,16 @@ class SearcherLoader:
         """A verified, warmed-up searcher of `directory` (default: the bundle settings.index resolves to), its stage
         timers wired after the warm-up (which is not a request); a hot reload passes the student in service, and
         the bundle in service, whose segments the new version shares and whose verified files it may trust."""
-        if student is None and self._student_source is not None:
-            student = self._student_source()
-        searcher = open_searcher(self._settings, directory, student, reuse)
+        if self._students is None:
+            searcher = open_searcher(self._settings, directory, student, reuse)
+        else:
+            student = self._students.acquire(student)
+            try:
+                searcher = open_searcher(self._settings, directory, student, reuse)
+            except BaseException:
+                self._students.release(student)
+                raise
+            searcher.on_close(partial(self._students.release, student))
         if self._observe is not None:
             searcher.observe_stages(self._observe)
         searcher.encoder.cache = self._query_cache

@@ -16,7 +16,7 @@ Two pieces, each usable without the next:
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -110,6 +110,7 @@ class Searcher:
         threadpool_limits(limits=search_threads, user_api="blas")
         self.encoder = QueryEncoder(student, limits, search=self.retrieve)
         self.batcher = self.encoder.batcher
+        self._on_close: list[Callable[[], None]] = []
 
     def warmup(self) -> None:
         """Run one query end to end: the first ORT run is slow, and the graph's real output width is checked."""
@@ -162,6 +163,14 @@ class Searcher:
         set_search_threads(self.search_threads)
         return dense_hits(self.bundle, vectors, top_k, self.oversample)
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once this searcher has closed (after its last request): how a pooled student learns
+        that one fewer searcher holds it (service.core.collections.StudentPool)."""
+        self._on_close.append(callback)
+
     def close(self) -> None:
         self.encoder.close()
         self.bundle.close()
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback()

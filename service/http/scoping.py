@@ -6,14 +6,18 @@ mode (dense, lexical, hybrid) evaluates both on the same rows before ranking, an
 pages within what the AND allows (docs/decisions.md#a-keys-filter-is-anded-where-the-options-are-built).
 
 A collection the key may not see is a 404, worded as for a collection that does not exist, so a key learns no
-names it was not given (docs/decisions.md#a-collection-a-key-may-not-see-is-a-404).
+names it was not given (docs/decisions.md#a-collection-a-key-may-not-see-is-a-404). The key-less endpoints follow
+the same rule (`may_name_collections`): /readyz and /metrics, open to anyone who reaches them, name no collection
+unless the request bears TANDEM_METRICS_TOKEN or TANDEM_METRICS_NAMES is on; unset or blank, they name none.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Protocol
 
-from fastapi import HTTPException
+from fastapi import HTTPException, Request
 
 from models.search import Filter, FilterError, parse_filter
 from service.core.loader import SearcherLoader
@@ -68,3 +72,18 @@ def with_key_filter(request_filter: Filter | None, key: KeyScope, collection: st
     if request_filter is None:
         return own
     return Filter(tree=("and", (own.tree, request_filter.tree)))
+
+
+def may_name_collections(request: Request, settings: ServiceSettings) -> bool:
+    """Whether /readyz and /metrics may name the collections to this request: TANDEM_METRICS_NAMES, or
+    `Authorization: Bearer <TANDEM_METRICS_TOKEN>` (compared as sha256 digests: the timing tells nothing). Anything
+    else, a wrong token or an API key included, gets no names: these endpoints check no key, so they fail closed."""
+    if settings.metrics_names:
+        return True
+    if settings.metrics_token is None:
+        return False
+    scheme, _, given = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        return False
+    expected = hashlib.sha256(settings.metrics_token.get_secret_value().encode()).digest()
+    return hmac.compare_digest(hashlib.sha256(given.strip().encode()).digest(), expected)

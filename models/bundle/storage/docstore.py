@@ -120,9 +120,11 @@ class DocStore:
         self._uri = f"{Path(path).absolute().as_uri()}?mode=ro"
         self._con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
         self._lock = threading.Lock()
-        # a filter's scan of the metadata (rows_where) runs on a connection of its own, opened when first needed,
-        # so that it never holds the lock every document fetch takes
-        self._scan_con: sqlite3.Connection | None = None
+        # a filter's scan of the metadata (rows_where) runs on a connection of its own, so that it never holds the
+        # lock every document fetch takes. Opened now, not at the first scan: a segment a reloaded version shares
+        # keeps the path of the version that first loaded it, which may be pruned by then (the open file stays
+        # readable, a new open of its path fails)
+        self._scan_con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
         self._scan_lock = threading.Lock()
         self.scans = 0  # scans run so far (tests count them)
         columns = {r[1] for r in self._con.execute("PRAGMA table_info(docs)")}
@@ -166,8 +168,6 @@ class DocStore:
         if not self.has_metadata:
             return np.zeros(0, dtype=np.int64)
         with self._scan_lock:
-            if self._scan_con is None:
-                self._scan_con = sqlite3.connect(self._uri, uri=True, check_same_thread=False)
             self.scans += 1
             found = self._scan_con.execute(f"SELECT row FROM docs WHERE {sql} ORDER BY row", list(params)).fetchall()
         return np.fromiter((r[0] for r in found), dtype=np.int64, count=len(found))
@@ -193,5 +193,4 @@ class DocStore:
     def close(self) -> None:
         self._con.close()
         with self._scan_lock:
-            if self._scan_con is not None:
-                self._scan_con.close()
+            self._scan_con.close()

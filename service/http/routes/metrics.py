@@ -13,6 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from service.core.collections import Collection
 from service.core.loader import LoadState, NotReady, SearcherLoader
 from service.http.deps import MetricsDep
+from service.http.scoping import may_name_collections
 from service.metrics import Metrics
 
 router = APIRouter(tags=["observability"])
@@ -21,12 +22,15 @@ router = APIRouter(tags=["observability"])
 @router.get("/metrics", include_in_schema=False)
 def metrics_endpoint(request: Request, metrics: MetricsDep) -> Response:
     """Prometheus text format; open like the probes (restrict it at the network if needed). Scraped before the
-    lifespan has made a loader (no searcher yet), it still answers."""
+    lifespan has made a loader (no searcher yet), it still answers. The per-collection series carry the
+    collection's name only for a scrape that may learn it (service.http.scoping.may_name_collections); for any
+    other they are aggregated over the collections (service.metrics.Metrics.render)."""
     loader: SearcherLoader | None = getattr(request.app.state, "loader", None)
     if loader is not None:
         sync_initial_load(metrics, loader)
     sync_collections(metrics, getattr(request.app.state, "collections", None) or ())
-    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+    names = may_name_collections(request, request.app.state.settings)
+    return Response(metrics.render(names=names), media_type=CONTENT_TYPE_LATEST)
 
 
 def sync_collections(metrics: Metrics, collections: Iterable[Collection]) -> None:

@@ -34,6 +34,7 @@ BY_TITLE = {title: doc_id for doc_id, title, _ in DOCS}
 BY_TEXT = {text: doc_id for doc_id, _, text in DOCS}
 KEYS = {"acme": "acme-key-0123456789", "globex": "globex-key-0123456789", "ops": "ops-key-0123456789"}
 LEGACY = "legacy-key-0123456789"
+METRICS_TOKEN = "metrics-token-0123456789"  # lets /metrics name the collections
 # TANDEM_LEAK_EXAMPLES: how many requests the property sends (the acceptance run used 2,000)
 LEAK_EXAMPLES = int(os.environ.get("TANDEM_LEAK_EXAMPLES", "300"))
 
@@ -88,7 +89,7 @@ def two(tenant_bundle: Path, tiny_bundle: Path, tiny_student: Path, keys_path: P
     specs = (CollectionSpec(name="docs", index=tenant_bundle, student=tiny_student),
              CollectionSpec(name="plain", index=tiny_bundle, student=tiny_student))
     service = ServiceSettings(index=tenant_bundle, student=tiny_student, collections=specs, keys_file=keys_path,
-                              api_keys=LEGACY, watch_interval_s=0.05)
+                              api_keys=LEGACY, watch_interval_s=0.05, metrics_token=METRICS_TOKEN)
     with serve_app(create_app(service)) as server:
         yield server
 
@@ -124,7 +125,7 @@ def test_two_collections_answer_by_name_and_share_one_student(two: LiveServer) -
     assert [(c["name"], c["state"]) for c in listed] == [("docs", "ready"), ("plain", "ready")]
     assert two.client.get("/collections/plain", headers=_auth("ops")).json()["count"] == len(DOCS)
     assert len(_app_of(two).state.collections.students) == 1  # one student directory: loaded once
-    scraped = two.client.get("/metrics").text
+    scraped = two.client.get("/metrics", headers=_auth(METRICS_TOKEN)).text
     for name in ("docs", "plain"):
         assert f'tandem_collection_ready{{collection="{name}"}} 1.0' in scraped
         assert f'tandem_collection_documents{{collection="{name}"}} {float(len(DOCS))}' in scraped

@@ -35,7 +35,8 @@ def test_agreement_is_scored_at_load_and_for_a_reloads_new_segment_and_warned_of
     root = tmp_path / "root"
     shutil.copytree(tiny_root, root)
     write_demo_corpus(tmp_path / "demo.jsonl", max_docs=40)
-    with caplog.at_level(logging.INFO, logger="service.core.agreement"), serving(root, tiny_student) as server:
+    with caplog.at_level(logging.INFO, logger="service.core.agreement"), \
+            serving(root, tiny_student, metrics_names=True) as server:
         first = _scored(server, 1)
         (home,) = first["segments"]
         assert home["home"] and home["queries"] == 20 and home["below"] is False
