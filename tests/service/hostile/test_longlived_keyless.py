@@ -14,7 +14,7 @@ import pytest
 from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
-from tests.service.test_service_reload import flip_bytes, wait_for
+from tests.service.reload.test_service_reload import flip_bytes, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 
 from models.encoders.student_root import set_current_student
 from tests.fixtures.server import LiveServer
-from tests.service.test_service_reload import AUTH, admin_status, reload, search, serving, wait_for
+from tests.service.reload.test_service_reload import AUTH, admin_status, reload, search, serving, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from indexer.update import UpdateRequest, update
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.version import Bundle
 from models.bundle.versions import prune_versions, set_current
 from models.search import SearchOptions, parse_filter, search
