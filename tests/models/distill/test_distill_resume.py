@@ -63,3 +63,26 @@ def test_killed_distill_resumes_and_matches_an_uninterrupted_run(
     va = StudentEncoder(resumed, precision="fp32").encode(queries)
     vb = StudentEncoder(straight, precision="fp32").encode(queries)
     assert np.allclose(va, vb, atol=1e-3)
+
+
+def test_a_checkpoint_written_before_the_trainer_moved_still_loads(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """last.pt pickles the run's TrainResult by its module: one written while the trainer was
+    models.distill.trainer (before issue 54) loads as models.distill.training.trainer's."""
+    import types
+
+    import torch
+
+    from models.distill.training import checkpoints, trainer
+
+    old = types.ModuleType("models.distill.trainer")
+    old.TrainResult = trainer.TrainResult  # type: ignore[attr-defined]
+    with monkeypatch.context() as m:  # pickled as the old tree pickled it, by the old module's name
+        m.setitem(sys.modules, "models.distill.trainer", old)
+        m.setattr(trainer.TrainResult, "__module__", "models.distill.trainer")
+        checkpoints.save({"result": trainer.TrainResult(epochs=3, steps=7)}, tmp_path / LAST)
+    assert b"models.distill.trainer" in (tmp_path / LAST).read_bytes()
+    state = checkpoints.load_last(tmp_path, torch.device("cpu"))
+    assert state is not None
+    result = state["result"]
+    assert isinstance(result, trainer.TrainResult) and (result.epochs, result.steps) == (3, 7)
