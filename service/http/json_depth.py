@@ -43,30 +43,51 @@ def scan(raw: bytes) -> Nesting:
     (it holds the rest of the body, brackets included)."""
     out = Nesting()
     data = np.frombuffer(raw, dtype=np.uint8)
-    depth, in_string, run = 0, 0, 0  # carried: the running depth, inside a string (0/1), the trailing backslashes
+    state = _Carried()
     for start in range(0, data.size, CHUNK_BYTES):
         chunk = data[start:start + CHUNK_BYTES]
         out.chunks += 1
         out.bytes_scanned += chunk.size
-        real, last_plain = _real_quotes(chunk, run)
-        steps = _STEP[chunk]
-        if real.size:
-            toggles = np.zeros(chunk.size, dtype=np.uint8)
-            toggles[real] = 1
-            inside = np.bitwise_xor.accumulate(toggles) ^ np.uint8(in_string)  # from an opening quote to its closing
-            steps[inside.view(bool)] = 0
-            if inside[real[-1]]:  # the chunk's last real quote opens a string
-                out.open_string_at = start + int(real[-1])
-            in_string = int(inside[-1])
-        elif in_string:
-            steps[:] = 0  # all of the chunk is inside the string an earlier chunk opened
-        depths = np.cumsum(steps, dtype=np.int32)  # at most CHUNK_BYTES either way
-        out.depth = max(out.depth, depth + int(depths.max()))
-        depth += int(depths[-1])
-        run = 0 if last_plain is None else int(chunk.size - 1 - last_plain[-1])
-    if not in_string:
+        opened = _scan_chunk(chunk, state)  # its arrays are freed on return: memory stays one chunk's
+        if opened is not None:
+            out.open_string_at = start + opened
+    out.depth = state.deepest
+    if not state.in_string:
         out.open_string_at = None
     return out
+
+
+@dataclass
+class _Carried:
+    """What one chunk leaves the next: the running and deepest depth, whether a string is open, and the length of
+    the run of backslashes that ends it."""
+
+    depth: int = 0
+    deepest: int = 0
+    in_string: int = 0
+    run: int = 0
+
+
+def _scan_chunk(chunk: np.ndarray, state: _Carried) -> int | None:
+    """Scan one chunk, updating `state`; the offset in it of the last quote that opens a string, if any."""
+    real, last_plain = _real_quotes(chunk, state.run)
+    steps = _STEP[chunk]
+    opened = None
+    if real.size:
+        toggles = np.zeros(chunk.size, dtype=np.uint8)
+        toggles[real] = 1
+        inside = np.bitwise_xor.accumulate(toggles) ^ np.uint8(state.in_string)  # from an opening quote to its close
+        steps[inside.view(bool)] = 0
+        if inside[real[-1]]:
+            opened = int(real[-1])
+        state.in_string = int(inside[-1])
+    elif state.in_string:
+        steps[:] = 0  # all of the chunk is inside the string an earlier chunk opened
+    depths = np.cumsum(steps, dtype=np.int32)  # at most CHUNK_BYTES either way
+    state.deepest = max(state.deepest, state.depth + int(depths.max()))
+    state.depth += int(depths[-1])
+    state.run = 0 if last_plain is None else int(chunk.size - 1 - last_plain[-1])
+    return opened
 
 
 def _real_quotes(chunk: np.ndarray, run: int) -> tuple[np.ndarray, np.ndarray | None]:
