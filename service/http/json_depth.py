@@ -1,4 +1,4 @@
-"""How deep a request body's JSON nests, measured on its bytes before any parser recurses into it.
+"""How deep a request body's JSON nests, and how many values it holds, measured on its bytes before any parser runs.
 
 Python's json module, and pydantic after it, descend one stack frame per level: a body of 100,000 nested
 objects (800 kB, under the body cap) ends in a RecursionError before any validation can refuse it. Counting the
@@ -10,8 +10,8 @@ numpy operations per byte, and the memory a fixed number of chunk-sized arrays, 
 size and memory bounded by the chunk. (A regular expression for JSON strings backtracks: on a quote followed by
 escaped quotes that never close it, each start retries the rest of the body, quadratic in its size.) Where a
 string ends is decided as a JSON parser decides it, on every prefix a parser would accept: a quote closes the
-string it is in unless an odd run of backslashes precedes it. The scan carries three facts from chunk to chunk:
-whether it is inside a string, the length of the backslash run at the chunk's end, and the running depth.
+string it is in unless an odd run of backslashes precedes it. The scan carries from chunk to chunk whether it is
+inside a string, the length of the backslash run at the chunk's end, the running depth and the values so far.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 CHUNK_BYTES = 1 << 16  # large enough that numpy's per-call cost vanishes, small enough to stay in cache
-_QUOTE, _BACKSLASH = ord('"'), ord("\\")
+_QUOTE, _BACKSLASH, _COMMA = ord('"'), ord("\\"), ord(",")
 _STEP = np.zeros(256, dtype=np.int8)
 _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
@@ -29,10 +29,13 @@ _STEP[[ord("]"), ord("}")]] = -1
 
 @dataclass
 class Nesting:
-    """What a scan found: the deepest nesting outside strings, where a string opens that never closes (a byte
-    offset, None when every string closes), and the work done, in bytes scanned and chunks."""
+    """What a scan found: the deepest nesting outside strings; a bound on the values the JSON holds, containers
+    included (commas and opening brackets outside strings, plus the outermost value: exact but for each empty
+    array or object, which counts twice); where a string opens that never closes (a byte offset, None when every
+    string closes); and the work done, in bytes scanned and chunks."""
 
     depth: int = 0
+    values: int = 0
     open_string_at: int | None = None
     bytes_scanned: int = 0
     chunks: int = 0
@@ -52,6 +55,7 @@ def scan(raw: bytes) -> Nesting:
         if opened is not None:
             out.open_string_at = start + opened
     out.depth = state.deepest
+    out.values = state.values + (data.size > 0)  # the outermost value
     if not state.in_string:
         out.open_string_at = None
     return out
@@ -59,11 +63,13 @@ def scan(raw: bytes) -> Nesting:
 
 @dataclass
 class _Carried:
-    """What one chunk leaves the next: the running and deepest depth, whether a string is open, and the length of
-    the run of backslashes that ends it."""
+    """What one chunk leaves the next: the running and deepest depth, the values past the outermost one so far
+    (commas and opening brackets), whether a string is open, and the length of the run of backslashes that ends
+    it."""
 
     depth: int = 0
     deepest: int = 0
+    values: int = 0
     in_string: int = 0
     run: int = 0
 
@@ -72,20 +78,24 @@ def _scan_chunk(chunk: np.ndarray, state: _Carried) -> int | None:
     """Scan one chunk, updating `state`; the offset in it of the last quote that opens a string, if any."""
     real, last_plain = _real_quotes(chunk, state.run)
     steps = _STEP[chunk]
+    commas = chunk == _COMMA
     opened = None
     if real.size:
         toggles = np.zeros(chunk.size, dtype=np.uint8)
         toggles[real] = 1
         inside = np.bitwise_xor.accumulate(toggles) ^ np.uint8(state.in_string)  # from an opening quote to its close
         steps[inside.view(bool)] = 0
+        commas[inside.view(bool)] = False
         if inside[real[-1]]:
             opened = int(real[-1])
         state.in_string = int(inside[-1])
     elif state.in_string:
         steps[:] = 0  # all of the chunk is inside the string an earlier chunk opened
+        commas[:] = False
     depths = np.cumsum(steps, dtype=np.int32)  # at most CHUNK_BYTES either way
     state.deepest = max(state.deepest, state.depth + int(depths.max()))
     state.depth += int(depths[-1])
+    state.values += int(np.count_nonzero(commas)) + int(np.count_nonzero(steps == 1))
     state.run = 0 if last_plain is None else int(chunk.size - 1 - last_plain[-1])
     return opened
 

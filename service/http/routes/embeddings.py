@@ -9,10 +9,10 @@ The route needs only a QueryEncoder (service.core.searcher), the student behind 
 (service.core.batcher), never a bundle; the loader lends it the encoder of the searcher in service, so embed
 jobs keep sharing /search's micro-batches and admission.
 
-A body over INLINE_BODY_BYTES is nesting-checked, parsed, validated and its texts checked on a worker thread
-(`EmbeddingsRoute`, service.http.body): a mebibyte of `[],` costs half a second of pydantic refusing every
-item, which on the event loop would be every other request's. A smaller one goes through FastAPI as any route,
-after the same nesting check.
+A body's JSON is bounded in depth and values on its bytes before it is parsed, and one over INLINE_BODY_BYTES is
+checked, parsed, validated and its texts checked on a worker thread (`EmbeddingsRoute`, service.http.body): a
+mebibyte of `[],` cost a second of json.loads and pydantic refusing every item, every other request's time on the
+event loop. A smaller one goes through FastAPI as any route, after the same shape check.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from starlette.requests import ClientDisconnect
 
 from models.contract import truncate
 from service.core.loader import SearcherLoader
-from service.http.body import INLINE_BODY_BYTES, check_nesting, parsed_by_fastapi, validated
+from service.http.body import INLINE_BODY_BYTES, check_shape, parsed_by_fastapi, validated
 from service.http.keyring import key_of
 from service.http.schemas.common import ErrorBody
 from service.http.schemas.embeddings import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
@@ -43,8 +43,8 @@ Handler = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class EmbeddingsRoute(APIRoute):
-    """/v1/embeddings' route: a body nested too deep is a 422 before any parser sees it; a large JSON body is
-    prepared on a worker thread and answered here, anything else by FastAPI's handler."""
+    """/v1/embeddings' route: a body nested too deep or holding too many values is a 422 before any parser sees
+    it; a large JSON body is prepared on a worker thread and answered here, anything else by FastAPI's handler."""
 
     def get_route_handler(self) -> Handler:
         standard = super().get_route_handler()
@@ -56,10 +56,10 @@ class EmbeddingsRoute(APIRoute):
                 return await standard(request)
             settings: ServiceSettings = request.app.state.settings
             if len(raw) <= INLINE_BODY_BYTES:
-                check_nesting(raw, settings.max_json_depth)
+                check_shape(raw, settings.body_limits)
                 return await standard(request)
             if not parsed_by_fastapi(request.headers.get("content-type")):
-                await run_in_threadpool(check_nesting, raw, settings.max_json_depth)
+                await run_in_threadpool(check_shape, raw, settings.body_limits)
                 return await standard(request)  # which refuses the bytes unparsed
             body, texts = await run_in_threadpool(_prepared, raw, settings)
             response = await answer(body, texts, request)
@@ -69,7 +69,7 @@ class EmbeddingsRoute(APIRoute):
 
 
 def _prepared(raw: bytes, settings: ServiceSettings) -> tuple[EmbeddingsRequest, list[str]]:
-    request = validated(raw, EmbeddingsRequest, settings.max_json_depth)
+    request = validated(raw, EmbeddingsRequest, settings.body_limits)
     return request, _texts(request, settings)
 
 

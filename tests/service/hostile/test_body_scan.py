@@ -111,10 +111,11 @@ def test_the_issue_body_is_too_deep_and_its_string_never_closes() -> None:
     assert json_depth.json_depth(_unterminated_escapes(30_000), LIMIT) == 41
 
 
-def _reference(raw: bytes) -> tuple[int, int | None]:
-    """Depth and open string, one byte at a time: a backslash escapes the byte after it (outside strings, where
-    valid JSON has none, only a quote it escapes changes anything)."""
+def _reference(raw: bytes) -> tuple[int, int, int | None]:
+    """Depth, values and open string, one byte at a time: a backslash escapes the byte after it (outside strings,
+    where valid JSON has none, only a quote it escapes changes anything)."""
     depth = deepest = 0
+    values = 1 if raw else 0
     inside, escaped, opened = False, False, None
     for i, byte in enumerate(raw):
         char = chr(byte)
@@ -132,9 +133,12 @@ def _reference(raw: bytes) -> tuple[int, int | None]:
         if not inside and char in "[{":
             depth += 1
             deepest = max(deepest, depth)
+            values += 1
         elif not inside and char in "]}":
             depth -= 1
-    return deepest, opened if inside else None
+        elif not inside and char == ",":
+            values += 1
+    return deepest, values, opened if inside else None
 
 
 @settings(max_examples=400, deadline=None)
@@ -146,13 +150,21 @@ def test_the_scan_agrees_with_a_byte_at_a_time_tokenizer(raw: bytes, chunk: int)
         found = scan(raw)
     finally:
         json_depth.CHUNK_BYTES = original
-    assert (found.depth, found.open_string_at) == _reference(raw)
+    assert (found.depth, found.values, found.open_string_at) == _reference(raw)
 
 
 TEXT = st.text(alphabet='[]{}"\\a\u00e9\u0022', max_size=12)
 VALUES = st.recursive(st.none() | st.booleans() | st.integers() | TEXT,
                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(TEXT, inner, max_size=4),
                       max_leaves=30)
+
+
+def _values(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + sum(map(_values, value))
+    if isinstance(value, dict):
+        return 1 + sum(map(_values, value.values()))
+    return 1
 
 
 def _depth(value: object) -> int:
@@ -174,3 +186,4 @@ def test_the_scan_measures_valid_json_as_its_parse_nests(value: object, ascii_on
     finally:
         json_depth.CHUNK_BYTES = original
     assert (found.depth, found.open_string_at) == (_depth(value), None)
+    assert _values(value) <= found.values <= 2 * _values(value)  # an empty array or object counts twice

@@ -79,6 +79,27 @@ def test_unterminated_escapes_get_a_prompt_422_while_healthz_answers(bare_server
     assert max(probes) < HEALTHZ_WITHIN_S, probes
 
 
+def _mebibyte_of(prefix: bytes, item: bytes, suffix: bytes) -> bytes:
+    count = ((1 << 20) - len(prefix) - len(suffix)) // (len(item) + 1)
+    return prefix + b",".join([item] * count) + suffix
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/embeddings", _mebibyte_of(b'{"input": [', b"[]", b"]}")),  # 350,000 wrong texts
+    ("/search", _mebibyte_of(b'{"query": "x", "filter": {"or": [', b"{}", b"]}}")),
+    ("/search", _mebibyte_of(b'{"query": "x", "unknown": [', b"0", b"]}")),
+], ids=["embeddings-input", "search-filter", "search-unknown-key"])
+def test_a_mebibyte_of_values_gets_a_prompt_422_while_healthz_answers(bare_server: LiveServer, path: str,
+                                                                      body: bytes) -> None:
+    """json.loads and pydantic hold the GIL from a body's first value to its last, on whichever thread: such a body
+    is refused on its bytes, by the value cap, before either starts."""
+    answers, took, probes = _post_while_probing(bare_server, path, body, senders=4)
+    assert [a.status_code for a in answers] == [422] * 4
+    assert all("values, at most 9920 are allowed" in a.json()["message"] for a in answers)
+    assert max(took) < ANSWER_WITHIN_S, took
+    assert max(probes) < HEALTHZ_WITHIN_S, probes
+
+
 def test_a_string_that_never_closes_is_named(bare_server: LiveServer) -> None:
     body = b'{"query": "' + b"[" * 100 + b'\\"' * 10_000  # few brackets deep, but 100 of them inside the string
     response = bare_server.client.post("/search", content=body, headers={"Content-Type": "application/json"})
