@@ -23,7 +23,6 @@ from hypothesis import strategies as st
 from service.http import json_depth
 from service.http.json_depth import CHUNK_BYTES, scan
 
-LIMIT = 40  # ServiceSettings().max_json_depth
 SCANNER = str(Path(json_depth.__file__).resolve())
 
 
@@ -108,7 +107,6 @@ def test_the_issue_body_is_too_deep_and_its_string_never_closes() -> None:
     for raw in (_unterminated_escapes(30_000), _unterminated_escapes(524_267)):
         found = scan(raw)
         assert found.depth == 41 and found.open_string_at == 41
-    assert json_depth.json_depth(_unterminated_escapes(30_000), LIMIT) == 41
 
 
 def _reference(raw: bytes) -> tuple[int, int, int | None]:
