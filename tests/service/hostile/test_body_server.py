@@ -2,8 +2,9 @@
 
 The issue's body is 41 `{`, one `"`, then escaped quotes that never close it: 60 kB of them cost the regular
 expression that used to blank strings 10 s on the event loop (a 1 MiB one, under the body cap, tens of minutes),
-and /healthz waited as long. The promise is a 4xx within 0.5 s and /healthz within 100 ms; on a shared, loaded
-test machine the assertions keep ten times that margin and more, still well under what the old check took.
+and /healthz waited as long. A mebibyte of values (`[],` repeated) held the event loop as long in json.loads and
+pydantic: 25 s for /v1/embeddings. The promise is a 4xx within 0.5 s and /healthz within 100 ms; on a shared,
+loaded test machine the assertions keep ten times that margin and more, still well under what the old code took.
 
 The server serves nothing (no bundle, no student): the body is refused before anything is loaded or looked up,
 and /healthz answers whatever the load's state.
@@ -106,15 +107,3 @@ def test_a_string_that_never_closes_is_named(bare_server: LiveServer) -> None:
     assert response.status_code == 422
     assert response.json()["message"] == "body: the body's JSON has a string that never closes: it opens at byte 10"
 
-
-@pytest.mark.parametrize("path", ["/search", "/v1/embeddings"])
-@pytest.mark.parametrize("body", [b'{"query": 1}', b'{"input": ["a", " ", 3]}', b'{"query": "x", "top_k": 1e999}',
-                                  b'{"query": "x"', b"[1,2", b'{"query": "x", "\\ud800": 1}', b'{"queries": [1, 2]}'])
-def test_a_large_body_is_refused_in_the_words_of_a_small_one(bare_server: LiveServer, path: str, body: bytes) -> None:
-    """A body over 8 KiB is parsed and validated on a worker thread, not by FastAPI's handler: the same request
-    padded with whitespace past that answers the same."""
-    headers = {"Content-Type": "application/json"}
-    small = bare_server.client.post(path, content=body, headers=headers)
-    large = bare_server.client.post(path, content=body + b" " * 9000, headers=headers)
-    assert small.status_code == 422
-    assert (large.status_code, large.json()) == (small.status_code, small.json())
