@@ -54,7 +54,9 @@ class SearchRoute(APIRoute):
     straight to `search` with the app's settings, loader and metrics; the rest to FastAPI's handler.
 
     It parses and validates as FastAPI does (json.loads, then SearchRequest in Python mode). The body is read
-    once: Starlette's Request keeps it for FastAPI's handler."""
+    once: Starlette's Request keeps it for FastAPI's handler. A JSON body over INLINE_BODY_BYTES is checked, parsed
+    and validated on a worker thread and refused there in FastAPI's words (service.http.body), so that FastAPI's
+    handler never parses a large body on the event loop."""
 
     def get_route_handler(self) -> Handler:
         standard = super().get_route_handler()
