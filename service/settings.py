@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,15 @@ MAX_KEEP_VERSIONS = 8
 MAX_PROCESSES = 64  # each kept version holds its whole index in memory
 DEFAULT = "default"  # the collection `--index/--student` make, which POST /search answers
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class BodyLimits:
+    """How large a request body's JSON may be in shape, checked on its bytes before it is parsed
+    (service.http.body): how deep it nests and how many values it holds."""
+
+    depth: int
+    values: int
 
 
 class CollectionSpec(BaseModel):
@@ -209,6 +219,17 @@ class ServiceSettings(BaseSettings):
         """How deep a request body's JSON may nest: enough for the deepest filter allowed (an and/or level is an
         object and a list), checked on the bytes before any parser recurses into them."""
         return 2 * self.max_filter_depth + 8
+
+    @property
+    def max_json_values(self) -> int:
+        """How many values a request body's JSON may hold: twice the largest request allowed (a full batch of
+        queries and a filter at its caps, each condition an object, a field and a value), checked on the bytes
+        before they are parsed: json.loads and pydantic hold the GIL for each value, whichever thread runs them."""
+        return 2 * (self.max_batch_queries + self.max_filter_values + 3 * self.max_filter_conditions) + 64
+
+    @property
+    def body_limits(self) -> BodyLimits:
+        return BodyLimits(depth=self.max_json_depth, values=self.max_json_values)
 
     def oversubscribed(self, cores: int) -> str | None:
         """A warning when the threads that encode, over all processes, outnumber `cores`; None otherwise. Each

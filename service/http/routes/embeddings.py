@@ -8,27 +8,72 @@ bundle's PCA rotation is internal to its FAISS index).
 The route needs only a QueryEncoder (service.core.searcher), the student behind admission and batching
 (service.core.batcher), never a bundle; the loader lends it the encoder of the searcher in service, so embed
 jobs keep sharing /search's micro-batches and admission.
+
+A body's JSON is bounded in depth and values on its bytes before it is parsed, and one over INLINE_BODY_BYTES is
+checked, parsed, validated and its texts checked on a worker thread (`EmbeddingsRoute`, service.http.body): a
+mebibyte of `[],` cost a second of json.loads and pydantic refusing every item, every other request's time on the
+event loop. A smaller one goes through FastAPI as any route, after the same shape check.
 """
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import numpy as np
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from models.contract import truncate
 from service.core.loader import SearcherLoader
-from service.http.deps import MetricsDep, SettingsDep
+from service.http.body import INLINE_BODY_BYTES, check_shape, parsed_by_fastapi, validated
 from service.http.keyring import key_of
 from service.http.schemas.common import ErrorBody
 from service.http.schemas.embeddings import Embedding, EmbeddingsRequest, EmbeddingsResponse, Usage
 from service.http.scoping import collection_for
+from service.metrics import Metrics
 from service.settings import ServiceSettings
 
-router = APIRouter(tags=["embeddings"])
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+class EmbeddingsRoute(APIRoute):
+    """/v1/embeddings' route: a body nested too deep or holding too many values is a 422 before any parser sees
+    it; a large JSON body is prepared on a worker thread and answered here, anything else by FastAPI's handler."""
+
+    def get_route_handler(self) -> Handler:
+        standard = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                raw = await request.body()
+            except ClientDisconnect:
+                return await standard(request)
+            settings: ServiceSettings = request.app.state.settings
+            if len(raw) <= INLINE_BODY_BYTES:
+                check_shape(raw, settings.body_limits)
+                return await standard(request)
+            if not parsed_by_fastapi(request.headers.get("content-type")):
+                await run_in_threadpool(check_shape, raw, settings.body_limits)
+                return await standard(request)  # which refuses the bytes unparsed
+            body, texts = await run_in_threadpool(_prepared, raw, settings)
+            response = await answer(body, texts, request)
+            return JSONResponse(response.model_dump(mode="json", by_alias=True), status_code=self.status_code or 200)
+
+        return handle
+
+
+def _prepared(raw: bytes, settings: ServiceSettings) -> tuple[EmbeddingsRequest, list[str]]:
+    request = validated(raw, EmbeddingsRequest, settings.body_limits)
+    return request, _texts(request, settings)
+
+
+router = APIRouter(tags=["embeddings"], route_class=EmbeddingsRoute)
 
 
 def problem(field: str, kind: str, message: str) -> dict[str, Any]:
@@ -84,12 +129,16 @@ def _loader(model: str | None, http: Request) -> SearcherLoader:
         503: {"model": ErrorBody, "description": "Not loaded yet, or the request's deadline passed."},
     },
 )
-async def embeddings(
-    request: EmbeddingsRequest, http: Request, settings: SettingsDep, metrics: MetricsDep
-) -> EmbeddingsResponse:
+async def embeddings(request: EmbeddingsRequest, http: Request) -> EmbeddingsResponse:
     """OpenAI-compatible embeddings of queries, in the teacher's space (cosine with its document vectors); with
     several collections, `model` names a collection's student (or the collection)."""
-    texts = _texts(request, settings)  # a bad request is a 422 even while loading
+    return await answer(request, _texts(request, http.app.state.settings), http)  # a 422 even while loading
+
+
+async def answer(request: EmbeddingsRequest, texts: list[str], http: Request) -> EmbeddingsResponse:
+    """The embeddings of `texts`, the request's checked texts."""
+    settings: ServiceSettings = http.app.state.settings
+    metrics: Metrics = http.app.state.metrics
     loader = _loader(request.model, http)
     with loader.lease_encoder() as encoder:  # the student alone: no bundle is touched
         if request.dimensions is not None and request.dimensions > encoder.dim:

@@ -12,9 +12,10 @@ server CPU per search than the rest of the route (docs/results/search-door-ab.md
 content type, a body that does not parse or validate) goes through FastAPI's own handler, so every error
 keeps FastAPI's wording. Exceptions take the app's handlers either way, as for any route.
 
-Every request is bounded before any work starts: the body's JSON nesting on its bytes (service.http.json_depth),
-before a parser recurses into it; then the batch, query lengths, hits (offset included), a lexical query's
-distinct stems and the filter's size and values (models.search.filters.FilterLimits), all from the settings.
+Every request is bounded before any work starts: how deep the body's JSON nests and how many values it holds, on its
+bytes (service.http.body), before a parser spends time on them, and on a worker thread with the parsing and
+validation when the body is large; then the batch, query lengths, hits (offset included), a lexical query's distinct
+stems and the filter's size and values (models.search.filters.FilterLimits), all from the settings.
 Input never costs a 5xx: non-finite numbers and strings that are not valid Unicode are 422s naming the field.
 """
 
@@ -37,7 +38,7 @@ from models.bundle.manifest import FusionMethod
 from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
 from service.core.loader import SearcherLoader
 from service.core.searcher import Searcher
-from service.http.json_depth import json_depth
+from service.http.body import INLINE_BODY_BYTES, check_shape, parsed_by_fastapi, validated
 from service.http.keyring import KeyScope, key_of
 from service.http.schemas.common import ErrorBody
 from service.http.schemas.search import BatchSearchResponse, SearchRequest, SearchResponse
@@ -53,7 +54,9 @@ class SearchRoute(APIRoute):
     straight to `search` with the app's settings, loader and metrics; the rest to FastAPI's handler.
 
     It parses and validates as FastAPI does (json.loads, then SearchRequest in Python mode). The body is read
-    once: Starlette's Request keeps it for FastAPI's handler."""
+    once: Starlette's Request keeps it for FastAPI's handler. A JSON body over INLINE_BODY_BYTES is checked, parsed
+    and validated on a worker thread and refused there in FastAPI's words (service.http.body), so that FastAPI's
+    handler never parses a large body on the event loop."""
 
     def get_route_handler(self) -> Handler:
         standard = super().get_route_handler()
@@ -63,20 +66,19 @@ class SearchRoute(APIRoute):
                 raw = await request.body()
             except ClientDisconnect:  # FastAPI's handler meets it too, and answers as it always has
                 return await standard(request)
-            _check_depth(raw, request.app.state.settings.max_json_depth)  # whichever handler parses it next
+            limits = request.app.state.settings.body_limits
+            if len(raw) > INLINE_BODY_BYTES:  # its preparation costs time in proportion: not the event loop's
+                if not parsed_by_fastapi(request.headers.get("content-type")):
+                    await run_in_threadpool(check_shape, raw, limits)
+                    return await standard(request)  # which refuses the bytes unparsed
+                return await answer(await run_in_threadpool(validated, raw, SearchRequest, limits), request)
+            check_shape(raw, limits)  # whichever handler parses it next
             body = _json_body(request, raw)
             if body is None:
                 return await standard(request)
             return await answer(body, request)
 
         return handle
-
-
-def _check_depth(raw: bytes, limit: int) -> None:
-    """A 422 for a body nested deeper than `limit`, before json.loads or pydantic recurse into it."""
-    if (depth := json_depth(raw, limit)) > limit:
-        raise RequestValidationError([{"loc": ("body",), "type": "too_deep", "msg": f"the body's JSON nests {depth} "
-                                       f"levels deep, at most {limit} are allowed (TANDEM_MAX_FILTER_DEPTH)"}])
 
 
 def _json_body(request: Request, raw: bytes) -> SearchRequest | None:
