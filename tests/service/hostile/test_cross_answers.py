@@ -1,0 +1,218 @@
+"""Hostile tenants against a real server with micro-batching on: a request's answer depends on that request alone,
+and no key learns what another asked (issue 55, rows 3 and 4, and the differential property).
+
+One server over the tiny corpus, its documents split between two tenants, with fields whose values confuse types
+(`flag`, a boolean column; `mixed`, a key holding true, 1, 1.0, "1", false and 0 across documents, which the payload
+index leaves to the docstore's SQL); keys `acme` and `globex` scoped to their tenant, `ops` seeing everything;
+TANDEM_BATCH_MAX_QUERIES 8 on one worker that waits for company, so concurrent requests share batches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from indexer.build import BuildRequest, build
+from service.http.app import create_app
+from service.settings import ServiceSettings
+from tests.fixtures.corpus import DOCS
+from tests.fixtures.server import LiveServer, serve_app
+
+pytestmark = pytest.mark.slow
+
+TENANTS = ("acme", "globex")
+KEYS = {"acme": "acme-key-0123456789", "globex": "globex-key-0123456789", "ops": "ops-key-0123456789"}
+MIXED = (True, 1, 1.0, "1", False, 0, "true", 2.5)  # the values of `mixed`, document by document (cycled)
+# TANDEM_CROSS_MIXES: how many concurrent mixes the differential property sends (the acceptance asks 2,000)
+MIXES = int(os.environ.get("TANDEM_CROSS_MIXES", "2000"))
+
+
+def _meta(i: int) -> dict[str, object]:
+    meta: dict[str, object] = {"tenant": TENANTS[(i // 2) % 2], "flag": i % 3 == 0, "year": 2000 + i}
+    if i % 9 != 8:  # a few documents without the key
+        meta["mixed"] = MIXED[i % len(MIXED)]
+    return meta
+
+
+@pytest.fixture(scope="module")
+def cross_bundle(tandem_home: Path, bundles_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    corpus = tmp_path_factory.mktemp("cross") / "corpus.jsonl"
+    with corpus.open("w") as fh:
+        for i, (doc_id, title, text) in enumerate(DOCS):
+            fh.write(json.dumps({"_id": doc_id, "title": title, "text": text, "metadata": _meta(i)}) + "\n")
+    out = bundles_dir / "tiny-cross"
+    build(BuildRequest(corpus=corpus, out=out))
+    return out
+
+
+def _key_file(path: Path) -> Path:
+    acme = hashlib.sha256(KEYS["acme"].encode()).hexdigest()
+    path.write_text(f"""
+[[key]]
+id = "acme"
+sha256 = "{acme}"
+collections = ["*"]
+filter = {{field = "tenant", eq = "acme"}}
+embeddings = true
+
+[[key]]
+id = "globex"
+key = "{KEYS['globex']}"
+collections = ["*"]
+filter = {{field = "tenant", eq = "globex"}}
+embeddings = true
+
+[[key]]
+id = "ops"
+key = "{KEYS['ops']}"
+collections = ["*"]
+embeddings = true
+""")
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(cross_bundle: Path, tiny_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    keys = _key_file(tmp_path_factory.mktemp("cross-keys") / "keys.toml")
+    service = ServiceSettings(index=cross_bundle, student=tiny_student, keys_file=keys, port=0,
+                              batch_max_queries=8, batch_wait_ms=20.0, workers=1)
+    with serve_app(create_app(service)) as live:
+        yield live
+
+
+def _auth(who: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {KEYS[who]}"}
+
+
+def _cache_hits(server: LiveServer) -> float:
+    text = server.client.get("/metrics").text
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "tandem_query_cache_total" and s.labels.get("result") == "hit")
+
+
+QUESTIONS = [f"what does {w} say about {v} number {n}" for n, (w, v) in
+             enumerate(zip(["bread", "lava", "chess", "tides", "insulin"] * 4,
+                           ["the moon", "yeast", "games", "sugar", "handshakes"] * 4, strict=True))]
+
+
+def _respelled(question: str, n: int) -> str:
+    """The same question in other case and spacing: the student's tokenizer cannot tell them apart."""
+    words = question.split()
+    return ("  " * (n % 2 + 1)).join(w.upper() if i % 2 == n % 2 else w.title() for i, w in enumerate(words)) + " "
+
+
+def test_one_keys_questions_are_never_cache_hits_for_another(server: LiveServer) -> None:
+    assert len(set(QUESTIONS)) == 20
+    for question in QUESTIONS:  # key B asks
+        response = server.client.post("/search", json={"query": question, "top_k": 3}, headers=_auth("globex"))
+        assert response.status_code == 200, response.text
+    before = _cache_hits(server)
+    for n, question in enumerate(QUESTIONS):  # key A asks the same, spelled otherwise
+        response = server.client.post("/search", json={"query": _respelled(question, n), "top_k": 3},
+                                      headers=_auth("acme"))
+        assert response.status_code == 200, response.text
+    assert _cache_hits(server) - before == 0  # none of B's questions answered A from the cache
+    # the cache still serves each key its own repeats (and /v1/embeddings shares the partition)
+    for question in QUESTIONS:
+        assert server.client.post("/search", json={"query": question, "top_k": 3},
+                                  headers=_auth("acme")).status_code == 200
+    assert _cache_hits(server) - before == 20
+    embedded = server.client.post("/v1/embeddings", json={"input": QUESTIONS[0]}, headers=_auth("ops"))
+    assert embedded.status_code == 200
+    assert _cache_hits(server) - before == 20  # a third key: a miss
+
+
+def _post_all(url: str, sent: Sequence[tuple[str, dict[str, Any]]]) -> list[httpx.Response]:
+    """POST each (key, body) from its own thread and client, all released at once; answers in order."""
+    start = threading.Barrier(len(sent))
+
+    def post(item: tuple[str, dict[str, Any]]) -> httpx.Response:
+        who, body = item
+        with httpx.Client(base_url=url, timeout=60.0, trust_env=False) as client:
+            start.wait()
+            return client.post("/search", json=body, headers=_auth(who))
+
+    with ThreadPoolExecutor(max_workers=len(sent)) as pool:
+        return list(pool.map(post, sent))
+
+
+def test_true_and_one_never_share_an_answer(server: LiveServer) -> None:
+    flagged = {doc_id for i, (doc_id, _, _) in enumerate(DOCS) if _meta(i)["flag"] is True}
+    as_true = {"query": "bread", "mode": "lexical", "top_k": 20, "fields": ["id"],
+               "filter": {"field": "flag", "eq": True}}
+    as_one = {**as_true, "filter": {"field": "flag", "eq": 1}}
+    alone_true = server.client.post("/search", json=as_true, headers=_auth("ops")).json()["results"]
+    assert alone_true and {h["id"] for h in alone_true} <= flagged
+    assert server.client.post("/search", json=as_one, headers=_auth("ops")).json()["results"] == []  # alone
+    crossed = 0
+    for _ in range(5):
+        sent = [("ops", as_true if i % 2 == 0 else as_one) for i in range(50)]
+        for (_, body), response in zip(sent, _post_all(server.url, sent), strict=True):
+            assert response.status_code == 200, response.text
+            crossed += response.json()["results"] != (alone_true if body is as_true else [])
+    assert crossed == 0  # of 250
+
+
+# --- the differential property: any concurrent mix answers each request as it would be answered alone -------------
+
+_VALUES = st.sampled_from([True, False, 1, 0, 1.0, 0.0, "1", "true", 2.5])
+_conditions = st.one_of(
+    st.builds(lambda v: {"field": "mixed", "eq": v}, _VALUES),
+    st.builds(lambda v: {"field": "flag", "eq": v}, _VALUES),
+    st.builds(lambda vs: {"field": "mixed", "in": vs}, st.lists(_VALUES, min_size=1, max_size=3)),
+    st.builds(lambda v: {"field": "year", "gte": v}, st.sampled_from([2005, 2005.0, 2010.5])),
+    st.builds(lambda b: {"field": "mixed", "exists": b}, st.booleans()),
+)
+_filters = st.one_of(st.none(), _conditions, st.builds(lambda xs: {"or": xs}, st.lists(_conditions, min_size=1,
+                                                                                       max_size=2)))
+_requests = st.tuples(
+    st.sampled_from(sorted(KEYS)),
+    st.fixed_dictionaries({
+        "query": st.sampled_from(["tides and the moon", "Tides  AND the moon", "bread yeast", "chess games", "lava"]),
+        "mode": st.sampled_from(["dense", "lexical", "hybrid"]),
+        "top_k": st.sampled_from([1, 3, 5]),
+        "offset": st.sampled_from([0, 1, 4]),
+        "filter": _filters,
+        "min_score": st.sampled_from([None, 0.0, 0.3, 1.0, True, 1]),
+        "fields": st.just(["id", "score"]),
+    }),
+)
+ALONE: dict[str, tuple[int, Any]] = {}  # each distinct request's answer, asked alone
+TALLY = {"mixes": 0, "answers": 0, "differences": 0}
+
+
+def _answer(response: httpx.Response) -> tuple[int, Any]:
+    body = response.json()
+    return response.status_code, body["results"] if response.status_code == 200 else body
+
+
+def _alone(server: LiveServer, who: str, body: dict[str, Any]) -> tuple[int, Any]:
+    key = json.dumps([who, body], sort_keys=True)  # json keeps true, 1 and 1.0 apart
+    if key not in ALONE:
+        ALONE[key] = _answer(server.client.post("/search", json=body, headers=_auth(who)))
+    return ALONE[key]
+
+
+@settings(max_examples=MIXES, deadline=None, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(mix=st.lists(_requests, min_size=2, max_size=10))
+def test_every_answer_in_a_concurrent_mix_is_the_answer_alone(server: LiveServer, mix: list[Any]) -> None:
+    sent = [(who, {k: v for k, v in body.items() if v is not None}) for who, body in mix]
+    expected = [_alone(server, who, body) for who, body in sent]  # asked alone first: their vectors are cached
+    got = [_answer(r) for r in _post_all(server.url, sent)]
+    TALLY["mixes"] += 1
+    TALLY["answers"] += len(got)
+    TALLY["differences"] += sum(g != e for g, e in zip(got, expected, strict=True))
+    assert got == expected
