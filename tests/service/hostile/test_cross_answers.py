@@ -35,8 +35,9 @@ pytestmark = pytest.mark.slow
 TENANTS = ("acme", "globex")
 KEYS = {"acme": "acme-key-0123456789", "globex": "globex-key-0123456789", "ops": "ops-key-0123456789"}
 MIXED = (True, 1, 1.0, "1", False, 0, "true", 2.5)  # the values of `mixed`, document by document (cycled)
-# TANDEM_CROSS_MIXES: how many concurrent mixes the differential property sends (the acceptance asks 2,000)
-MIXES = int(os.environ.get("TANDEM_CROSS_MIXES", "2000"))
+# TANDEM_CROSS_MIXES: how many concurrent mixes the differential property sends. The acceptance run sent 2,000
+# (0 differences in 11,082 answers; 166 s on a 2-core box shared with other jobs, load 10); the suite sends 500
+MIXES = int(os.environ.get("TANDEM_CROSS_MIXES", "500"))
 # TANDEM_CROSS_QUERY_CACHE: the server's query-vector cache. With it (the default), each request's vectors were
 # cached when it was asked alone, so the property checks everything after the encode; 0 also lets batchmates move a
 # query's vector (int8 scales activations per ONNX call: the documented limit of TANDEM_BATCH_MAX_QUERIES > 1)
@@ -100,6 +101,13 @@ def server(cross_bundle: Path, tiny_student: Path, tmp_path_factory: pytest.Temp
 
 def _auth(who: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {KEYS[who]}"}
+
+
+def _batched(server: LiveServer) -> float:
+    """Requests that ran in a micro-batch of more than one query, so far (tandem_batch_queries)."""
+    samples = {(s.name, s.labels.get("le")): s.value for family in text_string_to_metric_families(
+        server.client.get("/metrics").text) for s in family.samples if s.name.startswith("tandem_batch_queries")}
+    return samples[("tandem_batch_queries_count", None)] - samples[("tandem_batch_queries_bucket", "1.0")]
 
 
 def _cache_hits(server: LiveServer) -> float:
@@ -182,7 +190,6 @@ def together(server: LiveServer) -> Iterator[Together]:
     posting = Together(server.url, 50)
     yield posting
     posting.close()
-    print("CROSSDEBUG", TALLY, len(ALONE))  # noqa: T201
 
 
 def test_true_and_one_never_share_an_answer(server: LiveServer, together: Together) -> None:
@@ -200,6 +207,7 @@ def test_true_and_one_never_share_an_answer(server: LiveServer, together: Togeth
             assert response.status_code == 200, response.text
             crossed += response.json()["results"] != (alone_true if body is as_true else [])
     assert crossed == 0  # of 250
+    assert _batched(server) > 0  # and they did share batches
 
 
 # --- the differential property: any concurrent mix answers each request as it would be answered alone -------------
@@ -245,7 +253,6 @@ def _request(base: dict[str, Any], variant: dict[str, Any]) -> tuple[str, dict[s
 
 
 ALONE: dict[str, tuple[int, Any]] = {}  # each distinct request's answer, asked alone
-TALLY = {"mixes": 0, "answers": 0, "differences": 0}
 
 
 def _answer(response: httpx.Response) -> tuple[int, Any]:
@@ -260,16 +267,16 @@ def _alone(server: LiveServer, who: str, body: dict[str, Any]) -> tuple[int, Any
     return ALONE[key]
 
 
-@settings(max_examples=MIXES, deadline=None, database=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(base=_bases, variants=st.lists(_variants, min_size=2, max_size=10))
-def test_every_answer_in_a_concurrent_mix_is_the_answer_alone(server: LiveServer, together: Together,
-                                                              base: dict[str, Any],
-                                                              variants: list[dict[str, Any]]) -> None:
-    sent = [_request(base, variant) for variant in variants]
-    expected = [_alone(server, who, body) for who, body in sent]  # asked alone first: their vectors are cached
-    got = [_answer(r) for r in together(sent)]
-    TALLY["mixes"] += 1
-    TALLY["answers"] += len(got)
-    TALLY["differences"] += sum(g != e for g, e in zip(got, expected, strict=True))
-    assert got == expected
+def test_every_answer_in_a_concurrent_mix_is_the_answer_alone(server: LiveServer, together: Together) -> None:
+    batched = _batched(server)
+
+    @settings(max_examples=MIXES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(base=_bases, variants=st.lists(_variants, min_size=2, max_size=10))
+    def mixes(base: dict[str, Any], variants: list[dict[str, Any]]) -> None:
+        sent = [_request(base, variant) for variant in variants]
+        expected = [_alone(server, who, body) for who, body in sent]  # asked alone first: their vectors are cached
+        got = [_answer(r) for r in together(sent)]
+        assert got == expected
+
+    mixes()
+    assert _batched(server) > batched  # the mixes did share batches
