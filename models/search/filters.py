@@ -27,6 +27,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
+from functools import cached_property
 from typing import Any
 
 from models.bundle.payload.fields import FieldType, to_micros
@@ -104,11 +105,38 @@ def _json_kind(value: object) -> str:
     return "other"
 
 
-@dataclass(frozen=True)
+def tagged(value: object) -> object:
+    """`value` with every scalar in it paired with its type: a key under which `True`, `1`, `1.0` and `"1"` are four
+    different things. Python's `True == 1 == 1.0` (with equal hashes) would otherwise make two filters that answer
+    differently (`{"eq": true}` on a boolean field matches its true rows, `{"eq": 1}` none) one dict key, and the
+    requests that carry them one batch with one answer (issue 55). Sequences are tagged element by element."""
+    if isinstance(value, tuple | list):
+        return (type(value).__name__, tuple(tagged(v) for v in value))
+    return (type(value).__name__, value)
+
+
+@dataclass(frozen=True, eq=False)
 class Filter:
-    """A checked filter in its canonical form (hashable: the batcher groups requests by it)."""
+    """A checked filter in its canonical form, hashable: the batcher groups requests by it.
+
+    Two filters are equal when their trees are equal value for value *and type for type* (`tagged`): a boolean
+    never equals a number, an int never equals a float, a string never equals either. The matching itself treats an
+    int and a float of the same value alike (both are JSON numbers: `_same`, the payload's `typed`, SQLite's
+    comparison), but equal filters must give equal answers on every path, so a key that merges them would rest on
+    every evaluator agreeing for every number; keeping them apart costs at most a shared search."""
 
     tree: tuple[Any, ...]
+
+    @cached_property
+    def key(self) -> object:
+        """The type-tagged tree: what equality and hashing compare (built once per filter)."""
+        return tagged(self.tree)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Filter) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
     def sql(self) -> tuple[str, list[Any]]:
         """Its SQL over the docstore's `metadata` column and the parameters: compiled on demand, for a segment

@@ -40,7 +40,7 @@ from models.bundle.storage.rows import Allowed, row_mask
 from models.bundle.vectors.index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.corpus import Document
 from models.errors import DeadlineExceeded
-from models.search.filters import Filter, sql_of
+from models.search.filters import Filter, sql_of, tagged
 from models.search.fusion import fuse
 from models.search.planner import Planner
 
@@ -60,9 +60,14 @@ class Mode(StrEnum):
     HYBRID = "hybrid"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SearchOptions:
-    """What a request asks beyond its queries; hashable, so the batcher groups equal options."""
+    """What a request asks beyond its queries; hashable, so the batcher groups equal options.
+
+    Equal means equal in value and in type (`key`): requests whose options are equal share one search and each get
+    their queries' part of its answer, so options that could answer differently must never compare equal. Python's
+    own equality would merge `True`, `1` and `1.0` (equal, with equal hashes) wherever they sit, in a filter's values
+    as in `min_score`; the key tags each with its type (models.search.filters.tagged)."""
 
     top_k: int
     mode: Mode = Mode.DENSE
@@ -78,6 +83,18 @@ class SearchOptions:
     @property
     def needs_vectors(self) -> bool:
         return self.mode is not Mode.LEXICAL
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Everything that changes the answer, each value tagged with its type; the deadline is left out."""
+        return (tagged((self.top_k, self.mode, self.offset, self.min_score, self.fusion, self.alpha)),
+                None if self.filter is None else self.filter.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SearchOptions) and self.key == other.key
+
+    def __hash__(self) -> int:
+        return hash(self.key)
 
 
 @dataclass

@@ -51,7 +51,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 
@@ -63,7 +63,9 @@ from models.search import Hit, Retrieved, SearchOptions
 log = logging.getLogger(__name__)
 
 
-Encode = Callable[[Sequence[str]], tuple[np.ndarray, list[int]]]  # vectors and tokens per text
+# (the texts, and per text the scope of the key that asked: whose partition of the query-vector cache it may read
+# and fill, service.core.query_cache) → vectors and tokens per text
+Encode = Callable[[Sequence[str], Sequence[Hashable]], tuple[np.ndarray, list[int]]]
 # (vectors of the queries, or None for a lexical search; the queries; their options) → hits
 Search = Callable[[np.ndarray | None, list[str], SearchOptions], Retrieved]
 
@@ -90,6 +92,7 @@ class _Job:
     queries: list[str]
     options: SearchOptions | None  # None: encode only
     deadline: float  # time.monotonic()
+    scope: Hashable = ""  # who asked (the key's cache partition): its texts read and fill that partition only
     future: Future[BatchOutcome] = field(default_factory=Future)
     enqueued: float = field(default_factory=time.monotonic)
     released: bool = False  # its queries no longer count as pending (under MicroBatcher._lock)
@@ -160,11 +163,12 @@ class MicroBatcher:
         return ahead * self._seconds_per_query / lanes
 
     def submit(self, queries: Sequence[str], options: SearchOptions | int | None,
-               timeout_s: float) -> Future[BatchOutcome]:
+               timeout_s: float, scope: Hashable = "") -> Future[BatchOutcome]:
         """Queue a job, or raise Overloaded at once if admitting it would exceed max_pending or max_queue_s.
 
-        `options` may be a bare top_k (a dense search), or None to encode only."""
-        return self._submit(queries, options, timeout_s).future
+        `options` may be a bare top_k (a dense search), or None to encode only; `scope`: who asks (the encode is
+        told it per text)."""
+        return self._submit(queries, options, timeout_s, scope).future
 
     def _release(self, jobs: Sequence[_Job]) -> None:
         with self._lock:
@@ -173,12 +177,13 @@ class MicroBatcher:
                     job.released = True
                     self._pending -= len(job.queries)
 
-    def _submit(self, queries: Sequence[str], options: SearchOptions | int | None, timeout_s: float) -> _Job:
+    def _submit(self, queries: Sequence[str], options: SearchOptions | int | None, timeout_s: float,
+                scope: Hashable = "") -> _Job:
         if isinstance(options, int):
             options = SearchOptions(top_k=options)
         if options is not None and self._search is None:
             raise ValueError("this batcher only encodes: it was given no search")
-        job = _Job(list(queries), options, time.monotonic() + timeout_s)
+        job = _Job(list(queries), options, time.monotonic() + timeout_s, scope)
         with self._lock:
             if self._closed:
                 raise RuntimeError("the batcher is closed")
@@ -233,13 +238,14 @@ class MicroBatcher:
             size += len(job.queries)
         return jobs
 
-    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
+    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float,
+                     scope: Hashable = "") -> BatchOutcome:
         """Submit and await without blocking the event loop; DeadlineExceeded after timeout_s."""
-        return await self._await(self._submit(queries, options, timeout_s), timeout_s)
+        return await self._await(self._submit(queries, options, timeout_s, scope), timeout_s)
 
-    async def embed(self, queries: Sequence[str], timeout_s: float) -> BatchOutcome:
+    async def embed(self, queries: Sequence[str], timeout_s: float, scope: Hashable = "") -> BatchOutcome:
         """Encode only (outcome.vectors, outcome.tokens), admitted and batched like a search."""
-        return await self._await(self._submit(queries, None, timeout_s), timeout_s)
+        return await self._await(self._submit(queries, None, timeout_s, scope), timeout_s)
 
     async def _await(self, job: _Job, timeout_s: float) -> BatchOutcome:
         """The job's outcome, relayed to the event loop by one callback, with one timer for the deadline: the same
@@ -376,23 +382,30 @@ class MicroBatcher:
         """One encode for every query of the batch that needs a vector (embed jobs, dense and hybrid searches)."""
         spans: dict[int, tuple[int, int]] = {}  # each encoded job's rows in `vectors`
         texts: list[str] = []
+        scopes: list[Hashable] = []
         for i, job in enumerate(live):
             if job.options is None or job.options.needs_vectors:
                 spans[i] = (len(texts), len(texts) + len(job.queries))
                 texts += job.queries
-        vectors, tokens = self._encode(texts) if texts else (None, [])
+                scopes += [job.scope] * len(job.queries)
+        vectors, tokens = self._encode(texts, scopes) if texts else (None, [])
         return _Encoded(vectors, tokens, spans, time.monotonic())
 
     def _search_jobs(self, live: list[_Job], encoded: _Encoded) -> dict[int, Retrieved]:
-        """One search per distinct set of options, each job's hits (and the group's BM25 time) cut back out."""
-        groups: dict[SearchOptions, list[int]] = {}
+        """One search per distinct set of options, each job's hits (and the group's BM25 time) cut back out.
+
+        Jobs group by `SearchOptions.key`, their options tagged value by value with their types, never by Python's
+        equality, under which `{"eq": true}` and `{"eq": 1}` are one filter and would share one answer."""
+        groups: dict[object, list[int]] = {}
         for i, job in enumerate(live):
             if job.options is not None:
-                groups.setdefault(job.options, []).append(i)
+                groups.setdefault(job.options.key, []).append(i)
         searched: dict[int, Retrieved] = {}
         search = self._search
-        for options, members in groups.items():
+        for members in groups.values():
             assert search is not None  # _submit admits no search job without one
+            options = live[members[0]].options
+            assert options is not None
             group_vectors = None
             if options.needs_vectors and encoded.vectors is not None:
                 group_vectors = encoded.vectors[np.concatenate([np.arange(*encoded.spans[i]) for i in members])]

@@ -2,12 +2,16 @@
 
 Why: the student's encode is most of a dense query's cost (docs/lab/2026-11-26-encode-floor.md), and real
 traffic repeats queries (a search box's popular queries, a client retrying, pagination asking again). A hit
-costs a dict lookup instead of an encode. Keys are (the student's identity, the query as the student's tokenizer
-normalizes it), so two spellings the student cannot tell apart share an entry, and a student replaced on disk or
-served by another collection never answers for another; entries are float32 vectors of the teacher's width
-(3 KB at 768-d), so TANDEM_QUERY_CACHE entries bound the memory. A cached vector is the one the query got when
-it was first encoded: with TANDEM_BATCH_MAX_QUERIES above 1 that may have been among batchmates (cosine ≥ 0.99 to
-alone), as an encode would be anyway.
+costs a dict lookup instead of an encode. Keys are (the partition of the API key whose request filled the entry,
+the student's identity, the query as the student's tokenizer normalizes it), so two spellings the student cannot
+tell apart share an entry, a student replaced on disk or served by another collection never answers for another, and
+one key's questions are never hits for another: a hit is observable (`timing_ms.encode`, the latency), so a shared
+entry would tell key A that key B asked the same question (issue 55). Each scoped key is its own partition (its
+id), each legacy key too (its digest), and an API without keys one partition for everyone. Entries are float32
+vectors of the teacher's width (3 KB at 768-d), so TANDEM_QUERY_CACHE entries bound the memory, shared by every
+partition (LRU across them: one key's traffic can evict another's entries, which only costs the other an encode).
+A cached vector is the one the query got when it was first encoded: with TANDEM_BATCH_MAX_QUERIES above 1 that may
+have been among batchmates (cosine ≥ 0.99 to alone), as an encode would be anyway.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
-CacheKey = tuple[Hashable, str]
+CacheKey = tuple[Hashable, Hashable, str]  # (the key's partition, the student's identity, the normalized query)
 Lookup = Callable[[int, int], None]  # told the hits and misses of each lookup (the metrics' counter)
 
 

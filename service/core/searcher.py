@@ -16,7 +16,7 @@ Two pieces, each usable without the next:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -57,14 +57,16 @@ class QueryEncoder:
         """The student's directory name, which /v1/embeddings answers as its `model`."""
         return self.student.directory.name
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    def encode(self, texts: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
         """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers. With a
-        cache, only the texts it lacks are encoded (service.core.query_cache)."""
+        cache, only the texts it lacks are encoded (service.core.query_cache), each looked up and kept in the
+        partition of the key that asked it (`scopes`, one per text; none: the key-less partition)."""
         cache = self.cache
         if cache is None:
             return self.student.encode_counted(texts, batch_size=self.encode_batch)
         identity = self.student.identity
-        keys = [(identity, self.student.query_key(text)) for text in texts]
+        owners = scopes or [""] * len(texts)
+        keys = [(scope, identity, self.student.query_key(text)) for scope, text in zip(owners, texts, strict=True)]
         found = cache.get_many(keys)
         missing = [i for i, entry in enumerate(found) if entry is None]
         if missing:
@@ -77,10 +79,10 @@ class QueryEncoder:
         entries = [entry for entry in found if entry is not None]  # every one, now
         return np.stack([vector for vector, _ in entries]), [tokens for _, tokens in entries]
 
-    async def embed(self, texts: Sequence[str], timeout_s: float) -> BatchOutcome:
+    async def embed(self, texts: Sequence[str], timeout_s: float, scope: Hashable = "") -> BatchOutcome:
         """The student's vectors and token counts of `texts` (outcome.vectors, outcome.tokens): Overloaded at once
-        when admission refuses, DeadlineExceeded after timeout_s."""
-        return await self.batcher.embed(texts, timeout_s)
+        when admission refuses, DeadlineExceeded after timeout_s. `scope`: the cache partition of the key asking."""
+        return await self.batcher.embed(texts, timeout_s, scope)
 
     def close(self) -> None:
         """Run or drop what is queued and stop the workers; the student stays open (a reload shares it)."""
@@ -147,10 +149,12 @@ class Searcher:
         """Queries queued or running (the tandem_queue_depth gauge)."""
         return self.batcher.pending
 
-    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float) -> BatchOutcome:
+    async def search(self, queries: Sequence[str], options: SearchOptions | int, timeout_s: float,
+                     scope: Hashable = "") -> BatchOutcome:
         """The hits of `queries`, once a worker has encoded and searched them in a micro-batch: Overloaded at once
-        when admission refuses, DeadlineExceeded after timeout_s. The event loop only awaits."""
-        return await self.batcher.search(queries, options, timeout_s)
+        when admission refuses, DeadlineExceeded after timeout_s. The event loop only awaits. `scope`: the cache
+        partition of the key asking (service.http.keyring.KeyScope.partition)."""
+        return await self.batcher.search(queries, options, timeout_s, scope)
 
     def retrieve(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
         """Any mode, filters and pages (models.search) for the queries of one set of options; run on the workers."""

@@ -18,7 +18,7 @@ import hmac
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,22 @@ class KeyScope:
     collections: frozenset[str] | None
     filter: dict[str, Any] | None
     embeddings: bool
+    # the key's own partition of every cache its requests fill (service.core.query_cache): "" takes the id; each
+    # legacy key, all of whose scopes are named "open", gets one of its own from its digest (`build_keyring`)
+    cache_partition: str = ""
 
     def sees(self, collection: str) -> bool:
         return self.collections is None or collection in self.collections
 
+    @property
+    def partition(self) -> str:
+        """What caches are partitioned by: one key never reads what another's requests filled (a hit is observable,
+        and would tell it what the other asked)."""
+        return self.cache_partition or f"key:{self.id}"
 
-OPEN = KeyScope(id="open", collections=None, filter=None, embeddings=True)  # legacy keys, and an open API
+
+# legacy keys (each with its own cache partition), and an open API (one partition: it cannot tell callers apart)
+OPEN = KeyScope(id="open", collections=None, filter=None, embeddings=True, cache_partition="open")
 KEY_STATE = "tandem_key"  # where service.http.auth's middleware leaves the matched key's scope in the request's state
 
 
@@ -121,7 +131,8 @@ def build_keyring(legacy: Sequence[bytes], entries: Sequence[KeyEntry], collecti
     if clash:
         raise InputError(f"TANDEM_KEYS_FILE: key {clash[0]!r} is also in TANDEM_API_KEYS(_FILE), which opens "
                          "everything: give each key one scope")
-    return Keyring([(d, OPEN) for d in legacy] + scoped, refused)
+    legacy_scopes = [(d, replace(OPEN, cache_partition=f"legacy:{d.hex()}")) for d in legacy]
+    return Keyring(legacy_scopes + scoped, refused)
 
 
 class KeySource:

@@ -144,7 +144,7 @@ async def answer(request: EmbeddingsRequest, texts: list[str], http: Request) ->
         if request.dimensions is not None and request.dimensions > encoder.dim:
             raise RequestValidationError([problem("dimensions", "less_than_equal",
                                                   f"dimensions must be at most {encoder.dim}, the teacher's dim")])
-        outcome = await encoder.embed(texts, settings.request_timeout_ms / 1e3)
+        outcome = await encoder.embed(texts, settings.request_timeout_ms / 1e3, key_of(http).partition)
         name = encoder.name
     metrics.observe_timing_ms({k: outcome.timing_ms[k] for k in ("queue", "encode")})
     metrics.batch_queries.observe(outcome.batch_size)

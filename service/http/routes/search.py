@@ -247,7 +247,7 @@ async def search_in(request: SearchRequest, loader: SearcherLoader, settings: Se
     with loader.lease() as searcher:  # a hot reload closes the old searcher only after its leases end
         # Encoding and FAISS run on the searcher's batch workers (or between the loop's I/O rounds with workers 0).
         options = _options(request, queries, top_k, searcher, settings, key, collection)
-        outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3)
+        outcome = await searcher.search(queries, options, settings.request_timeout_ms / 1e3, key.partition)
         summary = searcher.index_summary()  # names the version that answered
     metrics.observe_timing_ms(outcome.timing_ms)
     metrics.batch_queries.observe(outcome.batch_size)

@@ -13,6 +13,7 @@ import pytest
 from models.bundle.storage.docstore import DocStore, write_docstore
 from models.corpus import Document
 from models.search.filters import FilterError, parse_filter
+from models.search.query import SearchOptions
 
 FIELDS = frozenset({"year", "tag", "date", "doi"})
 
@@ -85,3 +86,22 @@ def test_in_values_are_canonical_so_equal_filters_are_equal() -> None:
     one = parse_filter({"field": "tag", "in": ["a", "b", "a"]}, FIELDS)
     assert one == parse_filter({"field": "tag", "in": ["a", "b"]}, FIELDS) and hash(one) is not None
     assert one.tree == ("in", "tag", ("a", "b"))
+
+
+def test_filters_and_options_equal_only_in_value_and_type() -> None:
+    """Python's `True == 1 == 1.0` (equal hashes too) must not make two filters, or two requests' options, equal:
+    the batcher groups requests by them, and `{"eq": true}` on a boolean field answers what `{"eq": 1}` does not."""
+    fields = {"flag", "year"}
+    spelled = [True, 1, 1.0, "1", False, 0, 0.0, "true"]
+    filters = [parse_filter({"field": "flag", "eq": v}, fields) for v in spelled]
+    assert len({f: None for f in filters}) == len(spelled)  # eight dict keys, not four
+    assert len({f.key for f in filters}) == len(spelled)
+    assert parse_filter({"field": "flag", "eq": 1}, fields) == parse_filter({"field": "flag", "eq": 1}, fields)
+    nested = [parse_filter({"or": [{"field": "flag", "in": [v, "a"]}, {"field": "year", "gte": 2000}]}, fields)
+              for v in (True, 1)]
+    assert nested[0] != nested[1]
+    options = [SearchOptions(top_k=3, filter=f) for f in filters]
+    assert len(set(options)) == len(spelled)
+    assert SearchOptions(top_k=3, min_score=1) != SearchOptions(top_k=3, min_score=True)
+    # the deadline is not part of what a search answers: requests with different deadlines still share one
+    assert SearchOptions(top_k=3, filter=filters[1], deadline=1.0) == SearchOptions(top_k=3, filter=filters[1])

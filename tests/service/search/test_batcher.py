@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +18,7 @@ import pytest
 from models.corpus import Document
 from models.encoders.student import StudentEncoder
 from models.errors import InputError
-from models.search import Hit, Mode, Retrieved, SearchOptions
+from models.search import Filter, Hit, Mode, Retrieved, SearchOptions
 from service.core.batcher import BatchLimits, BatchOutcome, DeadlineExceeded, MicroBatcher, Overloaded
 from service.core.loader import open_searcher
 from service.core.searcher import QueryEncoder, Searcher
@@ -35,16 +35,18 @@ class Recorder:
 
     def __init__(self) -> None:
         self.encoded: list[list[str]] = []
+        self.scopes: list[list[Hashable]] = []
         self.searched: list[tuple[list[str], SearchOptions, bool]] = []
         self.gate, self.busy = threading.Event(), threading.Event()
         self.gate.set()
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    def encode(self, texts: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
         self.busy.set()
         self.gate.wait()
         if "unencodable" in texts:
             raise ValueError("encode failed")
         self.encoded.append(list(texts))
+        self.scopes.append(list(scopes))
         return np.array([[len(t)] * DIM for t in texts], dtype=np.float32), [len(t) for t in texts]
 
     def search(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
@@ -99,6 +101,25 @@ def test_jobs_with_different_options_share_an_encode_but_not_a_search() -> None:
     assert recorder.encoded[1] == ["x", "yy"] * 3
     assert [(q, o.top_k) for q, o, _ in recorder.searched[1:]] == [(["x", "yy", "x", "yy"], 1), (["x", "yy"], 4)]
     assert [[len(hits) for hits in o.hits] for o in outcomes] == [[1, 1], [4, 4], [1, 1]]
+
+
+def test_options_that_python_calls_equal_but_answer_differently_never_share_a_search() -> None:
+    """`True == 1 == 1.0` in Python, with equal hashes: grouped by equality, `{"eq": true}` and `{"eq": 1}` shared a
+    search and each other's answers (issue 55). Each job also tells the encode who asked it."""
+    recorder = Recorder()
+    values: list[object] = [True, 1, 1.0, "1", True]
+    with batcher(recorder) as queue:
+        recorder.gate.clear()
+        queue.submit(["held"], 1, timeout_s=30)
+        assert recorder.busy.wait(30)
+        futures = [queue.submit(["x"], SearchOptions(top_k=1, filter=Filter(("eq", "flag", v))), timeout_s=30,
+                                scope=f"key:{i}") for i, v in enumerate(values)]
+        recorder.gate.set()
+        for future in futures:
+            future.result(timeout=30)
+    searched = [(o.filter.tree[2] if o.filter else None, len(q)) for q, o, _ in recorder.searched[1:]]
+    assert [(type(v), v, n) for v, n in searched] == [(bool, True, 2), (int, 1, 1), (float, 1.0, 1), (str, "1", 1)]
+    assert recorder.scopes[1] == [f"key:{i}" for i in range(len(values))]
 
 
 def test_a_shared_search_carries_the_latest_deadline_of_its_jobs() -> None:
@@ -217,7 +238,7 @@ class LoopRecorder(Recorder):
         self.threads: set[int] = set()
         self.events: list[str] = []
 
-    def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    def encode(self, texts: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
         self.threads.add(threading.get_ident())
         self.events.append("encode " + ",".join(texts))
         return super().encode(texts)
@@ -381,10 +402,10 @@ def test_a_failing_request_fails_alone_beside_real_searches(searcher: Searcher,
     refusing a request would: that request gets the error, its batchmates the hits they would get alone."""
     gate, busy = threading.Event(), threading.Event()
 
-    def encode(texts: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    def encode(texts: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
         busy.set()
         gate.wait()
-        return searcher.encoder.encode(texts)
+        return searcher.encoder.encode(texts, scopes)
 
     def search(vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
         if "refused" in queries:

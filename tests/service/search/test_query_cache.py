@@ -16,7 +16,7 @@ from tests.fixtures.server import LiveServer, serve_app
 def test_the_least_recently_used_entry_goes_first_and_lookups_are_counted() -> None:
     counted: list[tuple[int, int]] = []
     cache = QueryCache(2, on_lookup=lambda hits, misses: counted.append((hits, misses)))
-    a, b, c = (("s", t) for t in "abc")
+    a, b, c = (("key:a", "s", t) for t in "abc")
     cache.put_many([a, b], np.eye(2, dtype=np.float32), [3, 4])
     assert cache.get_many([a]) != [None]  # a is now the most recently used
     cache.put_many([c], np.ones((1, 2), dtype=np.float32), [5])
