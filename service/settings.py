@@ -46,6 +46,11 @@ def check_unique(specs: list[CollectionSpec] | tuple[CollectionSpec, ...]) -> No
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise ValueError(f"collection {dup!r} is declared twice")
+
+
+# TANDEM_MAX_FILTER_CONDITIONS is at most this: a condition binds at most 10 parameters in the docstore's SQL
+# (models.search.filters), so a filter stays under SQLite's default SQLITE_MAX_VARIABLE_NUMBER (32,766)
+MAX_FILTER_CONDITIONS = 3000
 MAX_FILTER_DEPTH = 64  # TANDEM_MAX_FILTER_DEPTH is at most this: a body's JSON nesting stays far below any parser's
 
 
@@ -98,7 +103,8 @@ class ServiceSettings(BaseSettings):
     max_filter_depth: int = Field(MAX_DEPTH, ge=1, le=MAX_FILTER_DEPTH, description="Most levels of and/or/not in a "
                                   "filter; a body's JSON may nest at most 2 × this + 8 levels (422 beyond, before "
                                   "it is parsed).")
-    max_filter_conditions: int = Field(MAX_NODES, ge=1, description="Most conditions and combinators in a filter.")
+    max_filter_conditions: int = Field(MAX_NODES, ge=1, le=MAX_FILTER_CONDITIONS,
+                                       description="Most conditions and combinators in a filter.")
     max_in_values: int = Field(MAX_IN_VALUES, ge=1, description="Most values in one `in` list of a filter.")
     max_filter_values: int = Field(MAX_VALUES, ge=1, description="Most values in a whole filter (each eq counts one, "
                                    "each in its list's length).")

@@ -40,11 +40,12 @@ from models.bundle.rows import Allowed, row_mask
 from models.bundle.vector_index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.corpus import Document
 from models.errors import DeadlineExceeded
-from models.search.filters import Filter, sql_of
+from models.search.filters import MAX_SQL_LEVELS, Filter, sql_levels, sql_of
 from models.search.fusion import fuse
 from models.search.planner import Planner
 
 if TYPE_CHECKING:
+    from models.bundle.docstore import DocStore
     from models.bundle.version import Bundle, Segment
 
 @dataclass(frozen=True)
@@ -138,12 +139,29 @@ def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
     """The mask of the segment's rows a filter allows, deleted ones included: a new array the caller owns."""
     count = segment.count
     if not has_payload_index(segment.payload):  # built before payload indexes (models.bundle.legacy)
-        return row_mask(segment.docs.rows_where(*flt.sql()), count)
+        return docstore_mask(segment.docs, flt.tree, count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
         return row_mask(segment.docs.rows_where(*sql_of(leaf)), count)
 
     return segment.payload.evaluate(flt.tree, from_docstore)
+
+
+def docstore_mask(docs: DocStore, tree: tuple[Any, ...], count: int) -> np.ndarray:
+    """The mask of the rows a filter tree allows by the docstore's SQL: one query for the whole tree, or, for a tree
+    nested deeper than SQLite's parser takes (MAX_SQL_LEVELS), its halves (an and/or's items split in two) or
+    the operand of its NOT, each as shallow as needs be, combined here: a leaf is 0 or 1 on every row, so NOT is
+    the complement, as in SQL. Only a filter nested that deep pays for more than one scan."""
+    if sql_levels(tree) <= MAX_SQL_LEVELS:
+        return row_mask(docs.rows_where(*sql_of(tree)), count)
+    if tree[0] == "not":
+        return ~docstore_mask(docs, tree[1], count)
+    op, items = tree[0], tree[1]
+    if len(items) == 1:
+        return docstore_mask(docs, items[0], count)
+    first, second = (docstore_mask(docs, (op, part), count) for part in (items[: len(items) // 2],
+                                                                      items[len(items) // 2 :]))
+    return first & second if op == "and" else first | second
 
 
 def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
