@@ -19,8 +19,9 @@ those rows, so a page fills whenever enough documents match:
 Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
 float query against the int8 vectors (memory-mapped from disk).
 
-A search with a deadline (`SearchOptions.deadline`) checks it before each segment's filter, dense and BM25 pass
-and before fetching documents, and stops with DeadlineExceeded past it, so its worker is free again.
+A search with a deadline (`SearchOptions.deadline`) checks it before each segment's filter, dense and BM25 pass,
+between the chunks of stored vectors a dense pass scores, and before fetching documents, and stops with
+DeadlineExceeded past it, so its worker is free again.
 """
 
 from __future__ import annotations
@@ -180,22 +181,25 @@ def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Seq
     found = []
     for segment, rows in zip(bundle.segments, allowed, strict=True):
         check()
-        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner(), head))
+        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner(), head,
+                                         check))
     return merge(found, bundle.bases, depth)
 
 
 def _segment_candidates(index: VectorIndex, q: np.ndarray, depth: int, allowed: Allowed | None, oversample: int,
-                        planner: Planner, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Top `depth` (scores, segment rows) of one rotated query in one segment's index."""
+                        planner: Planner, head: int | None = None,
+                        check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (scores, segment rows) of one rotated query in one segment's index; `check` also runs between
+    the chunks of stored vectors it scores (VectorIndex.scores)."""
     if allowed is not None and allowed.count == 0:
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     if allowed is not None and planner.exact(index.spec.type, allowed):
-        return index.exact(q, depth, allowed.rows, oversample, head)
-    scores, rows = index.search(q, depth, oversample, allowed, planner, head)
+        return index.exact(q, depth, allowed.rows, oversample, head, check)
+    scores, rows = index.search(q, depth, oversample, allowed, planner, head, check)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
     if allowed is not None and len(r) < min(depth, allowed.count):  # an approximate index came back short
-        return index.exact(q, depth, allowed.rows, oversample, head)
+        return index.exact(q, depth, allowed.rows, oversample, head, check)
     return s, r
 
 
@@ -225,6 +229,22 @@ def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence
     return merge(index.search(query, depth, rows, check), bundle.bases, depth)
 
 
+def depths(bundle: Bundle, opts: SearchOptions) -> tuple[int, int]:
+    """(candidates each side ranks, hits given back) of a search: offset + top_k, and a hybrid's fusion depth."""
+    need = opts.offset + opts.top_k
+    return (max(need, fusion_spec(bundle, opts).depth) if opts.mode is Mode.HYBRID else need), need
+
+
+def rescore_rows(bundle: Bundle, opts: SearchOptions, queries: int, oversample: int) -> int:
+    """How many stored vectors a search of `queries` queries with these options decodes to rescore binary
+    candidates, at most: each query's rescoring pool in each segment (VectorIndex.rescore_rows). The service caps
+    it per request (TANDEM_MAX_RESCORE_ROWS), before any work, since the pool grows with offset × oversample."""
+    if not opts.needs_vectors:
+        return 0
+    depth, need = depths(bundle, opts)
+    return queries * sum(segment.vectors.rescore_rows(depth, oversample, need) for segment in bundle.segments)
+
+
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
            oversample: int, planner: Planner | None = None) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical.
@@ -233,9 +253,8 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
     began = time.perf_counter()
     allowed = allowed_rows(bundle, opts.filter, check)
     filter_s = time.perf_counter() - began if opts.filter is not None else 0.0
-    need = opts.offset + opts.top_k
+    depth, need = depths(bundle, opts)
     spec = fusion_spec(bundle, opts)
-    depth = max(need, spec.depth) if opts.mode is Mode.HYBRID else need
     lexical_s = 0.0
     out: list[list[Hit]] = []
     for i, query in enumerate(queries):
