@@ -165,9 +165,10 @@ def _check_rescore(options: SearchOptions, queries: int, searcher: Searcher, lim
     if (rows := rescore_rows(searcher.bundle, options, queries, searcher.oversample)) > limit:
         where = "offset" if options.offset else "top_k"
         raise RequestValidationError([_problem(where, "less_than_equal", f"this request would rescore {rows} "
-                                               f"binary candidates ({queries} queries × (offset {options.offset} + "
-                                               f"top_k {options.top_k}) × the oversample, over the index's "
-                                               f"segments), at most {limit} are allowed (TANDEM_MAX_RESCORE_ROWS)")])
+                                               f"binary candidates ((offset {options.offset} + top_k "
+                                               f"{options.top_k}) × the oversample, for each of {queries} "
+                                               "query(ies) in each segment), at most "
+                                               f"{limit} are allowed (TANDEM_MAX_RESCORE_ROWS)")])
 
 
 def _check_terms(request: SearchRequest, queries: list[str], terms: Callable[[str], Mapping[str, int]],
