@@ -143,7 +143,7 @@ def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
         return docstore_mask(segment.docs, flt.tree, count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
-        return row_mask(segment.docs.rows_where(*sql_of(leaf)), count)
+        return docstore_mask(segment.docs, leaf, count)
 
     return segment.payload.evaluate(flt.tree, from_docstore)
 
