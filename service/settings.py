@@ -56,6 +56,14 @@ def check_unique(specs: list[CollectionSpec] | tuple[CollectionSpec, ...]) -> No
     dup = next((n for n in names if names.count(n) > 1), None)
     if dup is not None:
         raise ValueError(f"collection {dup!r} is declared twice")
+
+
+# TANDEM_MAX_FILTER_CONDITIONS is at most this: a condition binds at most 10 parameters in the docstore's SQL
+# (models.search.filters), so a filter stays under SQLite's default SQLITE_MAX_VARIABLE_NUMBER (32,766)
+MAX_FILTER_CONDITIONS = 3000
+# TANDEM_MAX_RESCORE_ROWS by default: offset 9,000 + top_k 1,000 at the ×16 a flat binary index of 1M documents
+# rescores (160,000 rows) passes, the same at ×64 (10M documents: 640,000) is refused
+MAX_RESCORE_ROWS = 262_144
 MAX_FILTER_DEPTH = 64  # TANDEM_MAX_FILTER_DEPTH is at most this: a body's JSON nesting stays far below any parser's
 
 
@@ -108,13 +116,19 @@ class ServiceSettings(BaseSettings):
     max_filter_depth: int = Field(MAX_DEPTH, ge=1, le=MAX_FILTER_DEPTH, description="Most levels of and/or/not in a "
                                   "filter; a body's JSON may nest at most 2 × this + 8 levels (422 beyond, before "
                                   "it is parsed).")
-    max_filter_conditions: int = Field(MAX_NODES, ge=1, description="Most conditions and combinators in a filter.")
+    max_filter_conditions: int = Field(MAX_NODES, ge=1, le=MAX_FILTER_CONDITIONS,
+                                       description="Most conditions and combinators in a filter.")
     max_in_values: int = Field(MAX_IN_VALUES, ge=1, description="Most values in one `in` list of a filter.")
     max_filter_values: int = Field(MAX_VALUES, ge=1, description="Most values in a whole filter (each eq counts one, "
                                    "each in its list's length).")
     max_top_k: int = Field(1000, ge=1)
     default_top_k: int = Field(10, ge=1)
     binary_oversample: int = Field(4, ge=1, description="Hamming candidates per hit before int8 rescoring.")
+    max_rescore_rows: int = Field(
+        MAX_RESCORE_ROWS, ge=1, description="Most stored vectors one request's binary rescoring may decode: queries × "
+        "(offset + top_k) × the oversample (binary_oversample, or the index's own when deeper), per segment, at most "
+        "each segment's rows; beyond, 422. Bounds the work and the candidate arrays; the decoding itself runs in "
+        "chunks of 4 MiB of float32 (docs/operations.md#filters-and-memory-per-request).")
     log_level: LogLevel = "info"
     log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: plain.")
     api_keys: SecretStr | None = Field(None, description="Comma-separated API keys; any of them opens /search.")

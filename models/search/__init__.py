@@ -17,7 +17,7 @@ filtered dense search runs), `fusion`. Every FAISS and BM25 call is models.bundl
 from models.bundle.vectors.index import DEFAULT_OVERSAMPLE, VectorIndex, set_search_threads
 from models.bundle.vectors.space import rotate
 from models.search.filters import Filter, FilterError, parse_filter
-from models.search.query import Hit, Mode, Retrieved, SearchOptions, dense_hits, documents, search
+from models.search.query import Hit, Mode, Retrieved, SearchOptions, dense_hits, documents, rescore_rows, search
 
 __all__ = [
     "DEFAULT_OVERSAMPLE",
@@ -31,6 +31,7 @@ __all__ = [
     "dense_hits",
     "documents",
     "parse_filter",
+    "rescore_rows",
     "rotate",
     "search",
     "set_search_threads",

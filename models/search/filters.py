@@ -19,12 +19,19 @@ A filter is bounded before any work (`FilterLimits`): its depth, its conditions,
 of the whole filter; an `in` list's values are deduplicated as it is parsed. A value SQLite or the payload index
 could not hold (a non-finite number, an integer past 64 bits, a string that is not valid Unicode) is refused
 with its path. The SQL is compiled only where a segment needs it (`Filter.sql`), on the worker that searches.
+
+The SQL never meets one of SQLite's limits, whatever the filter within those bounds: an `in` list is one bound JSON
+array per kind of value, read by `json_each` (a constant number of terms and parameters, however long the list),
+and the items of an `and`/`or` are joined as a balanced tree, so the expression's depth grows with the logarithm of
+their count (SQLite refuses an expression deeper than SQLITE_MAX_EXPR_DEPTH, 1,000: a 1,000-value list written as
+ORs did). Values are bound, never written into the SQL text, and no LIKE is used.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cached_property
@@ -246,6 +253,22 @@ def _json_path(name: str) -> str:
     return '$."' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# Levels of parentheses (not, and/or halves) one SQL query may nest: SQLite 3.40's parser refuses an expression
+# nested past ~30 such levels ("parser stack overflow", YYSTACKDEPTH 100 entries; a leaf takes a few of its own).
+MAX_SQL_LEVELS = 16
+
+
+def sql_levels(tree: tuple[Any, ...]) -> int:
+    """How many levels of parentheses the SQL of `tree` nests (models.search.query splits a filter deeper than
+    MAX_SQL_LEVELS into queries that are not, combining their rows in numpy)."""
+    op = tree[0]
+    if op == "not":
+        return 1 + sql_levels(tree[1])
+    if op in ("and", "or"):
+        return math.ceil(math.log2(len(tree[1]))) + max(sql_levels(t) for t in tree[1])
+    return 2 if op == "in" else 0  # an in list: up to four terms ORed
+
+
 def sql_of(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
     """The SQL over the docstore's metadata column of a filter tree (or of one of its conditions)."""
     return _sql(tree)
@@ -258,8 +281,7 @@ def _sql(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
         inner, params = _sql(tree[1])
         return f"(NOT {inner})", params
     if op in ("and", "or"):
-        parts = [_sql(t) for t in tree[1]]
-        return "(" + f" {op.upper()} ".join(p for p, _ in parts) + ")", [x for _, ps in parts for x in ps]
+        return _balanced(op.upper(), [_sql(t) for t in tree[1]])
     path = _json_path(tree[1])
     if op == "exists":
         present = "COALESCE(json_type(metadata, ?) NOT IN ('null'), 0)"
@@ -267,8 +289,7 @@ def _sql(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
     if op == "eq":
         return _eq_sql(path, tree[2])
     if op == "in":
-        parts = [_eq_sql(path, v) for v in tree[2]]
-        return "(" + " OR ".join(p for p, _ in parts) + ")", [x for _, ps in parts for x in ps]
+        return _in_sql(path, tree[2])
     kind, bounds = tree[2], tree[3]
     types = "('integer', 'real')" if kind == "number" else "('text')"
     clauses = " AND ".join(f"json_extract(metadata, ?) {_SQL_OP[k]} ?" for k, _ in bounds)
@@ -276,6 +297,29 @@ def _sql(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
     for _, v in bounds:
         values += [path, v]
     return f"COALESCE(json_type(metadata, ?) IN {types} AND {clauses}, 0)", values
+
+
+def _balanced(op: str, parts: Sequence[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
+    """`parts` joined by AND or OR as a balanced tree: "a OR b OR c ..." parses as a chain as deep as it is long,
+    and SQLite refuses an expression deeper than 1,000; halves keep the depth at log2 of the count."""
+    if len(parts) == 1:
+        return parts[0]
+    left, right = _balanced(op, parts[: len(parts) // 2]), _balanced(op, parts[len(parts) // 2 :])
+    return f"({left[0]} {op} {right[0]})", left[1] + right[1]
+
+
+def _in_sql(path: str, values: Sequence[Scalar]) -> tuple[str, list[Any]]:
+    """One of `values`, however many: the numbers and the strings each as one JSON array bound as a parameter and
+    read by SQLite's json_each (a list's length changes neither the SQL nor its parameters' count); true and false
+    are one `eq` each. A number matches a stored number (1 and 1.0 alike), a string a stored string, as `eq`."""
+    numbers = [v for v in values if _is_number(v)]
+    texts = [v for v in values if isinstance(v, str)]
+    parts = [_eq_sql(path, v) for v in values if isinstance(v, bool)]
+    for kinds, group in (("('integer', 'real')", numbers), ("('text')", texts)):
+        if group:
+            parts.append((f"COALESCE(json_type(metadata, ?) IN {kinds} AND json_extract(metadata, ?) IN "
+                          "(SELECT value FROM json_each(?)), 0)", [path, path, json.dumps(group)]))
+    return _balanced("OR", parts)
 
 
 def _eq_sql(path: str, value: Scalar) -> tuple[str, list[Any]]:

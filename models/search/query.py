@@ -19,8 +19,9 @@ those rows, so a page fills whenever enough documents match:
 Binary indexes rank by Hamming distance first; the top `k × oversample` are rescored with the
 float query against the int8 vectors (memory-mapped from disk).
 
-A search with a deadline (`SearchOptions.deadline`) checks it before each segment's filter, dense and BM25 pass
-and before fetching documents, and stops with DeadlineExceeded past it, so its worker is free again.
+A search with a deadline (`SearchOptions.deadline`) checks it before each segment's filter, dense and BM25 pass,
+between the chunks of stored vectors a dense pass scores, and before fetching documents, and stops with
+DeadlineExceeded past it, so its worker is free again.
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ from models.bundle.storage.rows import Allowed, row_mask
 from models.bundle.vectors.index import DEFAULT_OVERSAMPLE, VectorIndex
 from models.corpus import Document
 from models.errors import DeadlineExceeded
-from models.search.filters import Filter, sql_of, tagged
+from models.search.filters import MAX_SQL_LEVELS, Filter, sql_levels, sql_of, tagged
 from models.search.fusion import fuse
 from models.search.planner import Planner
 
 if TYPE_CHECKING:
+    from models.bundle.docstore import DocStore
     from models.bundle.version import Bundle, Segment
 
 @dataclass(frozen=True)
@@ -155,12 +157,29 @@ def _filtered(segment: Segment, flt: Filter) -> np.ndarray:
     """The mask of the segment's rows a filter allows, deleted ones included: a new array the caller owns."""
     count = segment.count
     if not has_payload_index(segment.payload):  # built before payload indexes (models.bundle.legacy)
-        return row_mask(segment.docs.rows_where(*flt.sql()), count)
+        return docstore_mask(segment.docs, flt.tree, count)
 
     def from_docstore(leaf: tuple[Any, ...]) -> np.ndarray:
-        return row_mask(segment.docs.rows_where(*sql_of(leaf)), count)
+        return docstore_mask(segment.docs, leaf, count)
 
     return segment.payload.evaluate(flt.tree, from_docstore)
+
+
+def docstore_mask(docs: DocStore, tree: tuple[Any, ...], count: int) -> np.ndarray:
+    """The mask of the rows a filter tree allows by the docstore's SQL: one query for the whole tree, or, for a tree
+    nested deeper than SQLite's parser takes (MAX_SQL_LEVELS), its halves (an and/or's items split in two) or
+    the operand of its NOT, each as shallow as needs be, combined here: a leaf is 0 or 1 on every row, so NOT is
+    the complement, as in SQL. Only a filter nested that deep pays for more than one scan."""
+    if sql_levels(tree) <= MAX_SQL_LEVELS:
+        return row_mask(docs.rows_where(*sql_of(tree)), count)
+    if tree[0] == "not":
+        return ~docstore_mask(docs, tree[1], count)
+    op, items = tree[0], tree[1]
+    if len(items) == 1:
+        return docstore_mask(docs, items[0], count)
+    first, second = (docstore_mask(docs, (op, part), count) for part in (items[: len(items) // 2],
+                                                                      items[len(items) // 2 :]))
+    return first & second if op == "and" else first | second
 
 
 def matching_rows(bundle: Bundle, flt: Filter) -> np.ndarray:
@@ -179,22 +198,25 @@ def dense_candidates(bundle: Bundle, query: np.ndarray, depth: int, allowed: Seq
     found = []
     for segment, rows in zip(bundle.segments, allowed, strict=True):
         check()
-        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner(), head))
+        found.append(_segment_candidates(segment.vectors, q, depth, rows, oversample, planner or Planner(), head,
+                                         check))
     return merge(found, bundle.bases, depth)
 
 
 def _segment_candidates(index: VectorIndex, q: np.ndarray, depth: int, allowed: Allowed | None, oversample: int,
-                        planner: Planner, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Top `depth` (scores, segment rows) of one rotated query in one segment's index."""
+                        planner: Planner, head: int | None = None,
+                        check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (scores, segment rows) of one rotated query in one segment's index; `check` also runs between
+    the chunks of stored vectors it scores (VectorIndex.scores)."""
     if allowed is not None and allowed.count == 0:
         return np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
     if allowed is not None and planner.exact(index.spec.type, allowed):
-        return index.exact(q, depth, allowed.rows, oversample, head)
-    scores, rows = index.search(q, depth, oversample, allowed, planner, head)
+        return index.exact(q, depth, allowed.rows, oversample, head, check)
+    scores, rows = index.search(q, depth, oversample, allowed, planner, head, check)
     keep = rows[0] >= 0
     s, r = scores[0][keep], rows[0][keep].astype(np.int64)
     if allowed is not None and len(r) < min(depth, allowed.count):  # an approximate index came back short
-        return index.exact(q, depth, allowed.rows, oversample, head)
+        return index.exact(q, depth, allowed.rows, oversample, head, check)
     return s, r
 
 
@@ -224,6 +246,22 @@ def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence
     return merge(index.search(query, depth, rows, check), bundle.bases, depth)
 
 
+def depths(bundle: Bundle, opts: SearchOptions) -> tuple[int, int]:
+    """(candidates each side ranks, hits given back) of a search: offset + top_k, and a hybrid's fusion depth."""
+    need = opts.offset + opts.top_k
+    return (max(need, fusion_spec(bundle, opts).depth) if opts.mode is Mode.HYBRID else need), need
+
+
+def rescore_rows(bundle: Bundle, opts: SearchOptions, queries: int, oversample: int) -> int:
+    """How many stored vectors a search of `queries` queries with these options decodes to rescore binary
+    candidates, at most: each query's rescoring pool in each segment (VectorIndex.rescore_rows). The service caps
+    it per request (TANDEM_MAX_RESCORE_ROWS), before any work, since the pool grows with offset × oversample."""
+    if not opts.needs_vectors:
+        return 0
+    depth, need = depths(bundle, opts)
+    return queries * sum(segment.vectors.rescore_rows(depth, oversample, need) for segment in bundle.segments)
+
+
 def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
            oversample: int, planner: Planner | None = None) -> Retrieved:
     """Hits for each query; `vectors` (full-dimension unit, one per query) are needed unless lexical.
@@ -232,9 +270,8 @@ def search(bundle: Bundle, vectors: np.ndarray | None, queries: list[str], opts:
     began = time.perf_counter()
     allowed = allowed_rows(bundle, opts.filter, check)
     filter_s = time.perf_counter() - began if opts.filter is not None else 0.0
-    need = opts.offset + opts.top_k
+    depth, need = depths(bundle, opts)
     spec = fusion_spec(bundle, opts)
-    depth = max(need, spec.depth) if opts.mode is Mode.HYBRID else need
     lexical_s = 0.0
     out: list[list[Hit]] = []
     for i, query in enumerate(queries):

@@ -16,6 +16,12 @@ HNSW's efSearch widened and IVF's results over-fetched by the numbers of models.
 handed as a `Widening`), the int8 rescoring of binary candidates, and the exact pass over stored vectors or sign
 codes.
 models.search.query asks it, and never touches a FAISS object.
+
+Scoring stored vectors (the int8 rescoring of binary candidates, and the exact pass) decodes them to float32
+`chunk_rows` at a time (about RESCORE_CHUNK_BYTES of float32), keeping only a float32 score per row, and calls the
+search's check (its deadline) between chunks: a search deep in its pages (offset 9,000 with top_k 1,000 at ×64 is
+640,000 rows, 2.5 GB of float32 at 1,024 dimensions) holds a chunk, not the pool, and stops when its time is up.
+The answer is the same, bit for bit, as one array's (CHUNK_ALIGN).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from __future__ import annotations
 import errno
 import mmap
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol, cast
 
@@ -54,7 +61,34 @@ RESCORE_FILE = "rescore.u8.npy"
 FILL_ROWS = 1 << 18  # rows of codes read back at a time when an IVF's lists are filled
 ROW_CODES_FILE = "codes.u8.npy"  # an IVF's sign codes in row order (binary IVF only)
 DEFAULT_OVERSAMPLE = 4
-EXACT_CHUNK = 65_536  # rows scored at a time in the exact pass
+EXACT_CHUNK = 65_536  # rows whose sign codes are ranked at a time in the exact pass (dim / 8 bytes each)
+RESCORE_CHUNK_BYTES = 4 << 20  # float32 decoded at a time when stored vectors are scored (rescoring, exact pass)
+# ... in a whole number of these rows (so at least this many): OpenBLAS's sgemv works through a matrix's rows in
+# blocks, and a chunk of a multiple of 1,024 rows gives each row the bits the single array gives it (one BLAS thread,
+# the service's default search_threads: with more, even one array's scores depend on how OpenBLAS splits it)
+CHUNK_ALIGN = 1024
+
+
+def chunk_rows(dim: int) -> int:
+    """Rows of `dim` float32 scored at a time: RESCORE_CHUNK_BYTES of them, in whole CHUNK_ALIGN rows."""
+    return max(1, RESCORE_CHUNK_BYTES // (4 * dim) // CHUNK_ALIGN) * CHUNK_ALIGN
+
+
+def _never() -> None:
+    """The check of a search without a deadline."""
+
+
+@dataclass
+class ScoredRows:
+    """What scoring stored vectors has cost an index so far, counted (tests assert memory by these, never RSS):
+    rows decoded, the chunks they came in, and the largest chunk."""
+
+    rows: int = 0
+    chunks: int = 0
+    largest: int = 0
+
+    def add(self, rows: int) -> None:
+        self.rows, self.chunks, self.largest = self.rows + rows, self.chunks + 1, max(self.largest, rows)
 
 
 def set_search_threads(threads: int) -> None:
@@ -100,6 +134,8 @@ class VectorIndex:
         # A plain attribute, not a property over index.ntotal: the index is complete when it gets here (built,
         # loaded or written whole) and never grows after.
         self.count = int(index.ntotal)
+        self.chunk_rows = chunk_rows(dim)  # stored vectors decoded to float32 at a time (tests set fewer)
+        self.scored = ScoredRows()
 
     @classmethod
     def build(
@@ -182,13 +218,15 @@ class VectorIndex:
         return loaded
 
     def search(self, queries: np.ndarray, k: int, oversample: int = DEFAULT_OVERSAMPLE, allowed: Allowed | None = None,
-               widening: Widening | None = None, head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+               widening: Widening | None = None, head: int | None = None,
+               check: Callable[[], None] = _never) -> tuple[np.ndarray, np.ndarray]:
         """Top-k (scores, rows) of full-dimension unit queries, already in the space's basis (Space.rotate); rows
         are -1 past the corpus size. Binary ranks by Hamming distance first, then rescores the top
         `rescore_pool(...)` with the float query against the int8 vectors.
 
         `allowed` restricts the search to those rows before ranking, over-fetching as `widening` says. `head`: how
-        many of the k best need the index's own rescoring depth (rescore_pool; None: all k)."""
+        many of the k best need the index's own rescoring depth (rescore_pool; None: all k). `check` runs between
+        the rescoring's chunks (the search's deadline: it raises to stop)."""
         q = np.ascontiguousarray(truncate(np.atleast_2d(queries), self.dim))
         k = max(1, min(k, self.count))
         binary = self.quantization is Quantization.BINARY
@@ -204,7 +242,7 @@ class VectorIndex:
         out_scores = np.full((len(q), k), -np.inf, dtype=np.float32)
         out_rows = np.full((len(q), k), -1, dtype=np.int64)
         for i, cand in enumerate(rows):
-            top_scores, top_rows = self._rescore(q[i], cand[cand >= 0], k)
+            top_scores, top_rows = self._rescore(q[i], cand[cand >= 0], k, check)
             out_scores[i, : len(top_rows)] = top_scores
             out_rows[i, : len(top_rows)] = top_rows
         if self.observe is not None:
@@ -222,6 +260,13 @@ class VectorIndex:
         head = k if head is None else min(head, k)
         return max(k * max(1, oversample), head * max(1, deep))
 
+    def rescore_rows(self, k: int, oversample: int, head: int | None = None) -> int:
+        """How many rows a search of this index for the top k decodes to rescore them (0: not binary): the
+        rescoring pool, at most every row. What a request's cap (the service's TANDEM_MAX_RESCORE_ROWS) counts."""
+        if self.quantization is not Quantization.BINARY:
+            return 0
+        return min(self.count, self.rescore_pool(max(1, min(k, self.count)), oversample, head))
+
     def hamming(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Binary only: (Hamming distances, rows) of the top k by the sign codes alone, no rescoring (what the first
         stage alone is worth: `tandem eval`'s matrix)."""
@@ -229,23 +274,19 @@ class VectorIndex:
         return self.index.search(self.space.sign_codes(q), min(k, self.count))
 
     def exact(self, rotated: np.ndarray, depth: int, rows: np.ndarray, oversample: int,
-              head: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+              head: int | None = None, check: Callable[[], None] = _never) -> tuple[np.ndarray, np.ndarray]:
         """The top `depth` of `rows` (ascending) for one query in the space's basis, scored exactly, a chunk at a
         time: float and int8 by their stored vectors; binary by the Hamming distance of their sign codes, then the
         int8 rescoring of the best `rescore_pool(depth, oversample, head)`, as a flat binary index ranks them (an
-        IVF's from its codes by row; one written without them scores every row by its int8 vector)."""
+        IVF's from its codes by row; one written without them scores every row by its int8 vector). `check` runs
+        between chunks."""
         q = np.ascontiguousarray(truncate(rotated, self.dim), dtype=np.float32)
         pool = self.rescore_pool(depth, oversample, head)
         codes = self.codes_by_row() if self.quantization is Quantization.BINARY else None
         if codes is not None and len(rows) > pool:
             rows = np.sort(hamming_top(codes, rows, self.space.sign_codes(q), pool,
                                        EXACT_CHUNK))  # in row order: kinder to the memory-mapped int8 codes
-        best_s, best_r = np.zeros(0, dtype=np.float32), np.zeros(0, dtype=np.int64)
-        for start in range(0, len(rows), EXACT_CHUNK):
-            chunk = rows[start : start + EXACT_CHUNK]
-            scores = self.reconstruct(chunk) @ q[0]
-            best_s, best_r = top_k(np.concatenate([best_s, scores]), np.concatenate([best_r, chunk]), depth)
-        return best_s, best_r
+        return top_k(self.scores(q[0], rows, check), np.asarray(rows, dtype=np.int64), depth)
 
     def unmap_pages(self) -> None:
         """Drop this process's mappings of the memory-mapped codes' pages (MADV_DONTNEED; they stay in the page
@@ -285,10 +326,23 @@ class VectorIndex:
         typed: Any = self.index
         return np.asarray(typed.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)
 
-    def _rescore(self, query: np.ndarray, candidates: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    def scores(self, query: np.ndarray, rows: np.ndarray, check: Callable[[], None] = _never) -> np.ndarray:
+        """The score (float32) of each of `rows` against one query in the index's dimension, their stored vectors
+        decoded `chunk_rows` at a time, `check` called between chunks: memory is one chunk's, not the rows'."""
+        out = np.empty(len(rows), dtype=np.float32)
+        for start in range(0, len(rows), self.chunk_rows):
+            if start:
+                check()
+            part = rows[start : start + self.chunk_rows]
+            out[start : start + len(part)] = self.reconstruct(part) @ query
+            self.scored.add(len(part))
+        return out
+
+    def _rescore(self, query: np.ndarray, candidates: np.ndarray, k: int,
+                 check: Callable[[], None] = _never) -> tuple[np.ndarray, np.ndarray]:
         """The top k of binary candidates by the float query against their int8 vectors, best first."""
         order = np.sort(candidates)  # sorted reads are kinder to a memory-mapped file
-        scores = self.reconstruct(order) @ query
+        scores = self.scores(query, order, check)
         top = np.argsort(-scores, kind="stable")[:k]
         return scores[top], order[top]
 

@@ -15,7 +15,8 @@ keeps FastAPI's wording. Exceptions take the app's handlers either way, as for a
 Every request is bounded before any work starts: how deep the body's JSON nests and how many values it holds, on its
 bytes (service.http.body), before a parser spends time on them, and on a worker thread with the parsing and
 validation when the body is large; then the batch, query lengths, hits (offset included), a lexical query's distinct
-stems and the filter's size and values (models.search.filters.FilterLimits), all from the settings.
+stems, the filter's size and values (models.search.filters.FilterLimits) and the rows a binary index's rescoring
+would decode (models.search.rescore_rows), all from the settings.
 Input never costs a 5xx: non-finite numbers and strings that are not valid Unicode are 422s naming the field.
 """
 
@@ -35,7 +36,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from models.bundle.manifest import FusionMethod
-from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter
+from models.search import FilterError, Hit, Mode, SearchOptions, parse_filter, rescore_rows
 from service.core.loader import SearcherLoader
 from service.core.searcher import Searcher
 from service.http.body import INLINE_BODY_BYTES, check_shape, parsed_by_fastapi, validated
@@ -154,8 +155,22 @@ def _options(request: SearchRequest, queries: list[str], top_k: int, searcher: S
             raise RequestValidationError([{"loc": loc, "type": "value_error", "msg": exc.message}]) from None
     parsed = with_key_filter(parsed, key, collection, bundle.filter_fields)
     fusion = None if request.fusion is None else FusionMethod(request.fusion)
-    return SearchOptions(top_k=top_k, mode=mode, offset=request.offset or 0, min_score=request.min_score,
-                         fusion=fusion, alpha=request.alpha, filter=parsed)
+    options = SearchOptions(top_k=top_k, mode=mode, offset=request.offset or 0, min_score=request.min_score,
+                            fusion=fusion, alpha=request.alpha, filter=parsed)
+    _check_rescore(options, len(queries), searcher, settings.max_rescore_rows)
+    return options
+
+
+def _check_rescore(options: SearchOptions, queries: int, searcher: Searcher, limit: int) -> None:
+    """A 422 for a request whose binary rescoring would decode more than `limit` stored vectors (the pool grows
+    with offset + top_k times the oversample, per query and segment), before any work."""
+    if (rows := rescore_rows(searcher.bundle, options, queries, searcher.oversample)) > limit:
+        where = "offset" if options.offset else "top_k"
+        raise RequestValidationError([_problem(where, "less_than_equal", f"this request would rescore {rows} "
+                                               f"binary candidates ((offset {options.offset} + top_k "
+                                               f"{options.top_k}) × the oversample, for each of {queries} "
+                                               "query(ies) in each segment), at most "
+                                               f"{limit} are allowed (TANDEM_MAX_RESCORE_ROWS)")])
 
 
 def _check_terms(request: SearchRequest, queries: list[str], terms: Callable[[str], Mapping[str, int]],

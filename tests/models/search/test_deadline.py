@@ -56,3 +56,38 @@ def test_the_check_runs_once_per_segment_and_stage(bundle: Bundle) -> None:
     deadline_check(None)()  # no deadline: never raises
     with pytest.raises(DeadlineExceeded):
         deadline_check(time.monotonic() - 1)()
+
+
+@pytest.fixture(scope="module")
+def binary_bundle(tmp_path_factory: pytest.TempPathFactory) -> Bundle:
+    directory = tmp_path_factory.mktemp("deadline-binary") / "v1"
+    directory.mkdir()
+    docs = [Document(id=f"d{i}", title="", text=f"tide {i}", metadata=None) for i in range(3000)]
+    vectors = np.random.default_rng(1).standard_normal((3000, 768)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    write_bundle(directory, docs, vectors, dim=256, quantization=Quantization.BINARY,
+                 card=load_card(resolve("teacher")), source=EmbeddingSource(kind="imported"),
+                 started=time.perf_counter())
+    return Bundle(directory)
+
+
+def test_a_deep_rescoring_checks_its_deadline_between_chunks(binary_bundle: Bundle) -> None:
+    """offset + top_k = 100 at ×16: 1,600 rows rescored, 1,024 at a time, so the check runs once between them too;
+    past the deadline, the search stops there (DeadlineExceeded) instead of at the end of its pool."""
+    index = binary_bundle.segments[0].vectors
+    index.chunk_rows = 1024
+    query = np.random.default_rng(2).standard_normal(768).astype(np.float32)
+    query /= np.linalg.norm(query)
+    calls: list[str] = []
+    allowed = allowed_rows(binary_bundle, None)
+    dense_candidates(binary_bundle, query, 100, allowed, 16, check=lambda: calls.append("check"))
+    assert calls == ["check"] * (len(binary_bundle.segments) + 1)  # the segment's, then between the two chunks
+    before, checks = index.scored.chunks, iter([None])
+
+    def expires_after_the_first_check() -> None:
+        if next(checks, DeadlineExceeded) is DeadlineExceeded:
+            raise DeadlineExceeded("the search ran past the request's deadline")
+
+    with pytest.raises(DeadlineExceeded):
+        dense_candidates(binary_bundle, query, 100, allowed, 16, check=expires_after_the_first_check)
+    assert index.scored.chunks - before == 1  # stopped after its first chunk, not at the end of its pool

@@ -62,5 +62,5 @@ def test_what_sqlite_or_the_index_cannot_hold_is_refused_with_its_path(text: str
 def test_the_sql_is_compiled_on_demand() -> None:
     parsed = parse_filter({"field": "tag", "in": ["a", "a", "b"]}, FIELDS)
     sql, params = parsed.sql()
-    assert sql.count(" OR ") == 1 and params.count("b") == 1  # two values, once each
+    assert " OR " not in sql and params.count('["a", "b"]') == 1  # two values, once each, one bound JSON array
     assert parsed == parse_filter({"field": "tag", "in": ["a", "b"]}, FIELDS)  # equal filters share a batch
