@@ -46,7 +46,7 @@ from models.search.fusion import fuse
 from models.search.planner import Planner
 
 if TYPE_CHECKING:
-    from models.bundle.docstore import DocStore
+    from models.bundle.storage.docstore import DocStore
     from models.bundle.version import Bundle, Segment
 
 @dataclass(frozen=True)

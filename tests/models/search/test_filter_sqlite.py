@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.bundle.docstore import DocStore, write_docstore
+from models.bundle.storage.docstore import DocStore, write_docstore
 from models.corpus import Document
 from models.search.filters import (
     MAX_IN_VALUES,

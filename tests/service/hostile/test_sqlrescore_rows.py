@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from indexer.build import BuildRequest, build
-from models.bundle.vector_index import VectorIndex
+from models.bundle.vectors.index import VectorIndex
 from models.search.filters import parse_filter
 from service.http.app import create_app
 from service.settings import ServiceSettings
@@ -100,7 +100,7 @@ def test_a_page_past_the_rescoring_cap_is_refused_naming_it(server: LiveServer) 
 
 
 def test_rescoring_under_the_cap_decodes_its_pool_a_chunk_at_a_time(server: LiveServer) -> None:
-    from models.bundle.vector_index import ScoredRows  # here, so that the rows above run (and fail) on older code
+    from models.bundle.vectors.index import ScoredRows  # here, so that the rows above run (and fail) on older code
 
     index = _index(server)
     index.chunk_rows = 4  # the served index's chunk, made small enough to count on 20 documents

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits
 
-from models.bundle.index_spec import Quantization
-from models.bundle.vector_index import CHUNK_ALIGN, RESCORE_CHUNK_BYTES, VectorIndex, chunk_rows
+from models.bundle.vectors.index import CHUNK_ALIGN, RESCORE_CHUNK_BYTES, VectorIndex, chunk_rows
+from models.bundle.vectors.index_spec import Quantization
 from models.errors import DeadlineExceeded
 
 ROWS, DIM = 6000, 256

@@ -10,7 +10,7 @@ Each child samples its RssAnon (anonymous memory: what a request allocates; the 
 page cache, RssFile, shared and reclaimable) every 2 ms from before the searches start, and reports the peak's
 rise, with RssFile's rise beside it. One BLAS and one FAISS thread per search, as the service runs them.
 
-    python bench/rescore_memory.py --rows 1000000 --dim 768 --work /tmp/rescore-memory [--variants chunked]
+    python -m bench.index.rescore_memory --rows 1000000 --dim 768 --work /tmp/rescore-memory [--variants chunked]
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ def child(work: Path, dim: int, depth: int, oversample: int, parallel: int, chun
     import faiss
     from threadpoolctl import threadpool_limits
 
-    from models.bundle.index_spec import IndexSpec, Quantization
-    from models.bundle.vector_index import VectorIndex
+    from models.bundle.vectors.index import VectorIndex
+    from models.bundle.vectors.index_spec import IndexSpec, Quantization
 
     faiss.omp_set_num_threads(1)
     threadpool_limits(limits=1, user_api="blas")
