@@ -39,9 +39,10 @@ class QueryEncoder:
     def __init__(self, student: StudentEncoder, limits: BatchLimits, search: Search | None = None) -> None:
         self.student = student
         self.cache: QueryCache | None = None  # set by service.core.loader when TANDEM_QUERY_CACHE > 0
-        # max_batch also caps each ONNX call of a batch request: with the default 1 a query's
-        # vector never depends on the queries it came with (int8 scales activations per call).
-        self.encode_batch = limits.max_batch
+        # One query per ONNX call, whatever max_batch: the int8 student scales activations per call, so a query
+        # encoded with batchmates would get another vector, and a request's answer would depend on its neighbours.
+        # Micro-batches share the search, never the encode (docs/decisions.md, "One query per ONNX call").
+        self.encode_batch = 1
         self.batcher = MicroBatcher(
             self.encode, search, max_batch=limits.max_batch, max_wait_s=limits.max_wait_s,
             max_pending=limits.max_pending, max_queue_s=limits.max_queue_s, workers=limits.workers,
@@ -58,7 +59,7 @@ class QueryEncoder:
         return self.student.directory.name
 
     def encode(self, texts: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
-        """A micro-batch's vectors and token counts, `encode_batch` texts per ONNX call; run on the workers. With a
+        """A micro-batch's vectors and token counts, each text in an ONNX call of its own; run on the workers. With a
         cache, only the texts it lacks are encoded (service.core.query_cache), each looked up and kept in the
         partition of the key that asked it (`scopes`, one per text; none: the key-less partition)."""
         cache = self.cache

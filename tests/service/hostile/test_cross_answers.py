@@ -38,9 +38,8 @@ MIXED = (True, 1, 1.0, "1", False, 0, "true", 2.5)  # the values of `mixed`, doc
 # TANDEM_CROSS_MIXES: how many concurrent mixes the differential property sends. The acceptance run sent 2,000
 # (0 differences in 11,082 answers; 166 s on a 2-core box shared with other jobs, load 10); the suite sends 500
 MIXES = int(os.environ.get("TANDEM_CROSS_MIXES", "500"))
-# TANDEM_CROSS_QUERY_CACHE: the server's query-vector cache. With it (the default), each request's vectors were
-# cached when it was asked alone, so the property checks everything after the encode; 0 also lets batchmates move a
-# query's vector (int8 scales activations per ONNX call: the documented limit of TANDEM_BATCH_MAX_QUERIES > 1)
+# TANDEM_CROSS_QUERY_CACHE: the server's query-vector cache (on: the cache rows below need it). Each query is encoded in
+# an ONNX call of its own whatever the batch (tests/service/search/test_batcher.py), so the property checks the search
 QUERY_CACHE = int(os.environ.get("TANDEM_CROSS_QUERY_CACHE", "1024"))
 
 

@@ -485,3 +485,21 @@ def test_the_query_encoder_needs_no_bundle(tiny_student: Path) -> None:
         assert encoder.name == tiny_student.name and outcome.tokens is not None and len(outcome.tokens) == 2
     finally:
         encoder.close()
+
+
+@pytest.mark.slow
+def test_batchmates_never_share_an_onnx_call(tiny_student: Path) -> None:
+    """With micro-batches of 8, each query is still encoded in an ONNX call of its own: the int8 student scales
+    activations per call, so a shared call would move a query's vector with its batchmates (issue 55)."""
+    student = StudentEncoder(tiny_student, "int8", 1)
+    encoder = QueryEncoder(student, BatchLimits(max_batch=8, max_wait_s=0.0, max_pending=8, max_queue_s=60.0,
+                                                workers=1))
+    try:
+        texts = sorted(PROBES)[:6]
+        together, _ = encoder.encode(texts)
+        alone = np.stack([encoder.encode([text])[0][0] for text in texts])
+        assert np.array_equal(together, alone)
+        shared, _ = student.encode_counted(texts, batch_size=8)
+        assert not np.array_equal(shared, alone)  # the control: one call for all of them does move the vectors
+    finally:
+        encoder.close()
