@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
@@ -63,7 +64,19 @@ def rotate(vectors: np.ndarray, rotation: np.ndarray | None) -> np.ndarray:
     queries."""
     if rotation is None:
         return vectors
-    return np.asarray(vectors, dtype=np.float32) @ rotation
+    return row_exact_product(vectors, rotation)
+
+
+def row_exact_product(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
+    """x @ matrix in float32, each row the same whatever rows come with it.
+
+    BLAS picks its kernel by shape (gemv for one row, gemm tiles for several), so a float32 product gives a row alone
+    and the same row among others results that differ in the last bits; one such bit can move an int8 code or a
+    sign, and then a compaction, which quantizes a segment's rows together again, would not reproduce the codes the
+    rows had in their own segments. In float64 the kernels' differences sit some 29 bits below float32's precision,
+    and the cast back rounds them away (all but exact ties)."""
+    product = np.asarray(x, dtype=np.float64) @ np.asarray(matrix, dtype=np.float64)
+    return product.astype(np.float32)
 
 
 def spin_matrix(dim: int, seed: int = 0) -> np.ndarray:
@@ -80,7 +93,7 @@ def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray
     trailing low-variance axes stop flipping on the student's small query errors
     (docs/decisions.md#binary-codes-centered-and-spun)."""
     y = x if center is None else x - center
-    return binary_encode(y if spin is None else y @ spin)
+    return binary_encode(y if spin is None else row_exact_product(y, spin))
 
 
 def _load(directory: Path, name: str, files: Mapping[str, str] | None) -> np.ndarray:
@@ -180,9 +193,19 @@ class Space:
             names.append(SPIN_FILE)
         return names
 
+    @cached_property
+    def _rotation64(self) -> np.ndarray | None:
+        """The rotation in float64, made once: row_exact_product's cast of a [768, 768] matrix would cost more than
+        the product of one query."""
+        return None if self.rotation is None else self.rotation.astype(np.float64)
+
+    @cached_property
+    def _spin64(self) -> np.ndarray | None:
+        return None if self.spin is None else self.spin.astype(np.float64)
+
     def rotate(self, vectors: np.ndarray) -> np.ndarray:
         """Full-width vectors in the space's basis (the very array without a rotation)."""
-        return rotate(vectors, self.rotation)
+        return rotate(vectors, self._rotation64)
 
     def project(self, vectors: np.ndarray, dim: int) -> np.ndarray:
         """Full-width unit vectors as an index of `dim` stores and searches them: rotated, then MRL-truncated
@@ -196,4 +219,4 @@ class Space:
 
     def sign_codes(self, x: np.ndarray) -> np.ndarray:
         """Binary codes of truncated vectors in this space: centered and spun as the version's are."""
-        return sign_codes(x, self.center, self.spin)
+        return sign_codes(x, self.center, self._spin64)

@@ -20,7 +20,16 @@ from models.bundle.manifest import EmbeddingSource, SegmentInfo
 from models.bundle.vectors.index_spec import Quantization
 from models.bundle.vectors.quantize import binary_encode
 from models.bundle.vectors.rotation import ROTATION_FILE, Rotation
-from models.bundle.vectors.space import CALIBRATION_FILE, CENTER_FILE, SPACE_FILES, SPIN_FILE, Space, rotate
+from models.bundle.vectors.space import (
+    CALIBRATION_FILE,
+    CENTER_FILE,
+    SPACE_FILES,
+    SPIN_FILE,
+    Space,
+    rotate,
+    row_exact_product,
+    spin_matrix,
+)
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.contract import truncate
 from models.corpus import Document
@@ -96,9 +105,9 @@ def test_queries_go_through_the_transforms_documents_did() -> None:
     np.testing.assert_allclose(space.rotate(q) @ space.rotate(x).T, q @ x.T, atol=1e-5)  # orthogonal: scores kept
     projected = space.project(q, DIM)
     assert projected.flags.c_contiguous and projected.dtype == np.float32
-    np.testing.assert_array_equal(projected, truncate(q @ space.rotation, DIM))
+    np.testing.assert_array_equal(projected, truncate(rotate(q, space.rotation), DIM))
     np.testing.assert_array_equal(space.sign_codes(projected),
-                                  binary_encode((projected - space.center) @ space.spin))
+                                  binary_encode(row_exact_product(projected - space.center, space.spin)))
     assert Space().rotate(q) is q and rotate(q, None) is q  # no rotation: the very array, no copy
 
 
@@ -165,3 +174,19 @@ def test_a_bundle_with_a_bad_space_file_fails_to_load_naming_it(tmp_path: Path) 
     (version / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ContractMismatch, match=f"unreadable space files: {SPIN_FILE} has shape"):
         Bundle(version)
+
+
+def test_a_rows_rotation_and_codes_are_the_same_alone_or_among_others() -> None:
+    """BLAS's float32 kernels differ by shape (gemv for one row, gemm tiles for several), enough to move an int8 code
+    or a sign: a compaction, which quantizes its segments' rows together again, must get the codes each row had."""
+    rng = np.random.default_rng(0)
+    rotation = np.linalg.qr(rng.standard_normal((96, 96)))[0].astype(np.float32)
+    rows = rng.standard_normal((37, 96)).astype(np.float16).astype(np.float32)
+    space = Space(rotation=rotation, spin=spin_matrix(32))
+    together = space.rotate(rows)
+    assert together.dtype == np.float32
+    alone = np.concatenate([space.rotate(rows[i : i + 1]) for i in range(len(rows))])
+    assert np.array_equal(together, alone)
+    assert np.array_equal(row_exact_product(rows, rotation), together)
+    codes = space.sign_codes(together[:, :32])
+    assert np.array_equal(codes, np.concatenate([space.sign_codes(together[i : i + 1, :32]) for i in range(len(rows))]))
