@@ -349,7 +349,7 @@ class StudentEntry:
         m = self.manifest
         if m is None:
             return str(self.problem)
-        head = f"teacher {m.teacher.name}, created {m.created}"
+        head = f"{_architecture(m)}; teacher {m.teacher.name}, created {m.created}"
         t = m.trained_on
         if t is None:
             return f"{head}; what it was trained on is not recorded (distilled before tandem kept it)"
@@ -358,6 +358,13 @@ class StudentEntry:
         return (f"{head}; trained on {t.corpus} (sha256 {t.corpus_sha256[:16]}…, {t.documents} documents; "
                 f"{t.train_texts} training texts, {t.train_queries} of them queries, {t.real_queries} real) against "
                 f"bundle version {t.bundle_version} ({t.bundle}){refreshed}")
+
+
+def _architecture(m: StudentManifest) -> str:
+    """What the student runs per query: a static table, or a transformer (its backbone as the manifest names it)."""
+    if m.architecture == "static":
+        return f"static: token table {m.table}, from {m.backbone}"
+    return f"transformer: {m.backbone}"
 
 
 def student_entry(path: Path) -> StudentEntry:

@@ -27,11 +27,13 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeAlias
 
 import torch
 from torch import nn
 from transformers import AutoModel
 
+from models.distill.static import StaticModel
 from models.encoders.encoder_setup import PoolingMode
 from models.encoders.pooling import pool
 
@@ -118,3 +120,6 @@ class StudentModel(nn.Module):
         assert isinstance(self.projection, nn.Linear), "a teacher-layer student has no projection"
         self.projection.weight.copy_(weight)
         self.projection.bias.copy_(bias)
+
+
+Student: TypeAlias = StudentModel | StaticModel  # what training, validation and embedding take

@@ -28,8 +28,10 @@ from models.bundle.versions import resolve_bundle
 from models.corpus import read_corpus
 from models.datasets.teacher_targets import TeacherTargets
 from models.distill.exporting.export import export_student
-from models.distill.model import StudentModel, depth
+from models.distill.exporting.export_static import export_static
+from models.distill.model import Student, StudentModel, depth
 from models.distill.presets import Preset, resolve_preset
+from models.distill.static import StaticModel, initial_table
 from models.distill.texts.data import TrainingData, build_training_data
 from models.distill.texts.dataset import Examples
 from models.distill.texts.queries import read_train_queries
@@ -101,7 +103,7 @@ def _examples(
 
 
 def _ridge_init(
-    model: StudentModel, tokens: Tokens, train_set: tuple[Examples, Examples], val_all: Examples, preset: Preset,
+    model: Student, tokens: Tokens, train_set: tuple[Examples, Examples], val_all: Examples, preset: Preset,
     seed: int, device: torch.device,
 ) -> float:
     """Fit the projection in closed form on a sample of training texts; returns the validation loss.
@@ -122,11 +124,17 @@ def _ridge_init(
 
 
 def _starting_card(card: ModelCard, preset: Preset, backbone: Path | None) -> ModelCard:
-    """The model the student starts from: the backbone, or the teacher itself for teacher-layers."""
-    return card if preset.student == "teacher-layers" else load_card(resolve("backbone", backbone))
+    """The model the student starts from: the backbone, or the teacher itself for teacher-layers and static."""
+    return card if preset.student in ("teacher-layers", "static") else load_card(resolve("backbone", backbone))
 
 
-def _student_model(start: ModelCard, card: ModelCard, preset: Preset) -> StudentModel:
+def _student_model(start: ModelCard, card: ModelCard, preset: Preset, device: torch.device
+                   ) -> Student:
+    if preset.student == "static":
+        log.info("student: static table of %s's vocabulary (init: %s, weights: %s), + Linear to %d-d", card.name,
+                 preset.static_init, preset.static_weights, card.dim)
+        return StaticModel(initial_table(card, preset.static_init, device), card.dim,
+                           name=f"{card.name} static ({preset.static_init})")
     if preset.student == "teacher-layers":
         total = depth(card.hf_dir)
         layers = preset.layer_indices(total)
@@ -217,8 +225,10 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     for m, (member_data, vectors) in enumerate(zip(datas, query_vectors, strict=True)):
         seed = member_seed(req.seed, m)
         torch.manual_seed(seed)
-        model = _student_model(backbone, card, preset).to(device)
+        model = _student_model(backbone, card, preset, device).to(device)
         train_set, val_set = _examples(member_data, passages, doc_vectors, vectors, tokens, preset.real_query_repeats)
+        if isinstance(model, StaticModel) and preset.static_weights == "sif":
+            model.set_sif_weights(train_set[0].ids + train_set[1].ids)
         texts_digest = hashlib.sha256("\x00".join(member_data.train.queries + member_data.val.queries).encode())
         checkpoints = checkpoint_dir(req, preset, card.fingerprint, backbone.fingerprint, bundle.corpus.sha256,
                                      texts_digest.hexdigest())
@@ -267,7 +277,10 @@ def run_distill(req: DistillRequest) -> StudentManifest:
     )
     parity_passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]
     parity_texts = data.val.queries[:PARITY_QUERIES] + parity_passages
-    manifest = export_student(model, backbone_dir, manifest, Path(req.out), parity_texts, force=req.force)
+    if isinstance(model, StaticModel):
+        manifest = export_static(model, backbone_dir, manifest, Path(req.out), parity_texts, force=req.force)
+    else:
+        manifest = export_student(model, backbone_dir, manifest, Path(req.out), parity_texts, force=req.force)
     for mb in members:
         shutil.rmtree(mb.checkpoints, ignore_errors=True)  # the published student supersedes them
     log.info("distillation finished in %.0fs", time.perf_counter() - started)
@@ -275,7 +288,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
 
 
 def _validate_soup(
-    model: StudentModel, tokens: Tokens, val_set: tuple[Examples, Examples], doc_vectors: np.ndarray, preset: Preset,
+    model: Student, tokens: Tokens, val_set: tuple[Examples, Examples], doc_vectors: np.ndarray, preset: Preset,
     steps: int, device: torch.device,
 ) -> Validation:
     """The averaged weights on the members' shared validation texts, through the int8 rounding if they trained so."""

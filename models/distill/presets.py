@@ -19,10 +19,21 @@ class Preset(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    student: Literal["backbone", "teacher-layers"] = Field(
+    student: Literal["backbone", "teacher-layers", "static"] = Field(
         default="backbone",
         description="backbone: the small pretrained encoder + Linear (LEAF); teacher-layers: the teacher's "
-        "embeddings and its first and last `teacher_layers` layers (Wang & Lyu)",
+        "embeddings and its first and last `teacher_layers` layers (Wang & Lyu); static: a table of token "
+        "vectors with per-token weights, mean-pooled, no attention (models/distill/static.py)",
+    )
+    static_init: Literal["vocabulary", "embeddings"] = Field(
+        default="vocabulary",
+        description="with student=static: the table starts as the teacher's output for each vocabulary token "
+        "alone (Model2Vec's distill, no PCA) or as the teacher's input token embeddings",
+    )
+    static_weights: Literal["sif", "uniform"] = Field(
+        default="sif",
+        description="with student=static: per-token weights start as a/(a + p), p the token's frequency in the "
+        "training text (smooth inverse frequency), or all 1",
     )
     teacher_layers: int = Field(default=2, ge=1, description="with student=teacher-layers: k first and k last layers")
     backbone_layers: int | list[int] | None = Field(
@@ -87,6 +98,8 @@ class Preset(BaseModel):
     @model_validator(mode="after")
     def _layers_of_its_family(self) -> Preset:
         layers = self.backbone_layers
+        if self.student == "static" and self.int8_epochs:
+            raise ValueError("a static student has no int8 graph to train through: int8_epochs must be 0")
         if layers is not None and self.student != "backbone":
             raise ValueError("backbone_layers cuts a backbone student; a teacher-layers student takes teacher_layers")
         if isinstance(layers, int) and layers < 1:
@@ -131,6 +144,14 @@ PRESETS: dict[str, Preset] = {
     "full": Preset(name="full", queries_per_doc=3, max_queries=12000, passages_per_epoch=400, val_docs=200,
                    epochs=8, lr_cycles=2, patience=3, score_weight=1.0, int8_epochs=2, batch_size=16,
                    real_query_repeats=4),
+    # no attention: a step costs a gather and a dense update of the whole table (24M floats for a 30k vocabulary), so
+    # the epoch's size is what costs; the teacher's pseudo-query targets are what the run costs besides (2.5k texts
+    # with SciFact's train queries). lr 1e-3 for 8 epochs against 2e-4 for 3, by the distillation's own validation
+    # overlap@10 on SciFact: 0.5534 against 0.4911 (docs/lab/2026-11-27-static-student.md). No weight decay: it
+    # would shrink the rows of tokens the training text never holds. Validation keeps the ridge init (epoch 0) if
+    # training does not beat it.
+    "static": Preset(name="static", student="static", queries_per_doc=2, max_queries=1500, passages_per_epoch=1000,
+                     val_docs=100, epochs=8, lr=1e-3, lr_end=1e-4, weight_decay=0.0, patience=2, score_weight=1.0),
 }
 
 

@@ -223,6 +223,9 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     started = time.perf_counter()
     check_target(Path(req.out), req.force)
     student = read_student_manifest(req.student)
+    if student.architecture == "static":
+        raise InputError(f"{req.student} is a static student: `distill --from` refreshes transformer students only "
+                         "so far; distill a new static student on the current version instead")
     trained = student.trained_on
     first = first_training(student)
     recorded = trained.corpus if trained is not None else first.get("corpus")

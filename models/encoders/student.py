@@ -22,6 +22,7 @@ from models.contract import TeacherRef
 from models.encoders.graph import split_skip_layer_norms
 from models.encoders.heap import return_freed_heap
 from models.encoders.precision import StudentPrecision
+from models.encoders.static_table import StaticTable
 from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
 from models.manifest_io import read_manifest
 from models.timing import StageObserver
@@ -54,34 +55,47 @@ def load_tokenizer(path: Path, max_length: int) -> Tokenizer:
 
 
 class StudentEncoder:
-    """Encodes queries with the exported student; thread-safe (ORT sessions are)."""
+    """Encodes queries with the exported student; thread-safe (ORT sessions are, and a static table is read-only).
+
+    A transformer student runs its ONNX graph; a static one (manifest `architecture`) averages rows of its token
+    table (models.encoders.static_table), with the same tokenizer, normalization and identity.
+    """
 
     def __init__(self, directory: Path, precision: StudentPrecision = "int8", threads: int = 1) -> None:
         self.directory = Path(directory).resolve()
         self.manifest = read_student_manifest(self.directory)
         self.tokenizer = load_tokenizer(self.directory / self.manifest.tokenizer, self.manifest.max_seq_length)
-        model_file = self.manifest.onnx_int8 if precision == "int8" else self.manifest.onnx_fp32
+        model_file = self.manifest.model_file(precision)
         stat = (self.directory / model_file).stat()
         # what a query vector depends on besides the text: another graph, or this one rewritten, is another identity
         self.identity = (str(self.directory), model_file, stat.st_size, stat.st_mtime_ns)
         self._normalizer = self.tokenizer.normalizer
         self._collapse_spaces = isinstance(self.tokenizer.pre_tokenizer, WHITESPACE_SPLITTERS)
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        self.session = open_graph(self.directory / model_file, opts)
-        self._inputs = {i.name for i in self.session.get_inputs()}
-        self._masked = "attention_mask" in self._inputs
+        self.static: StaticTable | None = None
+        if self.manifest.architecture == "static":
+            self.static = StaticTable(self.directory / model_file, self.dim)
+        else:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            self.session = open_graph(self.directory / model_file, opts)
+            self._inputs = {i.name for i in self.session.get_inputs()}
+            self._masked = "attention_mask" in self._inputs
         self.precision = precision
         self.observe: StageObserver | None = None  # told how long tokenization took, when set (metrics)
-        log.info("student %s (%s, %d threads)", self.directory, precision, threads)
+        log.info("student %s (%s, %s)", self.directory, self.manifest.architecture,
+                 "static table" if self.static is not None else f"{precision}, {threads} threads")
 
     def close(self) -> None:
         """Let the ONNX session go now rather than when the last reference to this encoder is collected (a closed
         searcher sits in a reference cycle until the garbage collector's next full pass), and hand its heap back
         to the OS: the service's student pool calls it once no searcher holds the student. Encoding after it
         raises AttributeError."""
+        if self.static is not None:
+            del self.static.rows
+            self.static = None
+            log.info("student %s released", self.directory)
         if hasattr(self, "session"):
             del self.session
             return_freed_heap()
@@ -123,6 +137,11 @@ class StudentEncoder:
             began = time.perf_counter()
             encodings = self.tokenizer.encode_batch(list(texts[start : start + batch_size]))
             tokenizing += time.perf_counter() - began
+            if self.static is not None:
+                static = self.static
+                out[start : start + len(encodings)] = [static.encode(e.ids[: sum(e.attention_mask)]) for e in encodings]
+                tokens.extend(int(sum(e.attention_mask)) for e in encodings)
+                continue
             feed = {
                 "input_ids": np.array([e.ids for e in encodings], dtype=np.int64),
                 "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
@@ -138,6 +157,11 @@ class StudentEncoder:
         """One text, as `/search` encodes every query: no padding (the mask is all ones), no batch lists; what is
         left around the session is about 0.07 ms of a 2 ms encode (docs/lab/2026-11-26-encode-floor.md)."""
         began = time.perf_counter()
+        if self.static is not None:
+            row = self.tokenizer.encode(text).ids
+            if self.observe is not None:
+                self.observe("tokenize", time.perf_counter() - began)
+            return self.static.encode(row)[None, :], [len(row)]
         ids = np.array([self.tokenizer.encode(text).ids], dtype=np.int64)
         if self.observe is not None:
             self.observe("tokenize", time.perf_counter() - began)

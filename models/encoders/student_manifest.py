@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from models.contract import TeacherRef
@@ -60,6 +62,10 @@ class StudentManifest(BaseModel):
     backbone_pooling: str = Field(default="mean", description="how the graph pools the backbone's token states; older "
                                   "students (before other poolings) are mean-pooled")
     max_seq_length: int
+    architecture: Literal["transformer", "static"] = Field(
+        default="transformer", description="transformer: ONNX graphs; static: a token table, mean-pooled "
+        "(models/encoders/static_table.py); older students are transformers")
+    table: str | None = Field(default=None, description="static: the folded token table, float32 [vocab, dim] .npy")
     onnx_fp32: str = "model.onnx"
     onnx_int8: str = "model.int8.onnx"
     tokenizer: str = "tokenizer.json"
@@ -68,3 +74,11 @@ class StudentManifest(BaseModel):
     training: dict[str, object] = Field(default_factory=dict)
     trained_on: TrainedOn | None = Field(default=None, description="null in students distilled before it was "
                                          "recorded")
+
+    def model_file(self, precision: str) -> str:
+        """The file a student of this precision serves from: its ONNX graph, or a static student's one table (its
+        vectors are fp32 either way; the bundle quantizes them as it quantizes any query vector)."""
+        if self.architecture == "static":
+            assert self.table is not None, "a static student's manifest names its table"
+            return self.table
+        return self.onnx_int8 if precision == "int8" else self.onnx_fp32

@@ -55,7 +55,7 @@ def check_compatible(settings: ServiceSettings) -> tuple[BundleManifest, Student
         check_same_teacher(student.teacher, bundle.teacher)
     except ContractMismatch as exc:
         raise ContractMismatch(f"student {student_dir} does not match index {index}: {exc}") from exc
-    model = student.onnx_int8 if settings.student_precision == "int8" else student.onnx_fp32
+    model = student.model_file(settings.student_precision)
     _require_files(index, "index bundle", list(bundle.files))
     _require_files(student_dir, "student", [model, student.tokenizer])
     return bundle, student

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.distill.model import StudentModel
+from models.distill.model import Student
 from models.encoders.student import load_tokenizer
 
 EVAL_BATCH = 64
@@ -57,7 +57,7 @@ class Tokens:
 
 @torch.inference_mode()
 def embed(
-    model: StudentModel,
+    model: Student,
     tokens: Tokens,
     ids: Sequence[Sequence[int]],
     fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],

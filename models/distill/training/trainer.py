@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from models.distill.model import StudentModel
+from models.distill.model import Student
 from models.distill.presets import Preset
 from models.distill.texts.dataset import Examples, epoch_examples, length_batches
 from models.distill.texts.tokens import Tokens, embed
@@ -63,7 +63,7 @@ class TrainResult:
 
 
 def validate(
-    model: StudentModel, tokens: Tokens, val_set: tuple[Examples, Examples], bank: torch.Tensor, steps: int,
+    model: Student, tokens: Tokens, val_set: tuple[Examples, Examples], bank: torch.Tensor, steps: int,
     device: torch.device, int8: bool = False,
 ) -> Validation:
     queries, passages = val_set
@@ -81,7 +81,7 @@ def validate(
 
 
 def train(
-    model: StudentModel,
+    model: Student,
     tokens: Tokens,
     train_set: tuple[Examples, Examples],
     val_set: tuple[Examples, Examples],
