@@ -328,4 +328,5 @@ def assert_same_hits(got: list, want: list, context: object) -> None:
     assert any(got), context
     for a, b in zip(got, want, strict=True):
         assert [h.doc.id for h in a] == [h.doc.id for h in b], context
-        np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5, err_msg=str(context))
+        np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-5, atol=1e-5,
+                                   err_msg=str(context))
