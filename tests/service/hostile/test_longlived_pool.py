@@ -67,12 +67,13 @@ def test_ten_student_changes_leave_the_pool_holding_only_the_students_served(
             assert admin_status(server)["student"]["path"] == _real(students, CHANGES - 1)
 
 
+@pytest.mark.parametrize("keep", [0, 2])
 def test_a_request_holding_the_old_student_finishes_on_it(tmp_path: Path, tiny_root: Path,
-                                                           tiny_student: Path) -> None:
-    """The old student closes only after the last request holding its searcher: leased across a change, it still
-    encodes; once the lease ends the pool holds the new one only."""
+                                                           tiny_student: Path, keep: int) -> None:
+    """The old student goes only after the last request holding its searcher (closed, or kept for rollback): leased
+    across a change, it still encodes; once the lease ends the pool holds the new one only."""
     students = _students(tmp_path, tiny_student)
-    with serving(tiny_root, students, keep_versions=0, agreement_budget_s=0) as server:
+    with serving(tiny_root, students, keep_versions=keep, agreement_budget_s=0) as server:
         pool = _collections(server).students
         with _collections(server).default_collection().loader.lease() as old:
             set_current_student(students, "s1")
