@@ -88,16 +88,18 @@ class StudentEncoder:
                  "static table" if self.static is not None else f"{precision}, {threads} threads")
 
     def close(self) -> None:
-        """Let the ONNX session go now rather than when the last reference to this encoder is collected (a closed
-        searcher sits in a reference cycle until the garbage collector's next full pass), and hand its heap back
-        to the OS: the service's student pool calls it once no searcher holds the student. Encoding after it
-        raises AttributeError."""
+        """Let the ONNX session (or the static table) and the tokenizer go now rather than when the last reference to
+        this encoder is collected (a closed searcher sits in a reference cycle until the garbage collector's next full
+        pass, and what that pass frees is never trimmed: a few MiB a student change), and hand the heap back to the
+        OS: the service's student pool calls it once no searcher holds the student. Encoding after it raises
+        AttributeError."""
         if self.static is not None:
             del self.static.rows
             self.static = None
+            del self.tokenizer, self._normalizer
             log.info("student %s released", self.directory)
         if hasattr(self, "session"):
-            del self.session
+            del self.session, self.tokenizer, self._normalizer
             return_freed_heap()
             log.info("student %s released", self.directory)
 

@@ -37,11 +37,12 @@ class StudentPool:
     """One StudentEncoder per student directory (its real path): collections that share a student load it once.
     onnxruntime lets several searchers share a session, as a hot reload already does.
 
-    The pool counts the searchers holding each student (in service, kept for rollback, or swapped out and still
-    answering the requests that leased them), and lets a student go when the last of them closes: a
+    The pool counts the searchers holding each student (in service, or swapped out and still answering the
+    requests that leased them), and lets a student go when the last of them closes or is detached: a
     `--refresh-student` publish or a collection config change would otherwise add an ONNX session for the life of
-    the process. A searcher closes only after its last lease ends (service.core.loader), so a request in flight
-    that still holds the old encoder finishes on it."""
+    the process. A version kept for rollback lets its student go once its last lease ends (service.core.loader
+    `park`), so a request in flight that still holds the old encoder finishes on it, and takes it again from the
+    pool on rollback (`revive`): loaded from its directory unless a searcher in service shares it."""
 
     def __init__(self, settings: ServiceSettings) -> None:
         self._settings = settings
@@ -103,8 +104,9 @@ class PooledStudents:
     pool: StudentPool
     directory: Path
 
-    def acquire(self, shared: StudentEncoder | None = None) -> StudentEncoder:
-        return self.pool.acquire(self.directory, shared)
+    def acquire(self, shared: StudentEncoder | None = None, directory: Path | None = None) -> StudentEncoder:
+        """`directory`: a rollback's student (the one its version served with), instead of the collection's."""
+        return self.pool.acquire(self.directory if directory is None else directory, shared)
 
     def release(self, student: StudentEncoder) -> None:
         self.pool.release(student)

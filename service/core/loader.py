@@ -8,8 +8,9 @@ initial load too: /readyz turns 200 only for a verified bundle, docs/operations.
 metrics' stage observers (tokenize, rescore) once, when it is loaded, so requests never touch them.
 
 A request leases the searcher in service for as long as it uses it; a searcher swapped out by a hot
-reload is retired, and closed only once the last lease on it has ended. The loader keeps both counts:
-a searcher knows nothing of who holds it.
+reload is retired, and closed only once the last lease on it has ended, or parked (kept for rollback): once its last
+lease has ended it lets its student go and keeps its bundle, and `revive` takes a student again before a rollback
+swaps it back in. The loader keeps the counts: a searcher knows nothing of who holds it.
 """
 
 from __future__ import annotations
@@ -69,10 +70,21 @@ def _require_files(directory: Path, what: str, names: list[str]) -> None:
 
 class StudentSource(Protocol):
     """Where a loader's students come from when collections pool them (service.core.collections.StudentPool):
-    each searcher it loads holds its student from `acquire` until the searcher closes (`release`)."""
+    each searcher it loads holds its student from `acquire` until the searcher closes or is detached (`release`);
+    `directory` names the student to load (a rollback's), instead of the collection's current one."""
 
-    def acquire(self, shared: StudentEncoder | None = None) -> StudentEncoder: ...
+    def acquire(self, shared: StudentEncoder | None = None,
+                directory: Path | None = None) -> StudentEncoder: ...
     def release(self, student: StudentEncoder) -> None: ...
+
+
+class StudentUnavailable(Exception):
+    """The student a version kept for rollback served with no longer loads (its directory deleted or broken)."""
+
+    def __init__(self, directory: Path, cause: BaseException) -> None:
+        reason = printable(cause) if isinstance(cause, ContractMismatch | OSError) else type(cause).__name__
+        super().__init__(f"the student {directory} no longer loads ({reason})")
+        self.directory = directory
 
 
 class LoadState(StrEnum):
@@ -111,6 +123,7 @@ class SearcherLoader:
         self._searcher: Searcher | None = None
         self._leases: dict[Searcher, int] = {}  # requests holding each searcher (absent: none)
         self._retired: set[Searcher] = set()  # swapped out, closed when their last lease ends
+        self._parked: set[Searcher] = set()  # kept for rollback, their student let go when their last lease ends
         self._closed = False
         self.load_rss_growth: int | None = None  # VmRSS after its initial load less before (service.core.memory)
         self._thread = threading.Thread(target=self._load, name="tandem-load", daemon=True)
@@ -193,8 +206,11 @@ class SearcherLoader:
                 drained = not left and searcher in self._retired
                 if drained:
                     self._retired.discard(searcher)
+                parked = not left and searcher in self._parked
             if drained:
                 _close_later(searcher)
+            elif parked:
+                self._detach_later(searcher)
 
     @contextmanager
     def lease_encoder(self) -> Iterator[QueryEncoder]:
@@ -213,10 +229,65 @@ class SearcherLoader:
             self._state, self._error = LoadState.READY, None
         return old
 
+    def park(self, searcher: Searcher) -> None:
+        """Keep `searcher` (swapped out, kept for rollback) with its bundle, and let its student go as soon as no
+        request holds a lease on it (on a thread of its own, as `retire` closes): a request in flight finishes on
+        the student it started with. The pool keeps a student another searcher holds (the one in service, when
+        the student did not change), so only a student nothing serves goes."""
+        with self._lock:
+            self._parked.add(searcher)
+            idle = searcher not in self._leases
+        if idle:
+            self._detach_later(searcher)
+
+    def _detach_later(self, searcher: Searcher) -> None:
+        def detach() -> None:
+            with searcher.student_lock:  # `revive` and `close` take it too: none runs halfway through another
+                with self._lock:
+                    if searcher not in self._parked or searcher in self._leases:
+                        return  # revived or retired meanwhile
+                searcher.detach()
+            log.info("bundle version %s kept for rollback; its student let go", searcher.version)
+
+        threading.Thread(target=detach, name="tandem-park", daemon=True).start()
+
+    def revive(self, searcher: Searcher) -> Searcher:
+        """`searcher`, parked, ready to be swapped back in (a rollback): its student taken again from the pool,
+        loaded from the directory it served with unless the pool holds it, and checked as a reload checks one
+        (teacher, files, warm-up). A searcher whose student was not let go yet keeps it. Raises
+        StudentUnavailable, naming the student's directory, when it no longer loads; the searcher stays parked."""
+        with searcher.student_lock:
+            with self._lock:
+                self._parked.discard(searcher)
+            if not searcher.detached:
+                return searcher
+            directory = searcher.student.directory
+            try:
+                if self._students is None:
+                    student = searcher.student  # not pooled: never let go (StudentEncoder.close was not called)
+                    searcher.attach(student)
+                else:
+                    student = self._students.acquire(directory=directory)
+                    try:
+                        searcher.attach(student)
+                    except BaseException:
+                        self._students.release(student)
+                        raise
+                    searcher.on_close(partial(self._students.release, student))
+            except Exception as exc:
+                with self._lock:
+                    self._parked.add(searcher)
+                raise StudentUnavailable(directory, exc) from exc
+        if self._observe is not None:
+            searcher.observe_stages(self._observe)
+        searcher.encoder.cache = self._query_cache
+        return searcher
+
     def retire(self, searcher: Searcher) -> None:
         """Close `searcher` as soon as no request holds a lease on it, on a thread of its own (closing drains the
         batcher, which must never block the event loop or the reload thread)."""
         with self._lock:
+            self._parked.discard(searcher)
             drained = searcher not in self._leases
             if not drained:
                 self._retired.add(searcher)

@@ -5,8 +5,12 @@ and the CURRENT-pointer watcher never race each other. A candidate must pass ver
 of every file it does not share, as the very file, with the version in service: loader.open_bundle), the
 student/teacher check, a FAISS load and a warm-up query before it is swapped in; any failure leaves the
 version in service untouched and is recorded as the last outcome.
-Swapped-out versions stay loaded (up to TANDEM_KEEP_VERSIONS), so a rollback is instant and survives
-the indexer pruning their files; older ones are closed once the requests holding them have finished.
+Swapped-out versions keep their bundle loaded (up to TANDEM_KEEP_VERSIONS), so a rollback survives the indexer
+pruning their files; older ones are closed once the requests holding them have finished. A kept version lets its
+student go once its last request has finished (the pool keeps one a searcher in service shares), so the process
+holds one student per collection however many versions it keeps; a rollback takes the kept version's student
+again (loaded from its directory, checked as a reload checks one) before swapping it in, and is refused, naming
+the directory, when it no longer loads: the version in service keeps serving.
 
 With `--processes N` each process has its own Reloader, and one in a ProcessGroup (service.core.processes)
 logs every change it makes (an admin reload or rollback, or its watcher's reload) to the group's shared
@@ -30,7 +34,7 @@ from models.bundle.versions import POINTER, is_bundle_root, read_current, resolv
 from models.encoders.student_root import resolve_student
 from models.errors import ContractMismatch
 from models.manifest_io import utc_now
-from service.core.loader import LoadState, NotReady, SearcherLoader
+from service.core.loader import LoadState, NotReady, SearcherLoader, StudentUnavailable
 from service.core.memory import mapped_bytes
 from service.core.outcomes import (
     AdminStatus,
@@ -243,8 +247,17 @@ class Reloader:
             error = f"no previous version is kept to roll back to (TANDEM_KEEP_VERSIONS={self._settings.keep_versions})"
             return self._refused("rollback", trigger, None, error, started, started_at)
         try:
+            target = self._loader.revive(target)  # its student again, before it serves
+        except StudentUnavailable as exc:
+            with self._lock:  # still kept: the rollback is refused, nothing changes
+                self._history.appendleft(target)
+            log.error("rollback (%s) to %s refused, the version in service keeps serving: %s", trigger,
+                      target.version, printable(exc))
+            return self._refused("rollback", trigger, target.bundle.directory, str(exc), started, started_at)
+        try:
             replaced = self._loader.swap(target)
-        except RuntimeError as exc:
+        except RuntimeError as exc:  # the service is shutting down
+            self._loader.retire(target)
             return self._refused("rollback", trigger, None, str(exc), started, started_at)
         if replaced is not None:
             self._loader.retire(replaced)  # the version rolled back from is dropped, not kept
@@ -320,6 +333,8 @@ class Reloader:
         with self._lock:
             self._history.appendleft(previous)
             evicted = [self._history.pop() for _ in range(len(self._history) - self._settings.keep_versions)]
+        if previous not in evicted:
+            self._loader.park(previous)  # its bundle kept, its student let go after its last request
         for searcher in evicted:
             self._loader.retire(searcher)
 

@@ -15,6 +15,7 @@ Two pieces, each usable without the next:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 
@@ -102,6 +103,7 @@ class Searcher:
         self.bundle = bundle
         self.student = student
         self.loaded_at = time.time()
+        self.limits = limits
         self._summary: Mapping[str, object] | None = None
         self.oversample = oversample
         self.search_threads = search_threads
@@ -114,6 +116,9 @@ class Searcher:
         self.encoder = QueryEncoder(student, limits, search=self.retrieve)
         self.batcher = self.encoder.batcher
         self._on_close: list[Callable[[], None]] = []
+        # held while the student is let go or taken again (service.core.loader: a version kept for rollback)
+        self.student_lock = threading.Lock()
+        self.detached = False
 
     def warmup(self) -> None:
         """Run one query end to end: the first ORT run is slow, and the graph's real output width is checked."""
@@ -169,13 +174,44 @@ class Searcher:
         return dense_hits(self.bundle, vectors, top_k, self.oversample)
 
     def on_close(self, callback: Callable[[], None]) -> None:
-        """Call `callback` once this searcher has closed (after its last request): how a pooled student learns
-        that one fewer searcher holds it (service.core.collections.StudentPool)."""
+        """Call `callback` once this searcher lets its student go (closed, or detached, after its last request):
+        how a pooled student learns that one fewer searcher holds it (service.core.collections.StudentPool)."""
         self._on_close.append(callback)
 
-    def close(self) -> None:
+    def detach(self) -> None:
+        """Stop encoding and let the student go, keeping the bundle open: a version kept for rollback holds its
+        bundle (which the indexer may prune from disk), not its student (which it can load again); `attach`
+        brings one back. The caller holds `student_lock`."""
+        if self.detached:
+            return
+        self.detached = True
         self.encoder.close()
-        self.bundle.close()
         callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            callback()
+
+    def attach(self, student: StudentEncoder) -> None:
+        """Encode with `student` again after `detach` (a rollback), checked as a reload checks a student: the
+        bundle's teacher, then a warm-up query (its output width). The caller holds `student_lock`; on failure the
+        searcher stays detached and the caller gives the student back."""
+        self.bundle.check_student(student.teacher)
+        encoder = QueryEncoder(student, self.limits, search=self.retrieve)
+        try:
+            vec = student.encode(["warmup"])
+            if vec.shape[1] != self.bundle.teacher.dim:
+                raise ContractMismatch(f"student {student.directory} outputs {vec.shape[1]}-d vectors but its "
+                                       f"manifest and the index say {self.bundle.teacher.dim}-d")
+        except BaseException:
+            encoder.close()
+            raise
+        self.student, self.encoder, self.batcher = student, encoder, encoder.batcher
+        self.detached = False
+
+    def close(self) -> None:
+        with self.student_lock:
+            self.encoder.close()
+            self.bundle.close()
+            self.detached = True
+            callbacks, self._on_close = self._on_close, []
         for callback in callbacks:
             callback()
