@@ -73,13 +73,19 @@ def test_an_exported_student_carries_no_skip_layer_norm_and_keeps_its_fused_atte
 
 
 def test_one_query_encodes_alike_alone_and_through_the_batch_path(tiny_student: Path) -> None:
+    """The one-query path and the batch path at one text per call (how the service encodes every query) give the
+    same bits. Two texts in one call agree only closely: onnxruntime's kernels differ by batch shape in the last
+    bits on some CPUs (an Intel Xeon with AVX-512 here), which is why no query shares a call in the service."""
     student = StudentEncoder(tiny_student, "int8", threads=1)
     texts = ["ocean tides and the moon", "How does   insulin regulate blood sugar?"]
     for text in texts:
         alone, tokens = student.encode_counted([text])
-        batched, batch_tokens = student.encode_counted([text, text])
-        np.testing.assert_array_equal(alone[0], batched[0])
-        assert tokens == batch_tokens[:1]
+        one_per_call, call_tokens = student.encode_counted([text, texts[0]], batch_size=1)
+        np.testing.assert_array_equal(alone[0], one_per_call[0])
+        assert tokens == call_tokens[:1]
+        shared, shared_tokens = student.encode_counted([text, text])
+        np.testing.assert_allclose(alone[0], shared[0], rtol=1e-4, atol=1e-6)
+        assert tokens == shared_tokens[:1]
         assert alone.shape == (1, student.dim) and alone.dtype == np.float32
 
 
