@@ -8,7 +8,7 @@ import io
 import logging
 import shutil
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -114,7 +114,7 @@ def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
 def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, **limits: int) -> MicroBatcher:
     """A batcher over the real student and bundle whose encoding waits for `gate`: a worker held busy."""
 
-    def encode(queries: Sequence[str]) -> tuple[np.ndarray, list[int]]:
+    def encode(queries: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
         started.set()
         gate.wait()
         return searcher.student.encode_counted(list(queries))
