@@ -24,6 +24,7 @@ from models.encoders.heap import return_freed_heap
 from models.encoders.precision import StudentPrecision
 from models.encoders.static_table import StaticTable
 from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
+from models.encoders.word_ids import WordIds
 from models.manifest_io import read_manifest
 from models.timing import StageObserver
 
@@ -71,6 +72,7 @@ class StudentEncoder:
         self.identity = (str(self.directory), model_file, stat.st_size, stat.st_mtime_ns)
         self._normalizer = self.tokenizer.normalizer
         self._collapse_spaces = isinstance(self.tokenizer.pre_tokenizer, WHITESPACE_SPLITTERS)
+        self._word_ids = WordIds.for_tokenizer(self.tokenizer)  # one query's ids without the tokenizer's call
         self.static: StaticTable | None = None
         if self.manifest.architecture == "static":
             self.static = StaticTable(self.directory / model_file, self.dim)
@@ -94,12 +96,12 @@ class StudentEncoder:
         OS: the service's student pool calls it once no searcher holds the student. Encoding after it raises
         AttributeError."""
         if self.static is not None:
-            del self.static.rows
+            del self.static.rows, self.static._plain
             self.static = None
-            del self.tokenizer, self._normalizer
+            del self.tokenizer, self._normalizer, self._word_ids
             log.info("student %s released", self.directory)
         if hasattr(self, "session"):
-            del self.session, self.tokenizer, self._normalizer
+            del self.session, self.tokenizer, self._normalizer, self._word_ids
             return_freed_heap()
             log.info("student %s released", self.directory)
 
@@ -159,12 +161,12 @@ class StudentEncoder:
         """One text, as `/search` encodes every query: no padding (the mask is all ones), no batch lists; what is
         left around the session is about 0.07 ms of a 2 ms encode (docs/lab/2026-11-26-encode-floor.md)."""
         began = time.perf_counter()
+        row = self._word_ids.ids(text) if self._word_ids is not None else self.tokenizer.encode(text).ids
         if self.static is not None:
-            row = self.tokenizer.encode(text).ids
             if self.observe is not None:
                 self.observe("tokenize", time.perf_counter() - began)
             return self.static.encode(row)[None, :], [len(row)]
-        ids = np.array([self.tokenizer.encode(text).ids], dtype=np.int64)
+        ids = np.array([row], dtype=np.int64)
         if self.observe is not None:
             self.observe("tokenize", time.perf_counter() - began)
         feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)} if self._masked else {"input_ids": ids}
