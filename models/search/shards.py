@@ -58,6 +58,11 @@ class VersionNotLoaded(LookupError):
     """A shard asked for a version it does not hold (the coordinator answers 503, never a partial answer)."""
 
 
+class ShardUnavailable(RuntimeError):
+    """A shard gave no answer (no live replica, a timeout, a version it does not hold): the request fails whole, a 503,
+    never a partial answer from the other shards."""
+
+
 def plan_shards(rows: Sequence[int], shards: int) -> list[list[int]]:
     """Segment positions for each of `shards` shards, balanced by rows: the largest segment first, each to the shard
     holding the fewest rows so far (ties: the lower shard), each shard's positions ascending. Every shard gets at
@@ -294,5 +299,16 @@ def local_coordinator(directory: Path, plan: Sequence[Sequence[int]],
     return Coordinator(version, [LocalShard(s) for s in shards], global_statistics), shards
 
 
-__all__ = ["Coordinator", "LocalShard", "Shard", "ShardClient", "ShardLists", "ShardQuery", "ShardedVersion",
-           "VersionNotLoaded", "local_coordinator", "plan_shards"]
+__all__ = [
+    "Coordinator",
+    "LocalShard",
+    "Shard",
+    "ShardClient",
+    "ShardLists",
+    "ShardQuery",
+    "ShardUnavailable",
+    "ShardedVersion",
+    "VersionNotLoaded",
+    "local_coordinator",
+    "plan_shards",
+]

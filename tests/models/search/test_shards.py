@@ -23,8 +23,9 @@ from models.search.query import Hit
 from models.search.shards import Shard, VersionNotLoaded, local_coordinator, plan_shards
 from tests.fixtures.tiny_models import StSpec, TinyModels
 
-WORDS = ("river stone forest light music paper garden window market bridge winter ocean engine signal copper "
-         "harvest lantern meadow thunder velvet glacier orchard compass falcon ember canyon harbor pepper").split()
+WORDS = ["river", "stone", "forest", "light", "music", "paper", "garden", "window", "market", "bridge", "winter",
+         "ocean", "engine", "signal", "copper", "harvest", "lantern", "meadow", "thunder", "velvet", "glacier",
+         "orchard", "compass", "falcon", "ember", "canyon", "harbor", "pepper"]
 OVERSAMPLE = 4
 
 

@@ -1,0 +1,91 @@
+"""Shards on a real local Ray cluster (issue 57): a version of four segments in two shard deployments, one with two
+replicas, answers as the single box does (same ids, order, float32 scores and version); a new version is served only
+once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
+fails the request whole. One cluster for the module (starting Ray costs seconds); marked slow by its fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from cluster.coordinator import ClusterSearch, connect
+from models.bundle.version import Bundle
+from models.bundle.versions import read_current
+from models.search import Mode, SearchOptions, search
+from models.search.shards import ShardUnavailable
+from tests.fixtures.tiny_models import StSpec, TinyModels
+from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _options, _segmented, _vectors
+
+PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48
+
+
+@pytest.fixture(scope="module")
+def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("ray-shards")
+    _segmented(work / "root", work, tiny_models.st(StSpec()))
+    return work / "root"
+
+
+@pytest.fixture(scope="module")
+def cluster(root: Path) -> Iterator[ClusterSearch]:
+    import ray
+    from ray import serve
+
+    connect("local", num_cpus=4)
+    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=20.0, cpus_per_replica=0.5)
+    try:
+        yield sharded
+    finally:
+        sharded.close()
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
+    box = Bundle(version)
+    try:
+        vectors = _vectors(box.manifest.dim)
+        for opts in _options(box):
+            name, got = cluster.search(vectors, QUERIES, opts, OVERSAMPLE)
+            assert name == version.name
+            assert _answer(got.hits) == _answer(search(box, vectors, QUERIES, opts, OVERSAMPLE).hits), opts
+    finally:
+        box.close()
+
+
+def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(cluster: ClusterSearch,
+                                                                            root: Path) -> None:
+    before = root / "v3"  # three segments: the plan of v4 less its last
+    assert cluster.deploy(before, [[0], [1, 2]]).version == "v3"
+    _same_as_box(cluster, before)
+    current = read_current(root)
+    pinned = cluster.coordinator  # a request that took the coordinator before the move
+    assert cluster.deploy(current, PLAN).version == current.name == "v4"
+    _same_as_box(cluster, current)
+    assert pinned is not None  # it still answers for v3: the replicas keep the version before
+    hits = pinned.search(_vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
+    box = Bundle(before)
+    try:
+        want = search(box, _vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
+    finally:
+        box.close()
+    assert _answer(hits) == _answer(want)
+
+
+def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
+    from ray import serve
+
+    cluster.deploy(read_current(root), PLAN)
+    cluster.timeout_s = 3.0
+    coordinator = cluster.coordinator
+    assert coordinator is not None
+    for client in coordinator.shards:
+        client.timeout_s = 3.0  # type: ignore[attr-defined]
+    serve.delete(cluster.app(coordinator.version.version, 1))  # every replica of the second shard gone
+    with pytest.raises(ShardUnavailable):
+        cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
