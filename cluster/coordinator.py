@@ -13,6 +13,7 @@ Exactness rules (docs/operations.md#sharded-serving-on-ray-serve):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 from collections.abc import Sequence
@@ -56,11 +57,14 @@ class ClusterSearch:
             raise ValueError(f"replicas {self.replicas}: one count, at least 1, per shard of {shards}")
         self.timeout_s, self.cpus, self.prefix = timeout_s, cpus_per_replica, prefix
         self.coordinator: Coordinator | None = None
-        self.served: list[str] = []  # versions with deployments, oldest first
+        self.served: dict[Path, list[Path]] = {}  # per root, its versions with deployments, oldest first
         self._lock = threading.Lock()  # one deploy at a time
 
-    def app(self, version: str, shard: int) -> str:
-        return f"{self.prefix}-{version}-{shard}"
+    def app(self, version: Path, shard: int) -> str:
+        """A shard's application: named by its version's name and path (two collections' roots may both hold a
+        `v1`)."""
+        where = hashlib.sha256(str(version).encode()).hexdigest()[:8]
+        return f"{self.prefix}-{version.name}-{where}-{shard}"
 
     def deploy(self, version: Path, plan: Sequence[Sequence[int]] | None = None) -> ShardedVersion:
         """Start every shard of `version` (each application runs once all its replicas have loaded their segments),
@@ -81,18 +85,19 @@ class ClusterSearch:
                                                    health_check_period_s=2, health_check_timeout_s=10)
                 # blocks until the application runs: every replica has loaded its segments
                 handles.append(serve.run(deployment.bind(str(version), list(segments)),
-                                         name=self.app(version.name, i), route_prefix=None))
-            clients = [ServeShard(h, self.app(version.name, i), self.timeout_s) for i, h in enumerate(handles)]
+                                         name=self.app(version, i), route_prefix=None))
+            clients = [ServeShard(h, self.app(version, i), self.timeout_s) for i, h in enumerate(handles)]
             self.coordinator = Coordinator(pinned, clients)
-            if version.name not in self.served:
-                self.served.append(version.name)
-            while len(self.served) > KEEP:  # the version before the one before: no request is pinned to it now
-                self._delete(self.served.pop(0))
+            served = self.served.setdefault(version.parent, [])
+            if version not in served:
+                served.append(version)
+            while len(served) > KEEP:  # the version before the one before: no request is pinned to it now
+                self._delete(served.pop(0))
         log.info("version %s in service on %d shards (%s replicas), segments %s", version.name, self.shards,
                  self.replicas, plan)
         return pinned
 
-    def _delete(self, version: str) -> None:
+    def _delete(self, version: Path) -> None:
         for i in range(self.shards):
             serve.delete(self.app(version, i))
 
@@ -111,6 +116,7 @@ class ClusterSearch:
         return coordinator.version.version, coordinator.search(vectors, queries, opts, oversample)
 
     def close(self) -> None:
-        for version in self.served:
-            self._delete(version)
-        self.served, self.coordinator = [], None
+        for versions in self.served.values():
+            for version in versions:
+                self._delete(version)
+        self.served, self.coordinator = {}, None

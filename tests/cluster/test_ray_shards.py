@@ -86,6 +86,6 @@ def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: Cluster
     assert coordinator is not None
     for client in coordinator.shards:
         client.timeout_s = 3.0  # type: ignore[attr-defined]
-    serve.delete(cluster.app(coordinator.version.version, 1))  # every replica of the second shard gone
+    serve.delete(cluster.app(read_current(root).resolve(), 1))  # every replica of the second shard gone
     with pytest.raises(ShardUnavailable):
         cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
