@@ -66,10 +66,11 @@ class ClusterSearch:
         where = hashlib.sha256(str(version).encode()).hexdigest()[:8]
         return f"{self.prefix}-{version.name}-{where}-{shard}"
 
-    def deploy(self, version: Path, plan: Sequence[Sequence[int]] | None = None) -> ShardedVersion:
+    def deploy(self, version: Path, plan: Sequence[Sequence[int]] | None = None) -> Coordinator:
         """Start every shard of `version` (each application runs once all its replicas have loaded their segments),
         then put it in service; the version before keeps its deployments for the requests pinned to it, and the one
-        before that is deleted (the exactness rules above)."""
+        before that is deleted (the exactness rules above). Returns the version's coordinator, which searches it
+        alone."""
         version = Path(version).resolve()
         manifest = read_bundle_manifest(version)
         plan = [list(p) for p in plan] if plan is not None else plan_shards([p.count for p in manifest.parts],
@@ -87,7 +88,7 @@ class ClusterSearch:
                 handles.append(serve.run(deployment.bind(str(version), list(segments)),
                                          name=self.app(version, i), route_prefix=None))
             clients = [ServeShard(h, self.app(version, i), self.timeout_s) for i, h in enumerate(handles)]
-            self.coordinator = Coordinator(pinned, clients)
+            coordinator = self.coordinator = Coordinator(pinned, clients)
             served = self.served.setdefault(version.parent, [])
             if version not in served:
                 served.append(version)
@@ -95,7 +96,7 @@ class ClusterSearch:
                 self._delete(served.pop(0))
         log.info("version %s in service on %d shards (%s replicas), segments %s", version.name, self.shards,
                  self.replicas, plan)
-        return pinned
+        return coordinator
 
     def _delete(self, version: Path) -> None:
         for i in range(self.shards):

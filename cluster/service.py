@@ -21,7 +21,4 @@ class ClusterRetrieval:
         self.cluster = cluster
 
     def attach(self, bundle: Bundle) -> Retrieve:
-        self.cluster.deploy(bundle.directory)
-        coordinator = self.cluster.coordinator
-        assert coordinator is not None
-        return coordinator.search
+        return self.cluster.deploy(bundle.directory).search

@@ -18,6 +18,8 @@ from models.bundle.version import Bundle
 from models.bundle.versions import read_current
 from models.search import Mode, SearchOptions, search
 from models.search.shards import ShardUnavailable
+from tests.fixtures.server import serve_app
+from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
 from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _options, _segmented, _vectors
 
@@ -29,6 +31,18 @@ def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> P
     work = tmp_path_factory.mktemp("ray-shards")
     _segmented(work / "root", work, tiny_models.st(StSpec()))
     return work / "root"
+
+
+@pytest.fixture(scope="module")
+def student(root: Path, tiny_models: TinyModels) -> Path:
+    """A student distilled against the root's teacher (tiny: a 32-d backbone), for `tandem serve`."""
+    from models.distill.pipeline import DistillRequest, run_distill
+
+    out = root.parent / "student"
+    run_distill(DistillRequest(corpus=root.parent / "corpus.jsonl", index=root, out=out, preset=TEST_PRESET,
+                               seed=TEST_SEED, teacher=tiny_models.st(StSpec()),
+                               backbone=tiny_models.st(StSpec(hidden=32))))
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -61,11 +75,11 @@ def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
 def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(cluster: ClusterSearch,
                                                                             root: Path) -> None:
     before = root / "v3"  # three segments: the plan of v4 less its last
-    assert cluster.deploy(before, [[0], [1, 2]]).version == "v3"
+    assert cluster.deploy(before, [[0], [1, 2]]).version.version == "v3"
     _same_as_box(cluster, before)
     current = read_current(root)
     pinned = cluster.coordinator  # a request that took the coordinator before the move
-    assert cluster.deploy(current, PLAN).version == current.name == "v4"
+    assert cluster.deploy(current, PLAN).version.version == current.name == "v4"
     _same_as_box(cluster, current)
     assert pinned is not None  # it still answers for v3: the replicas keep the version before
     hits = pinned.search(_vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
@@ -75,6 +89,33 @@ def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(clust
     finally:
         box.close()
     assert _answer(hits) == _answer(want)
+
+
+def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, root: Path, student: Path) -> None:
+    """The served path: the same /search bodies to a service whose retrieve runs on the shards and to one that
+    searches in process give the same results and the same version."""
+    from cluster.service import ClusterRetrieval
+    from service.core.searcher import retrieve_remotely
+    from service.http.app import create_app
+    from service.settings import ServiceSettings
+
+    settings = ServiceSettings(index=root, student=student, port=0)
+    bodies = [{"query": q, "top_k": 10, "mode": mode, "offset": offset, **extra}
+              for q in ("river stone", "zebra harbor") for mode in ("dense", "lexical", "hybrid")
+              for offset in (0, 20) for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
+    retrieve_remotely(ClusterRetrieval(cluster))
+    try:
+        with serve_app(create_app(settings)) as sharded:
+            retrieve_remotely(None)
+            with serve_app(create_app(settings)) as box:
+                for body in bodies:
+                    got, want = sharded.client.post("/search", json=body), box.client.post("/search", json=body)
+                    assert got.status_code == want.status_code == 200, (got.text, want.text)
+                    assert got.json()["results"] == want.json()["results"], body
+                    assert got.json()["index"] == want.json()["index"]
+                assert any(box.client.post("/search", json=b).json()["results"] for b in bodies)
+    finally:
+        retrieve_remotely(None)
 
 
 def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
@@ -89,3 +130,4 @@ def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: Cluster
     serve.delete(cluster.app(read_current(root).resolve(), 1))  # every replica of the second shard gone
     with pytest.raises(ShardUnavailable):
         cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
+    cluster.served.clear()  # deleted above
