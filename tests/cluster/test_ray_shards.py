@@ -5,7 +5,9 @@ fails the request whole. One cluster for the module (starting Ray costs seconds)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +118,54 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
                 assert any(box.client.post("/search", json=b).json()["results"] for b in bodies)
     finally:
         retrieve_remotely(None)
+
+
+def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: ClusterSearch, root: Path) -> None:
+    """One of the first shard's two replicas is killed while a thread searches without pause: every answer is the
+    single box's or ShardUnavailable (a 503), and answers keep coming from the replica left."""
+    import ray
+
+    current = read_current(root).resolve()
+    coordinator = cluster.deploy(current, PLAN)
+    opts = SearchOptions(top_k=10, mode=Mode.HYBRID)
+    vectors = _vectors(64)
+    box = Bundle(current)
+    try:
+        want = _answer(search(box, vectors, QUERIES, opts, OVERSAMPLE).hits)
+    finally:
+        box.close()
+    replicas = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if "SERVE_REPLICA" in a["name"] and cluster.app(current, 0) in a["name"]]
+    assert len(replicas) == 2, replicas
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                outcomes.append("exact" if _answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == want
+                                else "WRONG")
+            except ShardUnavailable:
+                outcomes.append("503")
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: len(outcomes) >= 10)
+        ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
+        after = len(outcomes)
+        _wait_for(lambda: outcomes[after:].count("exact") >= 30)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert set(outcomes) <= {"exact", "503"}, outcomes
+
+
+def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, "the load thread stopped making progress"
+        time.sleep(0.05)
 
 
 def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
