@@ -28,7 +28,7 @@ from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from models.bundle.lexical.postings import Analyzer, LexicalStats
+from models.bundle.lexical.postings import Analyzer, Lexical, LexicalStats
 from models.bundle.manifest import BundleManifest, FusionSpec
 from models.bundle.version import Bundle, NoLexicalIndex
 from models.corpus import Document
@@ -118,7 +118,7 @@ class Shard:
         """Per query, its stems' statistics over this shard's live documents."""
         self._check(version)
         index = self.bundle.require_lexical()
-        if not hasattr(index, "statistics"):
+        if not isinstance(index, Lexical):
             raise NoLexicalIndex(f"bundle {self.version} holds bm25s's index (built before segments): it cannot be "
                                  "sharded; compact it with `tandem index compact`")
         return [index.statistics(list(s)) for s in stems]
