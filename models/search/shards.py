@@ -21,6 +21,8 @@ that does not hold it raises `VersionNotLoaded`.
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,8 +89,9 @@ class ShardQuery:
     vectors: np.ndarray | None  # (queries, teacher dim) float32; None for lexical
     terms: tuple[Terms, ...]
     stats: tuple[LexicalStats, ...] | None
-    options: SearchOptions
+    options: SearchOptions  # its deadline left out: a monotonic clock is one machine's
     oversample: int
+    budget_s: float | None = None  # what is left of the request's deadline when it was sent
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ class Shard:
         fusion: the same allowed rows, depths and rescoring head."""
         self._check(query.version)
         opts = query.options
-        check = deadline_check(opts.deadline)
+        check = deadline_check(None if query.budget_s is None else time.monotonic() + query.budget_s)
         allowed = allowed_rows(self.bundle, opts.filter, check)
         depth, need = depths_of(self.bundle.fusion, opts)
         dense: list[Lists] = []
@@ -249,8 +252,9 @@ class Coordinator:
             stems = [[s for s, _ in t] for t in terms]
             answers = _all([shard.statistics(name, stems) for shard in self.shards])
             stats = tuple(LexicalStats.total([a[i] for a in answers]) for i in range(len(queries)))
+        budget = None if opts.deadline is None else opts.deadline - time.monotonic()
         query = ShardQuery(name, None if vectors is None else np.asarray(vectors, dtype=np.float32), terms, stats,
-                           opts, oversample)
+                           dataclasses.replace(opts, deadline=None), oversample, budget)
         lists = _all([shard.search(query) for shard in self.shards])
         for answer in lists:
             if answer.version != name:

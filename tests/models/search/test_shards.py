@@ -7,6 +7,7 @@ answers differ. The version is built by a tiny random-weight teacher (tests/fixt
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from indexer.versions.request import UpdateRequest
 from indexer.versions.update import update
 from models.bundle.version import Bundle
 from models.bundle.versions import read_current
+from models.errors import DeadlineExceeded
 from models.search import Mode, SearchOptions, parse_filter, search
 from models.search.query import Hit
 from models.search.shards import Shard, VersionNotLoaded, local_coordinator, plan_shards
@@ -129,6 +131,18 @@ def test_without_the_statistics_round_the_answers_differ(version: Path, box: Bun
             want = search(box, vectors, QUERIES, opts, OVERSAMPLE).hits
             differs.append(_answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) != _answer(want))
         assert all(differs)
+    finally:
+        for shard in shards:
+            shard.close()
+
+
+def test_a_request_past_its_deadline_stops_on_the_shards(version: Path, box: Bundle) -> None:
+    """The deadline travels as the time left (a monotonic clock is one machine's), and each shard stops by it."""
+    coordinator, shards = local_coordinator(version, [[0], [1, 2, 3]])
+    try:
+        with pytest.raises(DeadlineExceeded):
+            coordinator.search(_vectors(box.manifest.dim), QUERIES,
+                               SearchOptions(top_k=5, deadline=time.monotonic() - 1.0), OVERSAMPLE)
     finally:
         for shard in shards:
             shard.close()
