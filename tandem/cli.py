@@ -641,11 +641,29 @@ def serve(
                                  "set TANDEM_WORKERS to about cores / processes, or 0 (the event loop "
                                  "encodes and searches itself).")
     ] = None,
+    cluster: Annotated[
+        str | None, typer.Option(envvar="TANDEM_CLUSTER", show_default=False, help="Search the version in shards of "
+                                 "segments on Ray Serve: a Ray address (auto, ray://HOST:PORT) or 'local' (a cluster "
+                                 "in this process). Needs the ray extra; one process.")
+    ] = None,
+    shards: Annotated[int, typer.Option(envvar="TANDEM_SHARDS", help="With --cluster: shards, each a set of whole "
+                                        "segments balanced by rows.")] = 2,
+    replicas: Annotated[int, typer.Option(envvar="TANDEM_REPLICAS", help="With --cluster: replicas per shard.")] = 1,
 ) -> None:
     """Serve POST /search over the bundle with the student encoding queries (or several named collections)."""
     from service.collections_config import collection_settings
     from service.runtime.main import run_server
     from service.settings import ServiceSettings
+
+    if cluster is not None:
+        if processes not in (None, 1):
+            raise typer.BadParameter("--cluster serves from one process: the shards scale the search")
+        from cluster.coordinator import ClusterSearch, connect
+        from cluster.service import ClusterRetrieval
+        from service.core.searcher import retrieve_remotely
+
+        connect(cluster)
+        retrieve_remotely(ClusterRetrieval(ClusterSearch(shards, replicas)))
 
     given = {"api_keys_file": api_keys_file, "log_format": log_format, "keys_file": keys_file,
              "admin_token": admin_token, "processes": processes}

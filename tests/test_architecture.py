@@ -68,7 +68,8 @@ def test_only_the_bundle_imports_faiss() -> None:
     indirect imports, so this reads the graph's direct arrows)."""
     import grimp
 
-    graph = grimp.build_graph("models", "indexer", "service", "tandem", cache_dir=None, include_external_packages=True)
+    graph = grimp.build_graph("models", "indexer", "service", "tandem", "cluster", cache_dir=None,
+                              include_external_packages=True)
     for engine in ("faiss", "bm25s"):
         importers = {m for m in graph.find_modules_that_directly_import(engine)}
         assert all(m.startswith("models.bundle.") for m in importers), sorted(importers)
@@ -78,7 +79,7 @@ def _imports() -> dict[str, set[str]]:
     """Each project module and the project modules it imports: module-level, function-level and TYPE_CHECKING."""
     import grimp
 
-    packages = ("models", "indexer", "service", "tandem")
+    packages = ("models", "indexer", "service", "tandem", "cluster")
     graph = grimp.build_graph(*packages, cache_dir=None)
     ours = {m for m in graph.modules if m.split(".")[0] in packages}
     return {m: {d for d in graph.find_modules_directly_imported_by(m) if d in ours} for m in ours}

@@ -19,7 +19,7 @@ import json
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
@@ -265,11 +265,13 @@ class Bundle:
 
     def __init__(self, directory: Path, lexical: bool = True, reuse: Bundle | None = None,
                  manifest: BundleManifest | None = None, verified: Verified | None = None,
-                 mapped: bool = False) -> None:
+                 mapped: bool = False, only: Sequence[int] | None = None) -> None:
         """Load the version; `lexical=False` skips the lexical indexes; segments that `reuse` (a loaded version)
         already holds are shared with it, not loaded again. `manifest` is the one the caller read (and verified
         the files against: `verified`, which the next reload may trust), else it is read here. `mapped`: the
-        segments' first stages are memory-mapped, not read into RAM (VectorIndex.load)."""
+        segments' first stages are memory-mapped, not read into RAM (VectorIndex.load). `only`: the positions of
+        the segments to load, ascending (a shard of the version, models.search.shards): rows keep their numbers
+        across the whole version, and `count`, the lexical statistics and the docstores are those segments' alone."""
         self.directory = Path(directory).resolve()
         self.manifest = read_bundle_manifest(self.directory) if manifest is None else manifest
         self.verified: Verified = dict(verified or {})
@@ -284,23 +286,30 @@ class Bundle:
         except OSError as exc:
             log.error("%s: unreadable space files: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable space files ({type(exc).__name__})") from exc
+        parts = list(range(len(self.manifest.parts))) if only is None else list(only)
+        if not parts or parts != sorted(set(parts)) or parts[0] < 0 or parts[-1] >= len(self.manifest.parts):
+            raise ValueError(f"{self.directory}: segments {parts} are not distinct ascending positions of its "
+                             f"{len(self.manifest.parts)} segments")
+        self.parts = parts
+        infos = [self.manifest.parts[i] for i in parts]
         self.segments: list[Segment] = []
         self.reused = 0
         try:
-            for info in self.manifest.parts:
+            for info in infos:
                 key = segment_key(self.manifest, info)
                 shared = reuse.shared(key, lexical) if reuse is not None else None
                 self.segments.append(shared or Segment(self.directory, self.manifest, info, key, lexical, self.space,
                                                        mapped))
                 self.reused += shared is not None
-            self.deleted = [_tombstones(self.directory, info, self.manifest.files) for info in self.manifest.parts]
+            self.deleted = [_tombstones(self.directory, info, self.manifest.files) for info in infos]
         except BaseException:
             self.close()
             raise
-        self.bases = np.cumsum([0] + [s.count for s in self.segments[:-1]]).astype(np.int64)
+        every = np.cumsum([0] + [p.count for p in self.manifest.parts[:-1]]).astype(np.int64)
+        self.bases = every[parts]  # where each loaded segment's rows start in the whole version
         # per segment, its live rows when some are deleted (the rows an unfiltered search may return), else None
         self.live = [None if d is None else Allowed(~d) for d in self.deleted]
-        self.count = self.manifest.count
+        self.count = self.manifest.count if only is None else sum(info.live for info in infos)
         self.lexical = self._lexical() if lexical else None
         self.fusion = self.manifest.fusion or FusionSpec()
         log.info("bundle %s: %d docs in %d segments (%d shared with the version in service), %d-d %s %s",
@@ -355,9 +364,8 @@ class Bundle:
 
     def live_rows(self) -> np.ndarray:
         """The version rows of the live documents, ascending."""
-        deleted = np.concatenate([np.zeros(s.count, dtype=bool) if d is None else d
-                                  for s, d in zip(self.segments, self.deleted, strict=True)])
-        return np.flatnonzero(~deleted)
+        return np.concatenate([np.arange(s.count, dtype=np.int64) + base if d is None else np.flatnonzero(~d) + base
+                               for s, d, base in zip(self.segments, self.deleted, self.bases, strict=True)])
 
     def ids(self) -> list[str]:
         """The live documents' ids, in row order."""

@@ -27,7 +27,7 @@ DeadlineExceeded past it, so its worker is free again.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from models.bundle.legacy import has_payload_index
-from models.bundle.lexical.postings import Lexical
+from models.bundle.lexical.postings import Lexical, LexicalStats
 from models.bundle.manifest import FusionMethod, FusionSpec
 from models.bundle.storage.rows import Allowed, row_mask
 from models.bundle.vectors.index import DEFAULT_OVERSAMPLE, VectorIndex
+from models.bundle.version import NoLexicalIndex
 from models.corpus import Document
 from models.errors import DeadlineExceeded
 from models.search.filters import MAX_SQL_LEVELS, Filter, sql_levels, sql_of, tagged
@@ -107,7 +108,11 @@ class Retrieved:
 
 
 def fusion_spec(bundle: Bundle, opts: SearchOptions) -> FusionSpec:
-    spec = bundle.fusion
+    return fusion_of(bundle.fusion, opts)
+
+
+def fusion_of(spec: FusionSpec, opts: SearchOptions) -> FusionSpec:
+    """A version's fusion (its manifest's `fusion`) with the method a request asks instead, if any."""
     if opts.fusion is not None and opts.fusion is not spec.method:
         spec = spec.model_copy(update={"method": opts.fusion})
     return spec
@@ -233,9 +238,11 @@ def merge(found: Sequence[tuple[np.ndarray, np.ndarray]], bases: np.ndarray, dep
     return scores[order], rows[order]
 
 
-def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence[Allowed | None],
-                       check: Check = _unbounded) -> tuple[np.ndarray, np.ndarray]:
-    """Top `depth` (BM25 scores, version rows) over every segment, scored with the version's statistics."""
+def lexical_candidates(bundle: Bundle, query: str | Mapping[str, int], depth: int, allowed: Sequence[Allowed | None],
+                       check: Check = _unbounded, stats: LexicalStats | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top `depth` (BM25 scores, version rows) over every segment, scored with the version's statistics. `query`:
+    its text, or its distinct stems with their counts (Analyzer.terms); `stats`: the statistics to score with
+    instead of the loaded segments' own (a shard scored with its whole version's, models.search.shards)."""
     index = bundle.require_lexical()
     # a segment's live rows (no filter) go as None: postings leave its deleted rows out by its mask, where the
     # rows as an array (8 bytes a document) would be built, and held by every version kept loaded, for nothing;
@@ -243,13 +250,24 @@ def lexical_candidates(bundle: Bundle, query: str, depth: int, allowed: Sequence
     masks = isinstance(index, Lexical)
     rows = [None if a is None or (masks and a is live) else a.rows
             for a, live in zip(allowed, bundle.live, strict=True)]
-    return merge(index.search(query, depth, rows, check), bundle.bases, depth)
+    if isinstance(query, str) and stats is None:
+        return merge(index.search(query, depth, rows, check), bundle.bases, depth)
+    if not isinstance(index, Lexical):
+        raise NoLexicalIndex(f"bundle {bundle.directory.name} holds bm25s's index (built before segments), which "
+                             "scores with its own statistics only: compact it with `tandem index compact`")
+    terms = index.analyzer.terms(query) if isinstance(query, str) else query
+    return merge(index.search_terms(terms, depth, rows, check, stats=stats), bundle.bases, depth)
 
 
 def depths(bundle: Bundle, opts: SearchOptions) -> tuple[int, int]:
     """(candidates each side ranks, hits given back) of a search: offset + top_k, and a hybrid's fusion depth."""
+    return depths_of(bundle.fusion, opts)
+
+
+def depths_of(spec: FusionSpec, opts: SearchOptions) -> tuple[int, int]:
+    """`depths` from a version's fusion (a coordinator holds the manifest, not the bundle)."""
     need = opts.offset + opts.top_k
-    return (max(need, fusion_spec(bundle, opts).depth) if opts.mode is Mode.HYBRID else need), need
+    return (max(need, fusion_of(spec, opts).depth) if opts.mode is Mode.HYBRID else need), need
 
 
 def rescore_rows(bundle: Bundle, opts: SearchOptions, queries: int, oversample: int) -> int:

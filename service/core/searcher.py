@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -29,6 +30,26 @@ from models.search import Hit, Mode, Retrieved, SearchOptions, dense_hits, searc
 from models.timing import StageObserver
 from service.core.batcher import BatchLimits, BatchOutcome, MicroBatcher, Search
 from service.core.query_cache import QueryCache
+
+Retrieve = Callable[[np.ndarray | None, list[str], SearchOptions, int], Retrieved]
+
+
+class RemoteRetrieval(Protocol):
+    """Where searchers retrieve instead of in this process (`tandem serve --cluster`: shards on Ray Serve, cluster/).
+    `attach` runs once per loaded version, before it goes into service (a hot reload waits for it), and returns that
+    version's retrieve, so a request, which leases one searcher, is pinned to one version."""
+
+    def attach(self, bundle: Bundle) -> Retrieve: ...
+
+
+_remote: RemoteRetrieval | None = None
+
+
+def retrieve_remotely(remote: RemoteRetrieval | None) -> None:
+    """Have every searcher loaded from now on retrieve through `remote` (None: in process, the default). Set once, by
+    the CLI, before the server starts: the service itself never imports what implements it."""
+    global _remote
+    _remote = remote
 
 
 class QueryEncoder:
@@ -107,6 +128,8 @@ class Searcher:
         self._summary: Mapping[str, object] | None = None
         self.oversample = oversample
         self.search_threads = search_threads
+        # the version's retrieve on the shards (`retrieve_remotely`), or None: in this process
+        self._remote: Retrieve | None = None if _remote is None else _remote.attach(bundle)
         # numpy's BLAS (OpenBLAS) is process-wide and starts a thread per core: a binary bundle's query spin,
         # one 1×d by d×d product per query, then hands off to threads that spin-wait on the cores ONNX Runtime
         # and FAISS need. Under load that product took 12% of the server's samples (py-spy);
@@ -164,6 +187,8 @@ class Searcher:
 
     def retrieve(self, vectors: np.ndarray | None, queries: list[str], options: SearchOptions) -> Retrieved:
         """Any mode, filters and pages (models.search) for the queries of one set of options; run on the workers."""
+        if self._remote is not None:  # the shards of this version (models.search.shards): the same answer
+            return self._remote(vectors, queries, options, self.oversample)
         # OpenMP's thread count is per calling thread, so it is set here, in the worker that searches.
         set_search_threads(self.search_threads)
         return search(self.bundle, vectors, queries, options, self.oversample)

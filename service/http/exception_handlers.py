@@ -16,6 +16,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from models.errors import DeadlineExceeded as SearchDeadlineExceeded
+from models.search.shards import ShardUnavailable
 from service.core.batcher import DeadlineExceeded, Overloaded
 from service.core.loader import LoadState, NotReady
 from service.http.errors import error_response, field_errors
@@ -46,6 +47,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(SearchDeadlineExceeded)  # a search that stopped between segments or stages
     async def _deadline(request: Request, exc: Exception) -> JSONResponse:
         return error_response(503, "deadline_exceeded", f"the request timed out: {exc}",
+                              headers={"Retry-After": "1"})
+
+    @app.exception_handler(ShardUnavailable)  # `serve --cluster`: a shard gave no answer; never a partial one
+    async def _shard_unavailable(request: Request, exc: ShardUnavailable) -> JSONResponse:
+        return error_response(503, "shard_unavailable", f"a shard of the index did not answer: {exc}",
                               headers={"Retry-After": "1"})
 
     @app.exception_handler(StarletteHTTPException)

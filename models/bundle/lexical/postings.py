@@ -22,7 +22,7 @@ import math
 import re
 import threading
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -259,7 +259,8 @@ class Lexical:
         self.analyzer = Analyzer(info)
         self.parts = list(parts)
         self.documents = sum(p.live for p in self.parts)
-        self.avg_length = sum(p.live_length() for p in self.parts) / max(1, self.documents)
+        self.total_length = sum(p.live_length() for p in self.parts)
+        self.avg_length = self.total_length / max(1, self.documents)
         self._scored = 0  # postings scored since loading: the work a query costs, which tests bound by counting
         self._scored_lock = threading.Lock()
 
@@ -277,10 +278,29 @@ class Lexical:
         query are not hits. Each distinct stem is scored once, weighted by its count in the query; `check` runs
         before each part (it raises to stop a search past its deadline). Postings that cannot change the top k are
         skipped (models.bundle.lexical.pruning); `exhaustive` scores every one instead, the reference for tests."""
-        terms = self.analyzer.terms(query)
+        return self.search_terms(self.analyzer.terms(query), k, allowed, check, exhaustive)
+
+    def statistics(self, stems: Sequence[str]) -> LexicalStats:
+        """What BM25 needs of these parts for a query's stems: their live documents, live length and each stem's
+        live document frequency. A shard's statistics summed with every other shard's (LexicalStats.total) are the
+        whole version's, which scores a shard's rows as the version scores them (models.search.shards)."""
+        found = [[p.index.term(s) for s in stems] for p in self.parts]
+        return LexicalStats(self.documents, self.total_length, tuple(self._df(len(stems), found)))
+
+    def search_terms(self, terms: Mapping[str, int], k: int, allowed: Sequence[np.ndarray | None],
+                     check: Callable[[], None] | None = None, exhaustive: bool = False,
+                     stats: LexicalStats | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+        """`search` of a query's distinct stems with their counts (Analyzer.terms), in the query's order. `stats`:
+        the statistics to score with (a sharded version's, summed over its shards; their `df` follows `terms`'
+        order); None: these parts' own."""
         stems, counts = list(terms), [np.float32(c) for c in terms.values()]
         found = [[p.index.term(s) for s in stems] for p in self.parts]
-        idf = self._idf(stems, found)
+        if stats is None:
+            stats = LexicalStats(self.documents, self.total_length, tuple(self._df(len(stems), found)))
+        elif len(stats.df) != len(stems):
+            raise ValueError(f"statistics of {len(stats.df)} stems for a query of {len(stems)}")
+        idf = stats.idf()
+        avg_length = stats.avg_length
         out = []
         scored = 0
         for part, postings, rows_allowed in zip(self.parts, found, allowed, strict=True):
@@ -289,7 +309,7 @@ class Lexical:
             # bm25s's arithmetic, so that its ties stay ties (lexical_pruning.Scorer); stems in the query's order
             query_terms = [dataclasses.replace(t, weight=w, count=c)
                            for w, c, t in zip(idf, counts, postings, strict=True) if t is not None]
-            scorer = Scorer(part.index.lengths, self.info.k1, self.info.b, self.avg_length)
+            scorer = Scorer(part.index.lengths, self.info.k1, self.info.b, avg_length)
             if exhaustive:
                 scores, rows, read = exhaustive_top_k(query_terms, scorer, part.index.count, part.deleted,
                                                       rows_allowed, k)
@@ -301,18 +321,45 @@ class Lexical:
             self._scored += scored
         return out
 
-    def _idf(self, stems: list[str], found: list[list[QueryTerm | None]]) -> list[float]:
-        """Lucene's idf of each query stem over the live documents of every part."""
-        weights = []
-        for i in range(len(stems)):
+    def _df(self, stems: int, found: list[list[QueryTerm | None]]) -> list[int]:
+        """Each query stem's document frequency over the live documents of every part."""
+        out = []
+        for i in range(stems):
             df = 0
             for part, postings in zip(self.parts, found, strict=True):
                 term = postings[i]
-                if term is None:
-                    continue
-                df += len(term.rows) - part.deleted_in(term.rows)
-            weights.append(math.log(1 + (self.documents - df + 0.5) / (df + 0.5)) if df else 0.0)
-        return weights
+                if term is not None:
+                    df += len(term.rows) - part.deleted_in(term.rows)
+            out.append(df)
+        return out
+
+
+@dataclass(frozen=True)
+class LexicalStats:
+    """The statistics BM25 scores a query with: live documents, their total length and each query stem's live
+    document frequency (in the query's order). Integers, so a sum over shards equals the whole version's exactly."""
+
+    documents: int
+    total_length: int
+    df: tuple[int, ...]
+
+    @staticmethod
+    def total(parts: Sequence[LexicalStats]) -> LexicalStats:
+        """The statistics of the union of disjoint parts (shards of one version)."""
+        widths = {len(p.df) for p in parts}
+        if len(widths) != 1:
+            raise ValueError(f"statistics of different queries cannot be summed ({sorted(widths)} stems)")
+        return LexicalStats(sum(p.documents for p in parts), sum(p.total_length for p in parts),
+                            tuple(int(sum(d)) for d in zip(*(p.df for p in parts), strict=True)))
+
+    @property
+    def avg_length(self) -> float:
+        return self.total_length / max(1, self.documents)
+
+    def idf(self) -> list[float]:
+        """Lucene's idf of each stem over these documents (0 for a stem no live document holds)."""
+        n = self.documents
+        return [math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0 for df in self.df]
 
 
 def _best(scores: np.ndarray, deleted: np.ndarray | None, allowed: np.ndarray | None,

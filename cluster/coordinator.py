@@ -1,0 +1,123 @@
+"""The coordinator: shard deployments on Ray Serve for a version, and a search pinned to one version at a time.
+
+Exactness rules (docs/operations.md#sharded-serving-on-ray-serve):
+- a request is pinned to one version: it takes the coordinator in service once, and every call it makes (statistics,
+  search, documents) names that version, which a shard holds or refuses;
+- the coordinator moves to a new version only once every shard has loaded it: `deploy` starts the new version's
+  shard applications beside the old ones (`serve.run` returns once every replica of one has loaded its segments),
+  and only after every shard's has, the new version is put in service; the version before keeps its deployments
+  for the requests still pinned to it, and the one before that is deleted;
+- a shard with no live replica (or no answer within the timeout) fails the whole request with ShardUnavailable
+  (a 503), never a partial answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray import serve
+
+from cluster.handles import ServeShard
+from cluster.replica import ShardReplica
+from models.bundle.version import read_bundle_manifest
+from models.search import Retrieved, SearchOptions
+from models.search.shards import Coordinator, ShardedVersion, plan_shards
+
+log = logging.getLogger(__name__)
+APP_PREFIX = "tandem-shard"
+KEEP = 2  # versions with deployments: the one in service and the one before, for the requests still pinned to it
+
+
+def connect(address: str, num_cpus: int | None = None) -> None:
+    """Join the Ray cluster at `address` ("auto": the one this node belongs to), or start one in this process for
+    `local`; Serve's HTTP proxy stays off (the coordinator is the only door)."""
+    if not ray.is_initialized():
+        if address == "local":
+            ray.init(num_cpus=num_cpus, include_dashboard=False, configure_logging=False)
+        else:
+            ray.init(address=address, configure_logging=False)
+    serve.start(proxy_location="Disabled")
+
+
+class ClusterSearch:
+    """Shard deployments of the version in service, and the search of it (models.search.shards.Coordinator)."""
+
+    def __init__(self, shards: int, replicas: Sequence[int] | int = 1, timeout_s: float = 10.0,
+                 cpus_per_replica: float = 1.0, prefix: str = APP_PREFIX) -> None:
+        self.shards = shards
+        self.replicas = [replicas] * shards if isinstance(replicas, int) else list(replicas)
+        if len(self.replicas) != shards or min(self.replicas) < 1:
+            raise ValueError(f"replicas {self.replicas}: one count, at least 1, per shard of {shards}")
+        self.timeout_s, self.cpus, self.prefix = timeout_s, cpus_per_replica, prefix
+        self.coordinator: Coordinator | None = None
+        self.served: dict[Path, list[Path]] = {}  # per root, its versions with deployments, oldest first
+        self._lock = threading.Lock()  # one deploy at a time
+
+    def app(self, version: Path, shard: int) -> str:
+        """A shard's application: named by its version's name and path (two collections' roots may both hold a
+        `v1`)."""
+        where = hashlib.sha256(str(version).encode()).hexdigest()[:8]
+        return f"{self.prefix}-{version.name}-{where}-{shard}"
+
+    def deploy(self, version: Path, plan: Sequence[Sequence[int]] | None = None) -> Coordinator:
+        """Start every shard of `version` (each application runs once all its replicas have loaded their segments),
+        then put it in service; the version before keeps its deployments for the requests pinned to it, and the one
+        before that is deleted (the exactness rules above). Returns the version's coordinator, which searches it
+        alone."""
+        version = Path(version).resolve()
+        manifest = read_bundle_manifest(version)
+        plan = [list(p) for p in plan] if plan is not None else plan_shards([p.count for p in manifest.parts],
+                                                                           self.shards)
+        if len(plan) != self.shards:
+            raise ValueError(f"a plan of {len(plan)} shards for {self.shards} shard deployments")
+        pinned = ShardedVersion(version.name, manifest, tuple(tuple(p) for p in plan))
+        with self._lock:
+            handles = []
+            for i, segments in enumerate(plan):
+                deployment: Any = serve.deployment(ShardReplica, name="shard", num_replicas=self.replicas[i],
+                                                   ray_actor_options={"num_cpus": self.cpus},
+                                                   health_check_period_s=2, health_check_timeout_s=10)
+                # blocks until the application runs: every replica has loaded its segments
+                handles.append(serve.run(deployment.bind(str(version), list(segments)),
+                                         name=self.app(version, i), route_prefix=None))
+            clients = [ServeShard(h, self.app(version, i), self.timeout_s) for i, h in enumerate(handles)]
+            coordinator = self.coordinator = Coordinator(pinned, clients)
+            served = self.served.setdefault(version.parent, [])
+            if version not in served:
+                served.append(version)
+            while len(served) > KEEP:  # the version before the one before: no request is pinned to it now
+                self._delete(served.pop(0))
+        log.info("version %s in service on %d shards (%s replicas), segments %s", version.name, self.shards,
+                 self.replicas, plan)
+        return coordinator
+
+    def _delete(self, version: Path) -> None:
+        for i in range(self.shards):
+            serve.delete(self.app(version, i))
+
+    @property
+    def version(self) -> str:
+        if self.coordinator is None:
+            raise RuntimeError("no version deployed")
+        return self.coordinator.version.version
+
+    def search(self, vectors: np.ndarray | None, queries: list[str], opts: SearchOptions,
+               oversample: int) -> tuple[str, Retrieved]:
+        """The answer and the version it is of: the coordinator is taken once, so the request is pinned to it."""
+        coordinator = self.coordinator
+        if coordinator is None:
+            raise RuntimeError("no version deployed")
+        return coordinator.version.version, coordinator.search(vectors, queries, opts, oversample)
+
+    def close(self) -> None:
+        for versions in self.served.values():
+            for version in versions:
+                self._delete(version)
+        self.served, self.coordinator = {}, None

@@ -1,0 +1,183 @@
+"""Shards on a real local Ray cluster (issue 57): a version of four segments in two shard deployments, one with two
+replicas, answers as the single box does (same ids, order, float32 scores and version); a new version is served only
+once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
+fails the request whole. One cluster for the module (starting Ray costs seconds); marked slow by its fixtures."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.serve")
+
+from cluster.coordinator import ClusterSearch, connect
+from models.bundle.version import Bundle
+from models.bundle.versions import read_current
+from models.search import Mode, SearchOptions, search
+from models.search.shards import ShardUnavailable
+from tests.fixtures.server import serve_app
+from tests.fixtures.student import TEST_PRESET, TEST_SEED
+from tests.fixtures.tiny_models import StSpec, TinyModels
+from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _options, _segmented, _vectors
+
+PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48
+
+
+@pytest.fixture(scope="module")
+def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("ray-shards")
+    _segmented(work / "root", work, tiny_models.st(StSpec()))
+    return work / "root"
+
+
+@pytest.fixture(scope="module")
+def student(root: Path, tiny_models: TinyModels) -> Path:
+    """A student distilled against the root's teacher (tiny: a 32-d backbone), for `tandem serve`."""
+    from models.distill.pipeline import DistillRequest, run_distill
+
+    out = root.parent / "student"
+    run_distill(DistillRequest(corpus=root.parent / "corpus.jsonl", index=root, out=out, preset=TEST_PRESET,
+                               seed=TEST_SEED, teacher=tiny_models.st(StSpec()),
+                               backbone=tiny_models.st(StSpec(hidden=32))))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(root: Path) -> Iterator[ClusterSearch]:
+    import ray
+    from ray import serve
+
+    connect("local", num_cpus=4)
+    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=20.0, cpus_per_replica=0.5)
+    try:
+        yield sharded
+    finally:
+        sharded.close()
+        serve.shutdown()
+        ray.shutdown()
+
+
+def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
+    box = Bundle(version)
+    try:
+        vectors = _vectors(box.manifest.dim)
+        for opts in _options(box):
+            name, got = cluster.search(vectors, QUERIES, opts, OVERSAMPLE)
+            assert name == version.name
+            assert _answer(got.hits) == _answer(search(box, vectors, QUERIES, opts, OVERSAMPLE).hits), opts
+    finally:
+        box.close()
+
+
+def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(cluster: ClusterSearch,
+                                                                            root: Path) -> None:
+    before = root / "v3"  # three segments: the plan of v4 less its last
+    assert cluster.deploy(before, [[0], [1, 2]]).version.version == "v3"
+    _same_as_box(cluster, before)
+    current = read_current(root)
+    pinned = cluster.coordinator  # a request that took the coordinator before the move
+    assert cluster.deploy(current, PLAN).version.version == current.name == "v4"
+    _same_as_box(cluster, current)
+    assert pinned is not None  # it still answers for v3: the replicas keep the version before
+    hits = pinned.search(_vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
+    box = Bundle(before)
+    try:
+        want = search(box, _vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
+    finally:
+        box.close()
+    assert _answer(hits) == _answer(want)
+
+
+def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, root: Path, student: Path) -> None:
+    """The served path: the same /search bodies to a service whose retrieve runs on the shards and to one that
+    searches in process give the same results and the same version."""
+    from cluster.service import ClusterRetrieval
+    from service.core.searcher import retrieve_remotely
+    from service.http.app import create_app
+    from service.settings import ServiceSettings
+
+    settings = ServiceSettings(index=root, student=student, port=0)
+    bodies = [{"query": q, "top_k": 10, "mode": mode, "offset": offset, **extra}
+              for q in ("river stone", "zebra harbor") for mode in ("dense", "lexical", "hybrid")
+              for offset in (0, 20) for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
+    retrieve_remotely(ClusterRetrieval(cluster))
+    try:
+        with serve_app(create_app(settings)) as sharded:
+            retrieve_remotely(None)
+            with serve_app(create_app(settings)) as box:
+                for body in bodies:
+                    got, want = sharded.client.post("/search", json=body), box.client.post("/search", json=body)
+                    assert got.status_code == want.status_code == 200, (got.text, want.text)
+                    assert got.json()["results"] == want.json()["results"], body
+                    assert got.json()["index"] == want.json()["index"]
+                assert any(box.client.post("/search", json=b).json()["results"] for b in bodies)
+    finally:
+        retrieve_remotely(None)
+
+
+def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: ClusterSearch, root: Path) -> None:
+    """One of the first shard's two replicas is killed while a thread searches without pause: every answer is the
+    single box's or ShardUnavailable (a 503), and answers keep coming from the replica left."""
+    import ray
+
+    current = read_current(root).resolve()
+    coordinator = cluster.deploy(current, PLAN)
+    opts = SearchOptions(top_k=10, mode=Mode.HYBRID)
+    vectors = _vectors(64)
+    box = Bundle(current)
+    try:
+        want = _answer(search(box, vectors, QUERIES, opts, OVERSAMPLE).hits)
+    finally:
+        box.close()
+    replicas = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                if "SERVE_REPLICA" in a["name"] and cluster.app(current, 0) in a["name"]]
+    assert len(replicas) == 2, replicas
+    outcomes: list[str] = []
+    stop = threading.Event()
+
+    def load() -> None:
+        while not stop.is_set():
+            try:
+                outcomes.append("exact" if _answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == want
+                                else "WRONG")
+            except ShardUnavailable:
+                outcomes.append("503")
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    try:
+        _wait_for(lambda: len(outcomes) >= 10)
+        ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
+        after = len(outcomes)
+        _wait_for(lambda: outcomes[after:].count("exact") >= 30)
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert set(outcomes) <= {"exact", "503"}, outcomes
+
+
+def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, "the load thread stopped making progress"
+        time.sleep(0.05)
+
+
+def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
+    from ray import serve
+
+    cluster.deploy(read_current(root), PLAN)
+    cluster.timeout_s = 3.0
+    coordinator = cluster.coordinator
+    assert coordinator is not None
+    for client in coordinator.shards:
+        client.timeout_s = 3.0  # type: ignore[attr-defined]
+    serve.delete(cluster.app(read_current(root).resolve(), 1))  # every replica of the second shard gone
+    with pytest.raises(ShardUnavailable):
+        cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
+    cluster.served.clear()  # deleted above
