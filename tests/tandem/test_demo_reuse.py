@@ -117,3 +117,27 @@ def test_the_corpus_is_reused_only_under_its_key_and_with_its_bytes(tmp_path: Pa
     assert recorded_corpus(corpus, corpus_key(3000, walker)) is None  # another walker
     corpus.write_text(corpus.read_text() + '{"_id": "os.getcwd", "title": "os.getcwd()", "text": "The cwd."}\n')
     assert recorded_corpus(corpus, key) is None  # the bytes changed since
+
+
+def test_the_demo_loads_its_teacher_once_for_build_sample_and_targets(tandem_home: Path, tiny_teacher: Path,
+                                                                      tiny_corpus: Path, tmp_path: Path) -> None:
+    """`tandem demo serve` builds with keep_teacher: the build's encoding, its agreement sample and the
+    distillation's targets share one loaded teacher (they loaded it three times), and it is let go before serving."""
+    from models.corpus import read_corpus
+    from models.datasets.teacher_targets import TeacherTargets
+    from models.encoders.teacher_cache import release_teacher, teacher_loads
+
+    corpus = tmp_path / "corpus.jsonl"  # not in the embedding store yet: the build encodes it
+    corpus.write_text(tiny_corpus.read_text().replace('"text": "', '"text": "Demo. ', 3))
+    release_teacher()
+    before = teacher_loads()
+    manifest = build(BuildRequest(corpus=corpus, out=tmp_path / "bundle", teacher=tiny_teacher, keep_teacher=True))
+    assert manifest.embeddings.precision == "fp32" and manifest.parts[0].name
+    targets = TeacherTargets(load_card(tiny_teacher))
+    queries = targets.queries([f"{d.title} demo query" for d in read_corpus(corpus)])
+    assert len(queries) == len(read_corpus(corpus))
+    after = teacher_loads()
+    assert after.misses - before.misses == 1  # one load
+    assert after.hits - before.hits >= 2  # the sample's queries and the targets reused it
+    targets.release()
+    assert teacher_loads().currsize == 0
