@@ -17,7 +17,7 @@ import httpx
 import typer
 
 from models.distill.presets import resolve_preset
-from models.encoders.precision import AUTO, local_precision
+from models.encoders.precision import AUTO, PrecisionChoice, local_precision
 from models.encoders.registry import load_card, resolve
 from models.encoders.teacher_cache import release_teacher
 from models.hashing import sha256_file
@@ -44,12 +44,24 @@ def demo_dir() -> Path:
     return tandem_home() / "demo"
 
 
+# Device files of the GPU drivers torch can use (NVIDIA's CUDA, AMD's ROCm): without them torch sees no GPU.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
+
+
+def demo_device() -> str:
+    """Where the local teacher runs: the CPU where no GPU driver is present, known without importing torch (seconds
+    of a second run that builds nothing, and the server's memory); else torch's own answer."""
+    if not any(Path(f).exists() for f in GPU_DEVICE_FILES):
+        return "cpu"
+    from indexer.encoding.encode import local_device  # torch: whether CUDA is usable
+
+    return local_device()
+
+
 def demo_precision() -> str:
     """The teacher's precision for the demo's index, targets and agreement sample: `--precision auto` on the device
     the local teacher runs on (bf16 on a CPU that computes it natively, fp32 on one that emulates it)."""
-    from indexer.encoding.encode import local_device  # torch: whether CUDA is there
-
-    return local_precision(AUTO, local_device()).value
+    return local_precision(AUTO, demo_device()).value
 
 
 def ensure_corpus(corpus: Path, max_docs: int) -> int:
@@ -87,8 +99,8 @@ def prepare(max_docs: int) -> tuple[Path, Path]:
         if not reusable("student", student, read_student_key(student), wanted):
             from models.distill.pipeline import DistillRequest, run_distill
 
-            run_distill(DistillRequest(corpus=corpus, index=bundle, out=student, preset=preset, precision=precision,
-                                       force=True))
+            run_distill(DistillRequest(corpus=corpus, index=bundle, out=student, preset=preset,
+                                       precision=PrecisionChoice(precision), force=True))
     finally:
         release_teacher()  # the server never needs it
     return bundle, student
