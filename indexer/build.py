@@ -26,7 +26,7 @@ from models.bundle.vectors.index_spec import IndexSpec, Quantization, resolve_sp
 from models.bundle.vectors.rotation import Rotation
 from models.contract import SUPPORTED_DIMS
 from models.embeddings.store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
-from models.encoders.precision import AUTO, auto_precision, read_cpu_flags
+from models.encoders.precision import AUTO, local_precision
 from models.encoders.registry import ModelCard, load_card, resolve
 from models.errors import InputError
 from models.hashing import sha256_file
@@ -72,6 +72,9 @@ class BuildRequest:
     fields: tuple[str, ...] = ()  # --field NAME:TYPE, each a declared payload field (models.bundle.payload.fields)
     # binary: subtract the corpus mean, then spin, before taking signs (models.bundle.vectors.space)
     binary_center: bool = True
+    # the local teacher stays loaded after the build (models.encoders.teacher_cache) for what this process runs next
+    # with it, its agreement sample first: `tandem demo serve` distills next, with the same teacher
+    keep_teacher: bool = False
 
     @property
     def target(self) -> Target:
@@ -139,7 +142,8 @@ def teacher_vectors(
     if store.complete(key):
         log.info("reusing %d cached teacher embeddings (store key %s)", corpus.count, key)
     else:
-        encode_into(store, key, corpus.count, _runner(run, precision, card, corpus, docs), card, run, precision)
+        runner = _runner(run, precision, card, corpus, docs, req.keep_teacher)
+        encode_into(store, key, corpus.count, runner, card, run, precision)
     meta = store.meta(key)
     imported = meta.get("source") == "imported"
     if imported:
@@ -156,27 +160,31 @@ def resolved_precision(run: TeacherRun) -> str:
     if run.precision is not None and run.precision != AUTO:
         return run.precision
     if run.engine == Engine.LOCAL:
-        device = run.device or local_device()
-        if run.precision == AUTO:
-            picked = auto_precision(device, read_cpu_flags()).value
-            log.info("--precision auto: %s on %s", picked, device)
-            return picked
-        return "fp16" if device.startswith("cuda") else "fp32"
+        return local_precision(run.precision, run.device or local_device()).value
     from indexer.encoding.ray_engine import default_precision
 
     return default_precision(run.ray_address)  # fp16 on a cluster with GPUs
+
+
+def _sample_precision(run: TeacherRun, source: EmbeddingSource) -> str:
+    """The agreement sample's teacher runs as the build's did where that ran here (so a kept teacher is reused, and
+    `auto` is what this machine picks); after a Ray build or an import, in fp32, the reference."""
+    if run.engine == Engine.LOCAL and source.kind == "encoded" and source.precision:
+        return source.precision
+    return "fp32"
 
 
 def _text(value: object) -> str | None:
     return None if value is None else str(value)
 
 
-def _runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCorpus, docs: DocStore) -> ShardRunner:
+def _runner(run: TeacherRun, precision: str, card: ModelCard, corpus: IngestedCorpus, docs: DocStore,
+            keep: bool = False) -> ShardRunner:
     if run.engine == Engine.RAY:
         from indexer.encoding.ray_engine import ray_runner
 
         return ray_runner(run, precision, card, corpus)
-    return local_teacher(Passages(docs, corpus.count), card, run, precision)
+    return local_teacher(Passages(docs, corpus.count), card, run, precision, keep)
 
 
 def _check_shard_size(size: int) -> None:
@@ -228,7 +236,8 @@ def build(req: BuildRequest) -> BundleManifest:
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
                                   embeddings=source, version=version, rotation=rotation, index=index,
                                   binary_center=centered, binary_spin=centered, **described)
-        manifest = add_samples(staging, manifest, [manifest.parts[0].name], card, req.device)
+        manifest = add_samples(staging, manifest, [manifest.parts[0].name], card, req.device, req.keep_teacher,
+                               _sample_precision(req.run, source), req.batch_tokens)
         write_version_manifest(staging, manifest)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)
     return manifest

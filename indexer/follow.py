@@ -253,7 +253,8 @@ def _publish(req: FollowRequest, current: Path, base: BundleManifest, files: lis
         done = (base.follow.files if base.follow is not None else 0) + len(files)
         manifest = finish(manifest, base, current, version, started, totals, action="follow",
                           follow=FollowState(last=files[-1].name, files=done))
-        manifest = add_samples(staging, manifest, added, card, run.device, keep_teacher=True)
+        manifest = add_samples(staging, manifest, added, card, run.device, keep_teacher=True,
+                               precision=run.precision or "fp32", batch_tokens=run.batch_tokens)
         write_version_manifest(staging, manifest)
     log.info("applied %d change files (%s … %s) to %s: +%d added, %d replaced, -%d deleted; published %s",
              len(files), files[0].name, files[-1].name, base.version or current.name, totals["added"],

@@ -4,8 +4,9 @@ Every writer that adds a segment (build, update, follow, compact) calls this onc
 in staging, before it publishes: for each new segment, pseudo-queries of up to `TANDEM_AGREEMENT_SAMPLE` (default
 models.agreement.draw.DEFAULT_SAMPLE; 0: none) of its documents, the teacher's vectors of them and the teacher's
 top-10 over the staged version, written into the segment as models.bundle.sample's files and listed in the manifest
-it returns (so verification covers them). The teacher encodes ~100 short queries: seconds on a CPU, loaded once per
-process (a build that imported its vectors loads it for that alone). A compaction's segment keeps its inputs'
+it returns (so verification covers them). The teacher encodes ~100 short queries: seconds on a CPU, in the precision
+the writer's own teacher ran in, with the very teacher that writer loaded where it kept it (models.encoders.
+teacher_cache; a build that imported its vectors loads it for that alone). A compaction's segment keeps its inputs'
 samples (their queries whose document is still live, subsampled), with the top-10 searched again, and no teacher.
 
 The top-10 is searched in the staged version, which maps every segment's first stage: the one cost of the sample
@@ -15,15 +16,12 @@ disk) but not in memory, since each query's pages are dropped after it (TANDEM_A
 
 from __future__ import annotations
 
-import functools
-import gc
 import logging
 import os
 import random
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,14 +30,11 @@ from models.bundle.manifest import BundleManifest, SegmentInfo
 from models.bundle.sample import Sample, SampleRecord, read_sample, sample_names, write_sample
 from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore
 from models.bundle.version import Bundle, in_segment
-from models.encoders.heap import return_freed_heap
 from models.encoders.registry import ModelCard
+from models.encoders.teacher_cache import release_teacher, shared_teacher
 from models.errors import InputError
 from models.hashing import sha256_file
 from models.search.query import dense_hits
-
-if TYPE_CHECKING:
-    from models.encoders.teacher import TeacherEncoder
 
 log = logging.getLogger(__name__)
 
@@ -62,20 +57,15 @@ def sample_size() -> int:
     return size
 
 
-@functools.lru_cache(maxsize=1)
-def _teacher(path: str, device: str | None) -> TeacherEncoder:
-    """The teacher, loaded once per process: a follower or a test suite writes many samples."""
-    from models.encoders.teacher import TeacherEncoder  # torch, only when a sample is written
-
-    return TeacherEncoder(Path(path), device=device, precision="fp32")
-
-
 def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str], card: ModelCard,
-                device: str | None = None, keep_teacher: bool = False) -> BundleManifest:
+                device: str | None = None, keep_teacher: bool = False, precision: str = "fp32",
+                batch_tokens: int | None = None) -> BundleManifest:
     """Write the sample of each segment of `manifest` named in `names` into `staging`; the manifest listing them
     (the caller writes it). The teacher is let go once it has encoded the queries, before the staged version is
     loaded for their top-10, so that a build's peak memory holds one of the two, not both (a 10M version's first
-    stage is 1 GB, the teacher about as much); `keep_teacher` keeps it loaded for the next call (a follower)."""
+    stage is 1 GB, the teacher about as much); `keep_teacher` keeps it loaded for the next call (a follower, or a
+    demo that distills next). `precision` and `batch_tokens` are the writer's own teacher's, so that the sample
+    encodes with the teacher the writer loaded (models.encoders.teacher_cache) instead of loading another."""
     size = sample_size()
     segments = [s for s in manifest.parts if s.name in names]
     if not size or not segments:
@@ -88,11 +78,10 @@ def add_samples(staging: Path, manifest: BundleManifest, names: Collection[str],
         finally:
             store.close()
     texts = [q for queries, _ in drawn.values() for q in queries]
-    vectors = _teacher(card.path, device).encode_queries(texts) if texts else np.zeros((0, card.dim), np.float32)
+    vectors = shared_teacher(card.path, device, precision, batch_tokens).encode_queries(texts) if texts else \
+        np.zeros((0, card.dim), np.float32)
     if not keep_teacher:
-        _teacher.cache_clear()
-        gc.collect()
-        return_freed_heap()
+        release_teacher()
     samples: dict[str, Drawn] = {}
     start = 0
     for name, (queries, sources) in drawn.items():

@@ -507,6 +507,12 @@ def distill(
     teacher: TeacherOpt = None,
     backbone: BackboneOpt = None,
     device: DeviceOpt = None,
+    precision: Annotated[
+        PrecisionChoice | None,
+        typer.Option(envvar="TANDEM_PRECISION", help="Teacher precision for the targets it computes (pseudo-queries; "
+                     "passages the bundle does not hold): fp32 (CPU default), bf16, fp16 (CUDA default), or auto as "
+                     "`index build` takes it. The student's manifest records it (trained_on.teacher_precision).")
+    ] = None,
     seed: int = 0,
     force: Annotated[bool, typer.Option(help="Replace an existing student at --out.")] = False,
 ) -> None:
@@ -516,6 +522,8 @@ def distill(
 
         if corpus is not None or train_queries is not None:
             raise InputError("--from replays the student's own corpus: drop --corpus and --train-queries")
+        if precision is not None:
+            raise InputError("--precision sets a new distillation's teacher; --from refreshes in the default one")
         manifest = run_refresh(RefreshRequest(student=from_student, index=index, out=out, segments=segments or None,
                                               preset=preset, replay=replay, teacher=teacher, backbone=backbone,
                                               device=device, seed=seed, force=force))
@@ -528,8 +536,8 @@ def distill(
             raise InputError("--segment needs --from")
         manifest = run_distill(
             DistillRequest(corpus=corpus, index=index, out=out, preset=preset or "default",
-                           train_queries=train_queries, teacher=teacher, backbone=backbone, device=device, seed=seed,
-                           force=force)
+                           train_queries=train_queries, teacher=teacher, backbone=backbone, device=device,
+                           precision=precision, seed=seed, force=force)
         )
     if manifest.parity is not None:
         typer.echo(f"student written to {out}: parity fp32 {manifest.parity.fp32_mean_cosine:.5f}, "

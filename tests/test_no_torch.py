@@ -29,3 +29,21 @@ assert "ray" not in sys.modules, "the local engine imports ray"
 def test_local_indexer_does_not_import_ray() -> None:
     result = subprocess.run([sys.executable, "-c", LOCAL_ENGINE], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+DEMO_REUSE = """
+import sys
+import tandem.cli, tandem.demo
+from tandem.demo import GPU_DEVICE_FILES, demo_precision
+from pathlib import Path
+demo_precision()
+if not any(Path(f).exists() for f in GPU_DEVICE_FILES):
+    assert "torch" not in sys.modules, "a demo that reuses its bundle and student imports torch"
+"""
+
+
+def test_a_demo_that_builds_nothing_does_not_import_torch() -> None:
+    """A second `make demo` decides what to reuse (the precision `auto` picks included) and serves without torch on
+    a machine with no GPU driver: seconds saved, and the server's memory."""
+    result = subprocess.run([sys.executable, "-c", DEMO_REUSE], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr

@@ -6,7 +6,6 @@ which runner a build uses, and the precision a Ray cluster gives, are the build'
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from indexer.options import Engine
 from models.embeddings.store import EmbeddingStore, ShardRunner, local_runner
 from models.encoders.precision import AUTO, TEACHER_PRECISIONS
 from models.encoders.registry import ModelCard
+from models.encoders.teacher_cache import shared_teacher
 from models.errors import InputError
 
 if TYPE_CHECKING:
@@ -72,9 +72,10 @@ def local_teacher(texts: Sequence[str], card: ModelCard, run: TeacherRun, precis
                   keep: bool = False) -> ShardRunner:
     """Encode shards in this process; loads torch and the teacher only now. `keep`: the teacher stays loaded for
     the next call with the same settings (a follower, which encodes a change file a minute and spent about 4 s of
-    each step loading it: docs/lab/2026-11-27-scale-10m-4.md); else it goes with the runner."""
-    if keep:
-        encoder = _kept_teacher(card.path, run.device, precision, run.batch_tokens)
+    each step loading it: docs/lab/2026-11-27-scale-10m-4.md) or a demo whose distillation follows in the same
+    process; else it goes with the runner."""
+    if keep:  # the process's one kept teacher (models.encoders.teacher_cache), shared with the sample's queries
+        encoder = shared_teacher(card.path, run.device, precision, run.batch_tokens)
     else:
         encoder = _teacher(card.path, run.device, precision, run.batch_tokens)
 
@@ -91,5 +92,3 @@ def _teacher(path: str, device: str | None, precision: str, batch_tokens: int | 
 
     return TeacherEncoder(Path(path), device=device, precision=precision, batch_tokens=batch_tokens)
 
-
-_kept_teacher = functools.lru_cache(maxsize=1)(_teacher)

@@ -60,7 +60,8 @@ def _update(req: UpdateRequest) -> BundleManifest:
                                 vectors=teacher_vectors(card, store, run))
         manifest = finish(applied.manifest, base, source_dir, version, started, applied.changed)
         if applied.segment is not None:
-            manifest = add_samples(staging, manifest, [applied.segment.name], card, run.device)
+            manifest = add_samples(staging, manifest, [applied.segment.name], card, run.device,
+                                   precision=run.precision or "fp32", batch_tokens=run.batch_tokens)
         write_version_manifest(staging, manifest)
     c = applied.counts
     log.info("update of %s: %d added, %d replaced, %d deleted, %d unchanged; encoded %d; published %s in %.1fs",

@@ -5,7 +5,9 @@ fingerprint, max_seq_length, corpus hash), so the student aligns to what it is s
 against. Query targets are the teacher's vectors of the *prompted* query (its query prompt,
 LEAF's asymmetric setup); the student learns to put the raw query there. Pseudo-query vectors
 are cached under cache_dir()/targets, keyed by the teacher fingerprint (which covers the
-prompts and the pooling) and the sha256 of the texts, as resumable float16 shards. Each cached list also
+prompts and the pooling), the precision it ran in (fp32 keys as before) and the sha256 of the texts, as resumable
+float16 shards. The teacher is the process's shared one (models.encoders.teacher_cache): a demo's
+build loaded it already. Each cached list also
 records its texts, so a later run with another preset encodes only the texts no earlier run
 did (a bigger preset's pseudo-queries are mostly a smaller one's).
 """
@@ -16,16 +18,16 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
-from functools import cached_property
-from pathlib import Path
 
 import numpy as np
 
 from models.atomic import atomic_write
 from models.corpus import Document, corpus_key
 from models.embeddings.store import EmbeddingStore, store_key
+from models.encoders.precision import local_precision
 from models.encoders.registry import ModelCard
-from models.encoders.teacher import TeacherEncoder
+from models.encoders.teacher import TeacherEncoder, pick_device
+from models.encoders.teacher_cache import release_teacher, shared_teacher
 from models.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -34,26 +36,39 @@ BATCH_SIZE = 32
 TEXTS_FILE = "texts.json"
 
 
-def texts_key(card: ModelCard, texts: Sequence[str]) -> str:
+def texts_key(card: ModelCard, texts: Sequence[str], precision: str = "fp32") -> str:
     digest = hashlib.sha256()
     for text in texts:
         digest.update(text.encode())
         digest.update(b"\x00")
-    return store_key(card.fingerprint, card.max_seq_length, digest.hexdigest())
+    return store_key(card.fingerprint, card.max_seq_length, digest.hexdigest(), precision)
 
 
 class TeacherTargets:
-    """Loads the teacher only if some target is not on disk yet."""
+    """Loads the teacher only if some target is not on disk yet; `release` lets it go. `precision` as `--precision`
+    takes it (models.encoders.precision.local_precision): None is fp16 on CUDA and fp32 elsewhere, `auto` bf16 on a
+    CPU that computes it natively."""
 
-    def __init__(self, card: ModelCard, device: str | None = None, store: EmbeddingStore | None = None) -> None:
+    def __init__(self, card: ModelCard, device: str | None = None, store: EmbeddingStore | None = None,
+                 precision: str | None = None) -> None:
         self.card = card
         self.device = device
+        self.precision = local_precision(precision, pick_device(device).type).value
         self.store = store or EmbeddingStore()
         self.cache = EmbeddingStore(cache_dir() / "targets")
 
-    @cached_property
+    @property
     def teacher(self) -> TeacherEncoder:
-        return TeacherEncoder(Path(self.card.path), device=self.device)
+        return shared_teacher(self.card.path, self.device, self.precision)
+
+    @staticmethod
+    def release() -> None:
+        """Free the teacher (training needs the memory); the next target encoded loads it again."""
+        release_teacher()
+
+    def _meta(self) -> dict[str, object]:
+        return {"teacher": self.card.fingerprint, "max_seq_length": self.card.max_seq_length,
+                "precision": self.precision}
 
     def _encode_documents(self, texts: Sequence[str], on_progress: Callable[[int], object]) -> np.ndarray:
         return self.teacher.encode_documents(texts, batch_size=BATCH_SIZE, on_progress=on_progress)
@@ -72,13 +87,13 @@ class TeacherTargets:
             if vectors is not None and len(vectors) == len(docs):
                 log.info("document targets: %d vectors the bundle was built from (key %s)", len(vectors), built_from)
                 return vectors
-        key = store_key(self.card.fingerprint, self.card.max_seq_length, corpus_key(list(docs)))
+        key = store_key(self.card.fingerprint, self.card.max_seq_length, corpus_key(list(docs)), self.precision)
         vectors = self.store.load(key)
         if vectors is not None:
             log.info("document targets: %d vectors from the embedding store (key %s)", len(vectors), key)
             return vectors
         log.info("document targets: not in the embedding store, encoding %d documents with the teacher", len(docs))
-        meta = {"source": "encoded", "teacher": self.card.fingerprint, "max_seq_length": self.card.max_seq_length}
+        meta = {"source": "encoded", **self._meta()}
         return self.store.encode(key, [d.passage() for d in docs], self._encode_documents, meta)
 
     def queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -86,18 +101,18 @@ class TeacherTargets:
         texts that no cached list holds."""
         if not texts:
             return np.empty((0, self.card.dim), dtype=np.float32)
-        key = texts_key(self.card, texts)
+        key = texts_key(self.card, texts, self.precision)
         vectors = self.cache.load(key)
         if vectors is not None:
             log.info("query targets: %d vectors from the cache (key %s)", len(vectors), key)
             return vectors
         known = self._cached_vectors(set(texts))
         missing = list(dict.fromkeys(t for t in texts if t not in known))
-        log.info("query targets: %d of %d texts cached by earlier runs, encoding %d with the teacher",
-                 len(texts) - len(missing), len(texts), len(missing))
-        meta = {"teacher": self.card.fingerprint, "max_seq_length": self.card.max_seq_length}
+        log.info("query targets: %d of %d texts cached by earlier runs, encoding %d with the teacher (%s)",
+                 len(texts) - len(missing), len(texts), len(missing), self.precision)
+        meta = self._meta()
         if missing:
-            new_key = texts_key(self.card, missing)
+            new_key = texts_key(self.card, missing, self.precision)
             known.update(zip(missing, self.cache.encode(new_key, missing, self._encode_queries, meta), strict=True))
             self._record_texts(new_key, missing)
         vectors = np.stack([known[t] for t in texts])
@@ -111,13 +126,15 @@ class TeacherTargets:
         atomic_write(path, lambda fh: fh.write(json.dumps(list(texts)).encode()))
 
     def _cached_vectors(self, wanted: set[str]) -> dict[str, np.ndarray]:
-        """Vectors of `wanted` texts held by complete cached lists of this teacher."""
+        """Vectors of `wanted` texts held by complete cached lists of this teacher in this precision (lists cached
+        before the precision was recorded are fp32)."""
         found: dict[str, np.ndarray] = {}
         root = self.cache.root
         for texts_path in sorted(root.glob(f"*/{TEXTS_FILE}")) if root.is_dir() else []:
             key = texts_path.parent.name
             try:
-                if self.cache.meta(key).get("teacher") != self.card.fingerprint:
+                meta = self.cache.meta(key)
+                if meta.get("teacher") != self.card.fingerprint or meta.get("precision", "fp32") != self.precision:
                     continue
             except (OSError, ValueError):  # an entry being written or damaged: not a source
                 continue

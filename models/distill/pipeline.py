@@ -42,6 +42,7 @@ from models.distill.training.ridge import fit_ridge
 from models.distill.training.soup import average_states, member_seed
 from models.distill.training.trainer import TrainResult, Validation, train, validate
 from models.encoders.pooling import Head
+from models.encoders.precision import PrecisionChoice
 from models.encoders.registry import ModelCard, load_card, resolve
 from models.encoders.student_manifest import StudentManifest, TrainedOn
 from models.encoders.teacher import pick_device
@@ -68,6 +69,10 @@ class DistillRequest(BaseModel):
     teacher: Path | None = None
     backbone: Path | None = None
     device: str | None = None
+    precision: PrecisionChoice | None = Field(
+        default=None, description="the teacher's for the targets it computes (pseudo-queries; passages the bundle "
+        "does not hold), as `index build --precision` takes it: None fp32 on CPU (fp16 on CUDA), auto bf16 on a "
+        "CPU that computes it natively")
     seed: int = 0
     force: bool = False
 
@@ -212,11 +217,11 @@ def run_distill(req: DistillRequest) -> StudentManifest:
              preset.real_query_repeats, f", for each of {preset.members} members" if preset.members > 1 else "",
              len(data.val.passages), len(data.val.queries), data.val.real)
 
-    targets = TeacherTargets(card, req.device)
+    targets = TeacherTargets(card, req.device, precision=req.precision)
     built_from = bundle.embeddings.store_key if corpus_sha256 == bundle.corpus.sha256 else None
     doc_vectors = targets.documents(docs, built_from)
     query_vectors = [targets.queries(d.train.queries + d.val.queries) for d in datas]
-    del targets  # frees the teacher, if it was loaded
+    targets.release()  # frees the teacher, if it was loaded (or kept by a build in this process): training needs it
 
     device = pick_device(req.device)
     tokens = Tokens(backbone_dir / "tokenizer.json", min(preset.max_seq_length, backbone.max_seq_length))
@@ -272,7 +277,7 @@ def run_distill(req: DistillRequest) -> StudentManifest:
             corpus=str(Path(req.corpus).resolve()), corpus_sha256=corpus_sha256, documents=len(docs),
             train_texts=len(data.train), train_queries=len(data.train.queries), real_queries=data.train.real,
             bundle=str(version_dir.resolve()), bundle_version=bundle.version or version_dir.name,
-            segments=[segment.name for segment in bundle.parts],
+            segments=[segment.name for segment in bundle.parts], teacher_precision=targets.precision,
         ),
     )
     parity_passages = [docs[r].passage() for r in data.val.passages[:PARITY_PASSAGES]]

@@ -266,7 +266,7 @@ def run_refresh(req: RefreshRequest) -> StudentManifest:
     old_vectors = dict(zip(old.train.queries + old.val.queries,
                            targets.queries(old.train.queries + old.val.queries), strict=True))
     new_vectors = targets.queries(new.train.queries + new.val.queries)
-    del targets
+    targets.release()  # training needs the memory
 
     device = pick_device(req.device)
     model, backbone = _starting_model(req, student, card)

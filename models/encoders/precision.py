@@ -69,3 +69,16 @@ def auto_precision(device: str, flags: Iterable[str]) -> TeacherPrecision:
     if device.startswith("cuda"):
         return TeacherPrecision.FP16
     return TeacherPrecision.BF16 if BF16_CPU_FLAGS & set(flags) else TeacherPrecision.FP32
+
+
+def local_precision(requested: str | None, device: str, flags: Iterable[str] | None = None) -> TeacherPrecision:
+    """What a teacher in this process runs in for `--precision requested` on `device`: the precision given; for
+    `auto`, `auto_precision` of this CPU's flags; for None, fp16 on CUDA and fp32 (the reference) elsewhere. The one
+    rule of `index build` and `distill`, so a demo's index, targets and agreement sample agree."""
+    if requested is None:
+        return TeacherPrecision.FP16 if device.startswith("cuda") else TeacherPrecision.FP32
+    if requested == AUTO:
+        picked = auto_precision(device, read_cpu_flags() if flags is None else flags)
+        log.info("--precision auto: %s on %s", picked.value, device)
+        return picked
+    return TeacherPrecision(requested)

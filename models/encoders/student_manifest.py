@@ -46,6 +46,9 @@ class TrainedOn(BaseModel):
     bundle_version: str = Field(description="that version's name: its manifest's `version`, else its directory's")
     segments: list[str] = Field(default_factory=list, description="that version's segments (empty in students "
                                 "recorded before): what `distill --from` counts as seen once the version is pruned")
+    teacher_precision: str | None = Field(default=None, description="what the teacher computed this run's targets "
+                                          "in (fp32, bf16, fp16): the pseudo-queries, and passages the bundle did "
+                                          "not hold; null in students recorded before (fp32 on CPU)")
     refreshes: list[Refreshed] = Field(default_factory=list, description="`tandem distill --from` runs since, oldest "
                                        "first; `bundle` and `bundle_version` then name the last one's version")
 

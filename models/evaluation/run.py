@@ -204,7 +204,11 @@ def _teacher_documents(card: ModelCard, dataset: BeirDataset, device: str | None
     """The teacher's full-dimension document vectors: the indexer's embedding-store entry, else encoded once."""
     from models.datasets.teacher_targets import TeacherTargets
 
-    return TeacherTargets(card, device).documents(dataset.corpus)
+    targets = TeacherTargets(card, device)
+    try:
+        return targets.documents(dataset.corpus)
+    finally:
+        targets.release()
 
 
 def _backbone_vectors(

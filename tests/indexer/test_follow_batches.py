@@ -132,10 +132,12 @@ def test_a_batch_makes_what_one_change_set_at_a_time_makes(root: Path, tmp_path:
 
 def test_a_follower_loads_the_teacher_once_for_its_steps(root: Path, tmp_path: Path) -> None:
     """Each step encodes its new documents with the teacher, loaded by the first step and kept for the next (a
-    follower at 1,000 documents a minute spent about 4 s of each step loading it)."""
-    from indexer.encoding.encode import _kept_teacher
+    follower at 1,000 documents a minute spent about 4 s of each step loading it), and its segment's agreement sample
+    encodes its queries with that same teacher: one load for two steps of two encodings each."""
+    from models.encoders.teacher_cache import release_teacher, teacher_loads
 
-    _kept_teacher.cache_clear()
+    release_teacher()
+    before = teacher_loads()
     changes = tmp_path / "changes"
     changes.mkdir()
     for n in range(2):
@@ -143,11 +145,11 @@ def test_a_follower_loads_the_teacher_once_for_its_steps(root: Path, tmp_path: P
                                                             "text": f"a document no step has seen, number {n}"}))
         report = follow(FollowRequest(root=root, changes_dir=changes, once=True))
         assert report.applied == 1
-    info = _kept_teacher.cache_info()
-    assert (info.misses, info.hits) == (1, 1)
+    info = teacher_loads()
+    assert (info.misses - before.misses, info.hits - before.hits) == (1, 3)
     bundle = Bundle(read_current(root))
     try:
         assert {"fresh-0", "fresh-1"} <= {d.id for d in documents(bundle, bundle.live_rows())}
     finally:
         bundle.close()
-    _kept_teacher.cache_clear()
+    release_teacher()

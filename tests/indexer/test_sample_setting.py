@@ -34,7 +34,7 @@ def test_a_build_refuses_a_bad_setting_before_reading_anything(monkeypatch: pyte
 def test_a_build_lets_the_teacher_go_after_its_sample(tandem_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
     """A one-shot writer (build, update) frees the teacher once the sample's queries are encoded, before the staged
     version loads for their top-10: its peak memory holds one of the two. (A follower keeps it for its next step.)"""
-    from indexer import sample
+    from models.encoders.teacher_cache import teacher_loads
 
     manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "out"))
-    assert manifest.parts[0].name and sample._teacher.cache_info().currsize == 0
+    assert manifest.parts[0].name and teacher_loads().currsize == 0

@@ -15,6 +15,7 @@ runner = CliRunner()
     (["--index", "b", "--out", "o"], "--corpus is required"),
     (["--index", "b", "--out", "o", "--corpus", "c.jsonl", "--segment", "s1"], "--segment needs --from"),
     (["--index", "b", "--out", "o", "--from", "s", "--corpus", "c.jsonl"], "drop --corpus"),
+    (["--index", "b", "--out", "o", "--from", "s", "--precision", "bf16"], "--precision sets a new distillation"),
 ])
 def test_distill_refuses_options_that_do_not_go_together(args: list[str], message: str) -> None:
     result = runner.invoke(app, ["distill", *args])
