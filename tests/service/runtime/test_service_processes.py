@@ -27,9 +27,13 @@ from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import Served, free_port, post_together, serve_process
 from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
-from tests.service.reload.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
+from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
-__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+
+@pytest.fixture
+def root(v1_v2_root: Path) -> Path:
+    """The real tiny bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
+    return v1_v2_root
 
 pytestmark = pytest.mark.slow
 

@@ -25,9 +25,12 @@ import pytest
 from tandem.loadclient import Request
 from tandem.openloop import OpenLoop, Record, Target
 from tests.fixtures.server import Served, serve_process
-from tests.service.reload.test_service_reload import root, v2_bundle
 
-__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+
+@pytest.fixture
+def root(v1_v2_root: Path) -> Path:
+    """The real tiny bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
+    return v1_v2_root
 
 pytestmark = pytest.mark.slow
 
