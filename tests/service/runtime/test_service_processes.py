@@ -35,6 +35,7 @@ def root(v1_v2_root: Path) -> Path:
     """The real tiny bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
     return v1_v2_root
 
+
 pytestmark = pytest.mark.slow
 
 PROCESSES = 2
