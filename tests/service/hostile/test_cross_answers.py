@@ -91,10 +91,13 @@ embeddings = true
 @pytest.fixture(scope="module")
 def server(cross_bundle: Path, mini_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     keys = _key_file(tmp_path_factory.mktemp("cross-keys") / "keys.toml")
-    # admission generous enough that no request of a test is refused (a 429 is not the answer alone)
+    # admission generous enough that no request of a test is refused (a 429 is not the answer alone); keep-alive
+    # longer than the module, so that Together's idle clients are never closed by the server just as they send
+    # (a connection reset, not an answer)
     service = ServiceSettings(index=cross_bundle, student=mini_student, keys_file=keys, port=0,
                               batch_max_queries=8, batch_wait_ms=5.0, workers=1, max_pending=256,
-                              max_queue_ms=60_000.0, request_timeout_ms=60_000.0, query_cache=QUERY_CACHE)
+                              max_queue_ms=60_000.0, request_timeout_ms=60_000.0, query_cache=QUERY_CACHE,
+                              keep_alive_s=3600.0)
     with serve_app(create_app(service)) as live:
         yield live
 
