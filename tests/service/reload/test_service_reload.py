@@ -26,6 +26,7 @@ from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, serve_app
 from tests.fixtures.tiny_service import V2_DROPPED, V2_MARK
+from tests.fixtures.tiny_service import v2_bundle as v2_bundle  # tests/indexer/test_publish_safety.py imports it
 
 TOKEN = "test-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
