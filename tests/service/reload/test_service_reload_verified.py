@@ -31,6 +31,7 @@ from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, serve_app
+from tests.fixtures.tiny_service import MINI_DIM
 from tests.service.reload.test_service_reload import reload, search, serving
 
 pytestmark = pytest.mark.slow
@@ -41,7 +42,7 @@ def root(mini_bundle: Path, mini_teacher: Path, tiny_corpus: Path, tmp_path: Pat
     """A root whose CURRENT is v1: int8 with a PCA rotation, so it has space files (calibration, rotation). Built
     from the teacher vectors mini_bundle's build cached."""
     root = tmp_path / "bundles"
-    build(BuildRequest(corpus=tiny_corpus, root=root, version="v1", dim=32, quantization="int8", rotation="pca",
+    build(BuildRequest(corpus=tiny_corpus, root=root, version="v1", dim=MINI_DIM, quantization="int8", rotation="pca",
                        teacher=mini_teacher))
     return root
 
