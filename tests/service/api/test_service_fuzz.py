@@ -83,9 +83,9 @@ def test_protected_api_conforms_to_its_schema(protected_server: LiveServer, http
     _fuzz(protected_server, http_session, mode, authenticated=True)
 
 
-def _fuzz(mini_server: LiveServer, http_session: requests.Session, mode: GenerationMode,
+def _fuzz(server: LiveServer, http_session: requests.Session, mode: GenerationMode,
           authenticated: bool) -> None:
-    schema = schemathesis.openapi.from_url(f"{mini_server.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {f"{op.method.upper()} {op.path}" for op in operations} >= {"POST /search", "GET /healthz", "GET /readyz"}
     statuses: list[tuple[str, int]] = []
@@ -95,7 +95,7 @@ def _fuzz(mini_server: LiveServer, http_session: requests.Session, mode: Generat
               suppress_health_check=list(HealthCheck))
     def fuzz(case: schemathesis.Case) -> None:
         headers = _credentials(case.path) if authenticated else None
-        response = case.call_and_validate(base_url=mini_server.url, session=http_session, checks=CHECKS,
+        response = case.call_and_validate(base_url=server.url, session=http_session, checks=CHECKS,
                                           headers=headers)
         statuses.append((case.path, response.status_code))
 
