@@ -18,14 +18,14 @@ from service.settings import ServiceSettings
 from tests.fixtures.server import READY_TIMEOUT_S, serve_app
 
 
-def test_unloadable_bundle_is_reported_not_served(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+def test_unloadable_bundle_is_reported_not_served(mini_bundle: Path, mini_student: Path, tmp_path: Path) -> None:
     broken = tmp_path / "bundle"
-    shutil.copytree(tiny_bundle, broken)
+    shutil.copytree(mini_bundle, broken)
     (broken / INDEX_FILE).write_bytes(b"not a faiss index")
     manifest = json.loads((broken / BUNDLE_MANIFEST).read_text())  # vouched for: only the FAISS load can tell
     manifest["files"][INDEX_FILE] = sha256_file(broken / INDEX_FILE)
     (broken / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
-    app = create_app(ServiceSettings(index=broken, student=tiny_student))
+    app = create_app(ServiceSettings(index=broken, student=mini_student))
     with serve_app(app, wait_ready=False) as server:
         deadline = time.monotonic() + READY_TIMEOUT_S
         ready = server.client.get("/readyz")

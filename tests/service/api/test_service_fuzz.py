@@ -60,8 +60,8 @@ ADMIN_TOKEN = "fuzz-admin-token-0123456789"
 
 
 @pytest.fixture(scope="module")
-def protected_server(tiny_bundle: Path, tiny_student: Path) -> Iterator[LiveServer]:
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, api_keys=API_KEY, admin_token=ADMIN_TOKEN,
+def protected_server(mini_bundle: Path, mini_student: Path) -> Iterator[LiveServer]:
+    settings = ServiceSettings(index=mini_bundle, student=mini_student, api_keys=API_KEY, admin_token=ADMIN_TOKEN,
                                watch_interval_s=0)
     with serve_app(create_app(settings)) as server:
         yield server
@@ -72,9 +72,9 @@ def _credentials(path: str) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
-def test_api_conforms_to_its_schema(live_server: LiveServer, http_session: requests.Session,
+def test_api_conforms_to_its_schema(mini_server: LiveServer, http_session: requests.Session,
                                     mode: GenerationMode) -> None:
-    _fuzz(live_server, http_session, mode, authenticated=False)
+    _fuzz(mini_server, http_session, mode, authenticated=False)
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
@@ -83,9 +83,9 @@ def test_protected_api_conforms_to_its_schema(protected_server: LiveServer, http
     _fuzz(protected_server, http_session, mode, authenticated=True)
 
 
-def _fuzz(live_server: LiveServer, http_session: requests.Session, mode: GenerationMode,
+def _fuzz(server: LiveServer, http_session: requests.Session, mode: GenerationMode,
           authenticated: bool) -> None:
-    schema = schemathesis.openapi.from_url(f"{live_server.url}/openapi.json")
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     assert {f"{op.method.upper()} {op.path}" for op in operations} >= {"POST /search", "GET /healthz", "GET /readyz"}
     statuses: list[tuple[str, int]] = []
@@ -95,7 +95,7 @@ def _fuzz(live_server: LiveServer, http_session: requests.Session, mode: Generat
               suppress_health_check=list(HealthCheck))
     def fuzz(case: schemathesis.Case) -> None:
         headers = _credentials(case.path) if authenticated else None
-        response = case.call_and_validate(base_url=live_server.url, session=http_session, checks=CHECKS,
+        response = case.call_and_validate(base_url=server.url, session=http_session, checks=CHECKS,
                                           headers=headers)
         statuses.append((case.path, response.status_code))
 
@@ -167,8 +167,8 @@ def _render(body: object) -> str:
 
 
 @pytest.fixture(scope="module")
-def meta_app_server(meta_bundle: Path, tiny_student: Path) -> Iterator[tuple[LiveServer, Bundle]]:
-    app = create_app(ServiceSettings(index=meta_bundle, student=tiny_student, watch_interval_s=0))
+def meta_app_server(mini_meta_bundle: Path, mini_student: Path) -> Iterator[tuple[LiveServer, Bundle]]:
+    app = create_app(ServiceSettings(index=mini_meta_bundle, student=mini_student, watch_interval_s=0))
     with serve_app(app) as server:
         yield server, app.state.loader.searcher().bundle
 

@@ -26,38 +26,38 @@ TRICKLERS = 200
 
 
 @pytest.mark.parametrize("value", ["", ",", " , ,"])
-def test_api_keys_set_but_empty_refuses_to_start(tiny_bundle: Path, tiny_student: Path, value: str) -> None:
+def test_api_keys_set_but_empty_refuses_to_start(mini_bundle: Path, mini_student: Path, value: str) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TANDEM_API_KEYS", value)
-        settings = ServiceSettings(index=tiny_bundle, student=tiny_student)
+        settings = ServiceSettings(index=mini_bundle, student=mini_student)
     with pytest.raises(InputError, match="TANDEM_API_KEYS"):
         create_app(settings)
 
 
-def test_serve_with_empty_api_keys_exits_naming_the_variable(tiny_bundle: Path, tiny_student: Path) -> None:
+def test_serve_with_empty_api_keys_exits_naming_the_variable(mini_bundle: Path, mini_student: Path) -> None:
     """What an unset `${VAR}` in a compose file does: `tandem serve` must exit, not serve an open API."""
     env = {**os.environ, "TANDEM_API_KEYS": ",", "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run(
-        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(tiny_bundle),
-         "--student", str(tiny_student), "--port", "0"],
+        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(mini_bundle),
+         "--student", str(mini_student), "--port", "0"],
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     assert done.returncode == 2, done.stderr
     assert "error: TANDEM_API_KEYS is set but holds no key" in done.stderr
 
 
-def test_a_mebibyte_of_queries_gets_a_small_422_while_healthz_answers(live_server: LiveServer) -> None:
+def test_a_mebibyte_of_queries_gets_a_small_422_while_healthz_answers(mini_server: LiveServer) -> None:
     body = b'{"queries":[' + b",".join([b"1"] * ((1 << 20) // 2 - 16)) + b"]}"
     assert len(body) <= 1 << 20
     answers: list[httpx.Response] = []
 
     def post() -> None:
-        with httpx.Client(base_url=live_server.url, timeout=60.0, trust_env=False) as client:
+        with httpx.Client(base_url=mini_server.url, timeout=60.0, trust_env=False) as client:
             answers.append(client.post("/search", content=body, headers={"Content-Type": "application/json"}))
 
     thread = threading.Thread(target=post)
     thread.start()
-    probes = [live_server.client.get("/healthz").status_code for _ in range(5)]
+    probes = [mini_server.client.get("/healthz").status_code for _ in range(5)]
     thread.join(timeout=60)
     assert probes == [200] * 5
     (response,) = answers
@@ -67,33 +67,33 @@ def test_a_mebibyte_of_queries_gets_a_small_422_while_healthz_answers(live_serve
     assert "values, at most" in response.json()["message"]
 
 
-def test_item_errors_are_capped(live_server: LiveServer) -> None:
-    response = live_server.client.post("/search", json={"queries": [1] * 60})
+def test_item_errors_are_capped(mini_server: LiveServer) -> None:
+    response = mini_server.client.post("/search", json={"queries": [1] * 60})
     assert response.status_code == 422
     details = response.json()["details"]
     assert len(details) <= 11
     assert details[-1]["message"] == "and 50 more problems"
 
 
-def test_total_hits_per_request_are_bounded(live_server: LiveServer) -> None:
-    response = live_server.client.post("/search", json={"queries": ["tides"] * 20, "top_k": 1000})
+def test_total_hits_per_request_are_bounded(mini_server: LiveServer) -> None:
+    response = mini_server.client.post("/search", json={"queries": ["tides"] * 20, "top_k": 1000})
     assert response.status_code == 422
     assert "TANDEM_MAX_TOTAL_HITS" in response.json()["message"]
-    ok = live_server.client.post("/search", json={"queries": ["tides"] * 10, "top_k": 1000})
+    ok = mini_server.client.post("/search", json={"queries": ["tides"] * 10, "top_k": 1000})
     assert ok.status_code == 200
     assert len(ok.json()["results"]) == 10
 
 
-def test_settings_bound_keep_versions_and_batch_size(tiny_bundle: Path, tiny_student: Path) -> None:
+def test_settings_bound_keep_versions_and_batch_size(mini_bundle: Path, mini_student: Path) -> None:
     with pytest.raises(InputError, match="TANDEM_KEEP_VERSIONS"):
-        ServiceSettings(index=tiny_bundle, student=tiny_student, keep_versions=100)
+        ServiceSettings(index=mini_bundle, student=mini_student, keep_versions=100)
     with pytest.raises(InputError, match="TANDEM_MAX_BATCH_QUERIES"):
-        ServiceSettings(index=tiny_bundle, student=tiny_student, max_batch_queries=5000, max_pending=10_000)
+        ServiceSettings(index=mini_bundle, student=mini_student, max_batch_queries=5000, max_pending=10_000)
 
 
 @pytest.fixture(scope="module")
-def strict_timeouts(tiny_bundle: Path, tiny_student: Path) -> Iterator[LiveServer]:
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, header_timeout_s=1.0, body_timeout_s=1.0)
+def strict_timeouts(mini_bundle: Path, mini_student: Path) -> Iterator[LiveServer]:
+    settings = ServiceSettings(index=mini_bundle, student=mini_student, header_timeout_s=1.0, body_timeout_s=1.0)
     with serve_app(create_app(settings)) as server:
         yield server
 
@@ -147,11 +147,11 @@ def _refused(url: str) -> bool:
     return False
 
 
-def test_a_request_sent_as_the_server_shuts_down_is_answered(tiny_bundle: Path, tiny_student: Path) -> None:
+def test_a_request_sent_as_the_server_shuts_down_is_answered(mini_bundle: Path, mini_student: Path) -> None:
     """uvicorn closes a connection with no request in flight as soon as it shuts down, so a request already on its way
     got a connection reset (a worker replaced by `kill -HUP` did this to its clients). Now a connection accepted
     before the shutdown may still send one within the grace: it is answered, then closed; a silent one is closed."""
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, shutdown_grace_s=5.0)
+    settings = ServiceSettings(index=mini_bundle, student=mini_student, shutdown_grace_s=5.0)
     with serve_app(create_app(settings)) as live:
         late, silent = _connect(live.url), _connect(live.url)
         try:
@@ -176,21 +176,21 @@ def test_a_request_sent_as_the_server_shuts_down_is_answered(tiny_bundle: Path, 
             silent.close()
 
 
-def test_openapi_states_the_batch_bound(live_server: LiveServer) -> None:
-    schema = json.loads(live_server.client.get("/openapi.json").content)
+def test_openapi_states_the_batch_bound(mini_server: LiveServer) -> None:
+    schema = json.loads(mini_server.client.get("/openapi.json").content)
     queries = schema["components"]["schemas"]["SearchRequest"]["properties"]["queries"]
     assert any(branch.get("maxItems") == 64 for branch in queries.get("anyOf", [queries]))
 
 
-def test_tandem_serve_applies_the_timeouts(tiny_bundle: Path, tiny_student: Path) -> None:
+def test_tandem_serve_applies_the_timeouts(mini_bundle: Path, mini_student: Path) -> None:
     """The real entry point: `tandem serve` runs uvicorn with the header deadline and answers searches."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "TANDEM_HEADER_TIMEOUT_S": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
     server = subprocess.Popen(
-        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(tiny_bundle),
-         "--student", str(tiny_student), "--port", str(port)],
+        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(mini_bundle),
+         "--student", str(mini_student), "--port", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"

@@ -23,6 +23,7 @@ from service.runtime.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import LONG_BATCH
 from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, post_together, serve_app
+from tests.fixtures.tiny_service import MINI_DIM, build_mini
 
 pytestmark = pytest.mark.slow
 
@@ -44,24 +45,24 @@ def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: s
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
-def test_metrics_exposes_the_named_families_and_the_index(live_server: LiveServer, tiny_bundle: Path) -> None:
-    text = live_server.client.get("/metrics").text
+def test_metrics_exposes_the_named_families_and_the_index(mini_server: LiveServer, mini_bundle: Path) -> None:
+    text = mini_server.client.get("/metrics").text
     families = {family.name for family in text_string_to_metric_families(text)}
     assert families >= NAMED_METRICS
-    samples = _samples(live_server)
-    assert _value(samples, "tandem_index_info", version=tiny_bundle.name) == 1
+    samples = _samples(mini_server)
+    assert _value(samples, "tandem_index_info", version=mini_bundle.name) == 1
     assert _value(samples, "tandem_index_documents") == 20
     assert _value(samples, "tandem_index_load_seconds") > 0
     assert ("tandem_queue_depth", frozenset()) in samples  # read from the batcher at scrape time
 
 
-def test_a_search_is_counted_and_timed_per_stage(live_server: LiveServer) -> None:
-    before = _samples(live_server)
-    response = live_server.client.post("/search", json={"query": "ocean tides and the moon", "top_k": 3})
+def test_a_search_is_counted_and_timed_per_stage(mini_server: LiveServer) -> None:
+    before = _samples(mini_server)
+    response = mini_server.client.post("/search", json={"query": "ocean tides and the moon", "top_k": 3})
     assert response.status_code == 200
-    bad = live_server.client.post("/search", json={"query": "tides", "top_k": 0})
+    bad = mini_server.client.post("/search", json={"query": "tides", "top_k": 0})
     assert bad.status_code == 422
-    after = _samples(live_server)
+    after = _samples(mini_server)
 
     def delta(name: str, **labels: str) -> float:
         return _value(after, name, **labels) - _value(before, name, **labels)
@@ -74,22 +75,18 @@ def test_a_search_is_counted_and_timed_per_stage(live_server: LiveServer) -> Non
     assert delta("tandem_stage_duration_seconds_count", stage="rescore") == 0  # float bundle: no rescoring
 
 
-def test_unknown_paths_share_one_label(live_server: LiveServer) -> None:
+def test_unknown_paths_share_one_label(mini_server: LiveServer) -> None:
     for i in range(3):
-        assert live_server.client.get(f"/no/such/path/{i}").status_code == 404
-    samples = _samples(live_server)
+        assert mini_server.client.get(f"/no/such/path/{i}").status_code == 404
+    samples = _samples(mini_server)
     assert _value(samples, "tandem_http_requests_total", route="unmatched", method="GET", status="404") >= 3
     assert not any("/no/such" in dict(labels).get("route", "") for _, labels in samples)
 
 
-def test_binary_bundles_time_the_rescoring(tiny_corpus: Path, tiny_student: Path, tiny_bundle: Path,
-                                           bundles_dir: Path) -> None:
-    from indexer.build import BuildRequest, build
-
-    binary = bundles_dir / "tiny-256-binary"
-    if not binary.exists():
-        build(BuildRequest(corpus=tiny_corpus, out=binary, dim=256, quantization="binary"))
-    with serve_app(create_app(ServiceSettings(index=binary, student=tiny_student))) as server:
+def test_binary_bundles_time_the_rescoring(tiny_corpus: Path, mini_student: Path, mini_bundle: Path,
+                                           mini_teacher: Path, tmp_path: Path) -> None:
+    binary = build_mini(tiny_corpus, tmp_path / "binary", mini_teacher, dim=MINI_DIM, quantization="binary")
+    with serve_app(create_app(ServiceSettings(index=binary, student=mini_student))) as server:
         before = _value(_samples(server), "tandem_stage_duration_seconds_count", stage="rescore")
         assert server.client.post("/search", json={"query": "ocean tides", "top_k": 2}).status_code == 200
         after = _value(_samples(server), "tandem_stage_duration_seconds_count", stage="rescore")
@@ -97,6 +94,7 @@ def test_binary_bundles_time_the_rescoring(tiny_corpus: Path, tiny_student: Path
 
 
 def test_429s_are_counted(tiny_bundle: Path, tiny_student: Path) -> None:
+    # the real student: LONG_BATCH must take long enough to encode that the burst overlaps
     settings = ServiceSettings(index=tiny_bundle, student=tiny_student, workers=1, max_pending=len(LONG_BATCH),
                                max_batch_queries=len(LONG_BATCH))
     with serve_app(create_app(settings)) as server:
@@ -108,15 +106,15 @@ def test_429s_are_counted(tiny_bundle: Path, tiny_student: Path) -> None:
     assert _value(samples, "tandem_http_requests_total", route="/search", method="POST", status="429") == refused
 
 
-def test_request_id_is_echoed_generated_or_replaced(live_server: LiveServer) -> None:
-    echoed = live_server.client.get("/healthz", headers={"X-Request-ID": "abc-123.def_456:7"})
+def test_request_id_is_echoed_generated_or_replaced(mini_server: LiveServer) -> None:
+    echoed = mini_server.client.get("/healthz", headers={"X-Request-ID": "abc-123.def_456:7"})
     assert echoed.headers["x-request-id"] == "abc-123.def_456:7"
-    generated = {live_server.client.get("/healthz").headers["x-request-id"] for _ in range(2)}
+    generated = {mini_server.client.get("/healthz").headers["x-request-id"] for _ in range(2)}
     assert len(generated) == 2 and all(len(rid) == 32 for rid in generated)
     for bad in ("has space", "x" * 65, "quote\"", "<script>", "é"):
-        replaced = live_server.client.get("/healthz", headers={"X-Request-ID": bad.encode("utf-8")})
+        replaced = mini_server.client.get("/healthz", headers={"X-Request-ID": bad.encode("utf-8")})
         assert replaced.headers["x-request-id"] not in (bad, ""), bad
-    refused = live_server.client.post("/search", json={"top_k": "ten"}, headers={"X-Request-ID": "on-a-422"})
+    refused = mini_server.client.post("/search", json={"top_k": "ten"}, headers={"X-Request-ID": "on-a-422"})
     assert refused.status_code == 422 and refused.headers["x-request-id"] == "on-a-422"
 
 
@@ -136,8 +134,8 @@ def access_lines() -> Iterator[io.StringIO]:
         logger.setLevel(old_level)
 
 
-def test_access_log_is_json_with_the_request_id(live_server: LiveServer, access_lines: io.StringIO) -> None:
-    response = live_server.client.post("/search", json={"query": "tides", "top_k": 1},
+def test_access_log_is_json_with_the_request_id(mini_server: LiveServer, access_lines: io.StringIO) -> None:
+    response = mini_server.client.post("/search", json={"query": "tides", "top_k": 1},
                                        headers={"X-Request-ID": "log-me-1"})
     assert response.status_code == 200
     entries = [json.loads(line) for line in access_lines.getvalue().splitlines()]
@@ -156,13 +154,13 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_tandem_serve_logs_json_by_default(tiny_bundle: Path, tiny_student: Path, tandem_home: Path) -> None:
+def test_tandem_serve_logs_json_by_default(mini_bundle: Path, mini_student: Path, tandem_home: Path) -> None:
     """The real command: JSON lines on stderr, access lines tagged with the request id, keys from the env."""
     port = _free_port()
     env = {**os.environ, "TANDEM_API_KEYS": "cli-key-0123456789", "OMP_NUM_THREADS": "1"}
     env.pop("TANDEM_LOG_FORMAT", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tandem", "serve", "--index", str(tiny_bundle), "--student", str(tiny_student),
+        [sys.executable, "-m", "tandem", "serve", "--index", str(mini_bundle), "--student", str(mini_student),
          "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

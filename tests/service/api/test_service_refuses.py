@@ -47,60 +47,60 @@ def serve_cli(index: Path, student: Path, env: dict[str, str] | None = None) -> 
     )
 
 
-def test_matching_pair_is_accepted(tiny_bundle: Path, tiny_student: Path) -> None:
-    bundle, student = check_compatible(ServiceSettings(index=tiny_bundle, student=tiny_student))
+def test_matching_pair_is_accepted(mini_bundle: Path, mini_student: Path) -> None:
+    bundle, student = check_compatible(ServiceSettings(index=mini_bundle, student=mini_student))
     assert student.teacher.fingerprint == bundle.teacher.fingerprint
 
 
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
-def test_check_compatible_names_the_difference(tiny_bundle: Path, tiny_student: Path, tmp_path: Path,
+def test_check_compatible_names_the_difference(mini_bundle: Path, mini_student: Path, tmp_path: Path,
                                                case: str) -> None:
     changes, expected = MISMATCHES[case]
-    student = altered_student(tiny_student, tmp_path / "student", changes)
+    student = altered_student(mini_student, tmp_path / "student", changes)
     with pytest.raises(ContractMismatch, match=expected):
-        check_compatible(ServiceSettings(index=tiny_bundle, student=student))
+        check_compatible(ServiceSettings(index=mini_bundle, student=student))
 
 
-def test_check_compatible_names_a_missing_model_file(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
-    student = altered_student(tiny_student, tmp_path / "student", drop="model.int8.onnx")
+def test_check_compatible_names_a_missing_model_file(mini_bundle: Path, mini_student: Path, tmp_path: Path) -> None:
+    student = altered_student(mini_student, tmp_path / "student", drop="model.int8.onnx")
     with pytest.raises(ContractMismatch, match=r"incomplete, missing model\.int8\.onnx"):
-        check_compatible(ServiceSettings(index=tiny_bundle, student=student))
+        check_compatible(ServiceSettings(index=mini_bundle, student=student))
 
 
 @pytest.mark.parametrize("case", sorted(MISMATCHES))
-def test_serve_cli_exits_nonzero_with_the_reason(tiny_bundle: Path, tiny_student: Path, tmp_path: Path,
+def test_serve_cli_exits_nonzero_with_the_reason(mini_bundle: Path, mini_student: Path, tmp_path: Path,
                                                  case: str) -> None:
     changes, expected = MISMATCHES[case]
-    student = altered_student(tiny_student, tmp_path / "student", changes)
-    result = serve_cli(tiny_bundle, student)
+    student = altered_student(mini_student, tmp_path / "student", changes)
+    result = serve_cli(mini_bundle, student)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_serve_cli_names_a_missing_bundle(tiny_student: Path, tmp_path: Path) -> None:
-    result = serve_cli(tmp_path / "no-bundle", tiny_student)
+def test_serve_cli_names_a_missing_bundle(mini_student: Path, tmp_path: Path) -> None:
+    result = serve_cli(tmp_path / "no-bundle", mini_student)
     assert result.returncode == 2
     assert "manifest.json is missing" in result.stderr
 
 
-def test_serve_cli_names_a_bad_setting(tiny_bundle: Path, tiny_student: Path) -> None:
-    result = serve_cli(tiny_bundle, tiny_student, env={"TANDEM_STUDENT_PRECISION": "fp16"})
+def test_serve_cli_names_a_bad_setting(mini_bundle: Path, mini_student: Path) -> None:
+    result = serve_cli(mini_bundle, mini_student, env={"TANDEM_STUDENT_PRECISION": "fp16"})
     assert result.returncode == 2
     assert "TANDEM_STUDENT_PRECISION" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_manifests_written_before_pooling_and_prompts_were_recorded_still_pair(
-    tiny_bundle: Path, tiny_student: Path, tmp_path: Path
+    mini_bundle: Path, mini_student: Path, tmp_path: Path
 ) -> None:
-    student = altered_student(tiny_student, tmp_path / "student")
+    student = altered_student(mini_student, tmp_path / "student")
     manifest = json.loads((student / STUDENT_MANIFEST).read_text())
     del manifest["backbone_pooling"]
     for key in ("pooling", "query_prompt", "document_prompt"):
         del manifest["teacher"][key]
     (student / STUDENT_MANIFEST).write_text(json.dumps(manifest))
-    index = Path(shutil.copytree(tiny_bundle, tmp_path / "bundle"))
+    index = Path(shutil.copytree(mini_bundle, tmp_path / "bundle"))
     recorded = json.loads((index / BUNDLE_MANIFEST).read_text())
     recorded["teacher"] = {k: recorded["teacher"][k] for k in ("name", "fingerprint", "dim")}
     (index / BUNDLE_MANIFEST).write_text(json.dumps(recorded))

@@ -27,12 +27,11 @@ from tests.service.reload.test_service_reload import (
     flip_bytes,
     root,
     serving,
-    v2_bundle,
     version,
     wait_for,
 )
 
-__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+__all__ = ["root"]  # fixture shared with test_service_reload: the mini bundle and its v2 (tiny_service.py)
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +53,8 @@ def captured(logger: str, fmt: str = "text") -> Iterator[io.StringIO]:
         log.setLevel(previous)
 
 
-def test_watcher_survives_a_non_utf8_pointer(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+def test_watcher_survives_a_non_utf8_pointer(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student, watch_interval_s=WATCH_S) as server:
         (root / "CURRENT").write_bytes(b"\xff\xfe\x00v2\n")
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "the watcher tries, and refuses, the garbled pointer")
@@ -64,11 +63,11 @@ def test_watcher_survives_a_non_utf8_pointer(root: Path, tiny_student: Path) -> 
         wait_for(lambda: version(server) == "v2", "the watcher, still alive, follows CURRENT to v2")
 
 
-def test_a_refused_version_is_retried_when_its_files_change(root: Path, tiny_student: Path) -> None:
+def test_a_refused_version_is_retried_when_its_files_change(root: Path, mini_student: Path) -> None:
     fixed = root / "v3"
     shutil.copytree(root / "v2", fixed)
     flip_bytes(fixed)
-    with serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+    with serving(root, mini_student, watch_interval_s=WATCH_S) as server:
         (root / "CURRENT").write_text("v3\n")
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "v3 is refused")
@@ -77,8 +76,8 @@ def test_a_refused_version_is_retried_when_its_files_change(root: Path, tiny_stu
         wait_for(lambda: version(server) == "v3", "the repaired v3 is tried again and served")
 
 
-def test_logged_names_cannot_forge_log_lines(root: Path, tiny_student: Path) -> None:
-    with captured("service.core.reload") as stream, serving(root, tiny_student, watch_interval_s=WATCH_S) as server:
+def test_logged_names_cannot_forge_log_lines(root: Path, mini_student: Path) -> None:
+    with captured("service.core.reload") as stream, serving(root, mini_student, watch_interval_s=WATCH_S) as server:
         (root / "CURRENT").write_text("v2\nFORGED line\x1b[31m\n")
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "the hostile pointer is refused")
@@ -91,8 +90,8 @@ def test_logged_names_cannot_forge_log_lines(root: Path, tiny_student: Path) -> 
     assert "\x1b" not in stream.getvalue()
 
 
-def test_bad_key_warnings_are_rate_limited(tiny_bundle: Path, tiny_student: Path) -> None:
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, api_keys="good-key-0123456789")
+def test_bad_key_warnings_are_rate_limited(mini_bundle: Path, mini_student: Path) -> None:
+    settings = ServiceSettings(index=mini_bundle, student=mini_student, api_keys="good-key-0123456789")
     with captured("service.http.auth") as stream, serve_app(create_app(settings)) as server:
         for i in range(100):
             response = server.client.post("/search", json={"query": "tides"},
@@ -103,8 +102,8 @@ def test_bad_key_warnings_are_rate_limited(tiny_bundle: Path, tiny_student: Path
 
 
 @pytest.fixture(scope="module")
-def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
-    loaded = open_searcher(ServiceSettings(index=tiny_bundle, student=tiny_student))
+def searcher(mini_bundle: Path, mini_student: Path) -> Iterator[Searcher]:
+    loaded = open_searcher(ServiceSettings(index=mini_bundle, student=mini_student))
     try:
         yield loaded
     finally:
@@ -112,7 +111,7 @@ def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
 
 
 def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, **limits: int) -> MicroBatcher:
-    """A batcher over the real student and bundle whose encoding waits for `gate`: a worker held busy."""
+    """A batcher over the (tiny) student and bundle whose encoding waits for `gate`: a worker held busy."""
 
     def encode(queries: Sequence[str], scopes: Sequence[Hashable] = ()) -> tuple[np.ndarray, list[int]]:
         started.set()
@@ -121,6 +120,11 @@ def _gated(searcher: Searcher, gate: threading.Event, started: threading.Event, 
 
     return MicroBatcher(encode, searcher.retrieve, max_batch=1, max_wait_s=0.0, max_queue_s=60.0,
                         workers=1, **limits)
+
+
+def _alone(searcher: Searcher, query: str) -> str:
+    """The document `query` gets first when searched directly, without a batcher."""
+    return str(searcher.search_vectors(searcher.student.encode([query]), 1)[0][0].doc.id)
 
 
 def test_a_request_past_its_deadline_frees_its_queue_capacity(searcher: Searcher) -> None:
@@ -134,7 +138,7 @@ def test_a_request_past_its_deadline_frees_its_queue_capacity(searcher: Searcher
         assert batcher.pending == 1
         admitted = batcher.submit(["moon phases"], 1, timeout_s=60.0)  # the abandoned query's slot is free
         gate.set()
-        assert running.result(timeout=30).hits[0][0].doc.id == "tides"
+        assert running.result(timeout=30).hits[0][0].doc.id == _alone(searcher, "ocean tides")
         assert admitted.result(timeout=30).hits[0]
     finally:
         gate.set()
@@ -155,4 +159,4 @@ def test_close_waits_for_the_jobs_running_on_the_workers(searcher: Searcher) -> 
     gate.set()
     closer.join(timeout=30)
     assert not closer.is_alive()
-    assert running.result(timeout=1).hits[0][0].doc.id == "tides"
+    assert running.result(timeout=1).hits[0][0].doc.id == _alone(searcher, "ocean tides")

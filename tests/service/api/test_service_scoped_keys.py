@@ -1,6 +1,7 @@
 """Scoped keys and collections over a real uvicorn server: two collections (one with two tenants) in one process,
 keys from a real TOML key file, a hypothesis property that a tenant's key never receives another tenant's document,
-the key file rotated under load, and a malformed key file refusing to start `tandem serve`."""
+the key file rotated under load, and a malformed key file refusing to start `tandem serve`. On the tiny models
+(tests/fixtures/tiny_service.py): who sees which document never depends on relevance."""
 
 from __future__ import annotations
 
@@ -20,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from indexer.build import BuildRequest, build
 from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.tiny_service import build_mini
 
 pytestmark = pytest.mark.slow
 
@@ -64,16 +65,14 @@ embeddings = true
 
 
 @pytest.fixture(scope="module")
-def tenant_bundle(tandem_home: Path, bundles_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tenant_bundle(mini_teacher: Path, bundles_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny corpus, every document of one of two tenants (alternating), plus a year."""
     corpus = tmp_path_factory.mktemp("tenants") / "corpus.jsonl"
     with corpus.open("w") as fh:
         for i, (doc_id, title, text) in enumerate(DOCS):
             meta = {"tenant": TENANT_OF[doc_id], "year": 2000 + i}
             fh.write(json.dumps({"_id": doc_id, "title": title, "text": text, "metadata": meta}) + "\n")
-    out = bundles_dir / "tiny-tenants"
-    build(BuildRequest(corpus=corpus, out=out))
-    return out
+    return build_mini(corpus, bundles_dir / "mini-tenants", mini_teacher)
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +83,11 @@ def keys_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def two(tenant_bundle: Path, tiny_bundle: Path, tiny_student: Path, keys_path: Path) -> Iterator[LiveServer]:
+def two(tenant_bundle: Path, mini_bundle: Path, mini_student: Path, keys_path: Path) -> Iterator[LiveServer]:
     """Collections 'docs' (two tenants) and 'plain' (the tiny bundle), one student shared, scoped and legacy keys."""
-    specs = (CollectionSpec(name="docs", index=tenant_bundle, student=tiny_student),
-             CollectionSpec(name="plain", index=tiny_bundle, student=tiny_student))
-    service = ServiceSettings(index=tenant_bundle, student=tiny_student, collections=specs, keys_file=keys_path,
+    specs = (CollectionSpec(name="docs", index=tenant_bundle, student=mini_student),
+             CollectionSpec(name="plain", index=mini_bundle, student=mini_student))
+    service = ServiceSettings(index=tenant_bundle, student=mini_student, collections=specs, keys_file=keys_path,
                               api_keys=LEGACY, watch_interval_s=0.05, metrics_token=METRICS_TOKEN)
     with serve_app(create_app(service)) as server:
         yield server
@@ -116,11 +115,13 @@ def _ids(hits: list[dict[str, Any]]) -> list[str | None]:
 
 
 def test_two_collections_answer_by_name_and_share_one_student(two: LiveServer) -> None:
-    for name, top in (("docs", "tides"), ("plain", "tides")):
+    tops = []
+    for name in ("docs", "plain"):
         response = two.client.post(f"/collections/{name}/search", json={"query": "ocean tides and the moon"},
                                    headers=_auth("ops"))
         assert response.status_code == 200, response.text
-        assert response.json()["results"][0]["id"] == top
+        tops.append(response.json()["results"][0]["id"])
+    assert tops[0] == tops[1]  # the same documents in the same space, by one student: the same answer
     listed = two.client.get("/collections", headers=_auth("ops")).json()["collections"]
     assert [(c["name"], c["state"]) for c in listed] == [("docs", "ready"), ("plain", "ready")]
     assert two.client.get("/collections/plain", headers=_auth("ops")).json()["count"] == len(DOCS)
@@ -225,13 +226,13 @@ def test_the_property_ran_its_examples() -> None:
 
 
 def test_a_key_whose_filter_names_a_field_the_collection_lacks_is_refused_by_id(
-        tenant_bundle: Path, tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+        tenant_bundle: Path, mini_bundle: Path, mini_student: Path, tmp_path: Path) -> None:
     keys = tmp_path / "keys.toml"
     keys.write_text(_key_file('\n[[key]]\nid = "wrong-scope"\nkey = "wrong-scope-key-0123"\ncollections = ["plain"]\n'
                               'filter = {field = "tenant", eq = "acme"}\n'))
-    specs = (CollectionSpec(name="docs", index=tenant_bundle, student=tiny_student),
-             CollectionSpec(name="plain", index=tiny_bundle, student=tiny_student))
-    app = create_app(ServiceSettings(index=tenant_bundle, student=tiny_student, collections=specs, keys_file=keys))
+    specs = (CollectionSpec(name="docs", index=tenant_bundle, student=mini_student),
+             CollectionSpec(name="plain", index=mini_bundle, student=mini_student))
+    app = create_app(ServiceSettings(index=tenant_bundle, student=mini_student, collections=specs, keys_file=keys))
     refused = app.state.keys.current.refused
     assert len(refused) == 1 and "'wrong-scope'" in refused[0] and "'tenant'" in refused[0]
     assert "wrong-scope-key-0123" not in refused[0]
@@ -246,13 +247,13 @@ def test_a_key_whose_filter_names_a_field_the_collection_lacks_is_refused_by_id(
     ('[[key]]\nid = "a"\nkey = "aaaaaaaaaaaa"\ncollections = ["*"]\nfilter = {field = "t" eq = 1}\n', 5),
     ('[[key]]\nid = "a"\nkey = "aaaaaaaaaaaa"\ncollections = ["*"\n', 4),
 ])
-def test_a_malformed_key_file_refuses_to_start_naming_the_line(tiny_bundle: Path, tiny_student: Path,
+def test_a_malformed_key_file_refuses_to_start_naming_the_line(mini_bundle: Path, mini_student: Path,
                                                                tmp_path: Path, text: str, line: int) -> None:
     keys = tmp_path / "keys.toml"
     keys.write_text(text)
     env = {**os.environ, "TANDEM_KEYS_FILE": str(keys), "TANDEM_PORT": "0"}
-    done = subprocess.run([sys.executable, "-m", "tandem", "serve", "--index", str(tiny_bundle),
-                           "--student", str(tiny_student)], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-m", "tandem", "serve", "--index", str(mini_bundle),
+                           "--student", str(mini_student)], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0
     assert f"line {line}" in done.stderr + done.stdout, done.stderr[-2000:]
     assert "bbbbbbbbbbbb" not in done.stderr + done.stdout

@@ -1,7 +1,9 @@
 """Hostile tenants against a real server with micro-batching on: a request's answer depends on that request alone,
 and no key learns what another asked (issue 55, rows 3 and 4, and the differential property).
 
-One server over the tiny corpus, its documents split between two tenants, with fields whose values confuse types
+One server over the tiny corpus, encoded by the tiny teacher and its student (tests/fixtures/tiny_service.py: the
+answers are compared with each other, never judged for relevance), its documents split between two tenants, with
+fields whose values confuse types
 (`flag`, a boolean column; `mixed`, a key holding true, 1, 1.0, "1", false and 0 across documents, which the payload
 index leaves to the docstore's SQL); keys `acme` and `globex` scoped to their tenant, `ops` seeing everything;
 TANDEM_BATCH_MAX_QUERIES 8 on one worker that waits for company, so concurrent requests share batches.
@@ -24,11 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from indexer.build import BuildRequest, build
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.tiny_service import build_mini
 
 pytestmark = pytest.mark.slow
 
@@ -51,14 +53,13 @@ def _meta(i: int) -> dict[str, object]:
 
 
 @pytest.fixture(scope="module")
-def cross_bundle(tandem_home: Path, bundles_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def cross_bundle(tandem_home: Path, mini_teacher: Path, bundles_dir: Path,
+                 tmp_path_factory: pytest.TempPathFactory) -> Path:
     corpus = tmp_path_factory.mktemp("cross") / "corpus.jsonl"
     with corpus.open("w") as fh:
         for i, (doc_id, title, text) in enumerate(DOCS):
             fh.write(json.dumps({"_id": doc_id, "title": title, "text": text, "metadata": _meta(i)}) + "\n")
-    out = bundles_dir / "tiny-cross"
-    build(BuildRequest(corpus=corpus, out=out))
-    return out
+    return build_mini(corpus, bundles_dir / "mini-cross", mini_teacher)
 
 
 def _key_file(path: Path) -> Path:
@@ -88,12 +89,15 @@ embeddings = true
 
 
 @pytest.fixture(scope="module")
-def server(cross_bundle: Path, tiny_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def server(cross_bundle: Path, mini_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     keys = _key_file(tmp_path_factory.mktemp("cross-keys") / "keys.toml")
-    # admission generous enough that no request of a test is refused (a 429 is not the answer alone)
-    service = ServiceSettings(index=cross_bundle, student=tiny_student, keys_file=keys, port=0,
+    # admission generous enough that no request of a test is refused (a 429 is not the answer alone); keep-alive
+    # longer than the module, so that Together's idle clients are never closed by the server just as they send
+    # (a connection reset, not an answer)
+    service = ServiceSettings(index=cross_bundle, student=mini_student, keys_file=keys, port=0,
                               batch_max_queries=8, batch_wait_ms=5.0, workers=1, max_pending=256,
-                              max_queue_ms=60_000.0, request_timeout_ms=60_000.0, query_cache=QUERY_CACHE)
+                              max_queue_ms=60_000.0, request_timeout_ms=60_000.0, query_cache=QUERY_CACHE,
+                              keep_alive_s=3600.0)
     with serve_app(create_app(service)) as live:
         yield live
 

@@ -24,16 +24,16 @@ TENANT = "tenant-key-0123456789"
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path, tiny_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def server(mini_bundle: Path, mini_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     work = tmp_path_factory.mktemp("keyless")
     broken = work / "broken"
-    shutil.copytree(tiny_bundle, broken)
+    shutil.copytree(mini_bundle, broken)
     flip_bytes(broken)  # fails verification at load: that collection reports a failure
     keys = work / "keys.toml"
     keys.write_text(f'[[key]]\nid = "tenant"\nkey = "{TENANT}"\ncollections = ["{SERVED}"]\n')
-    specs = (CollectionSpec(name=SERVED, index=tiny_bundle, student=tiny_student),
-             CollectionSpec(name=BROKEN, index=broken, student=tiny_student))
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, collections=specs, keys_file=keys,
+    specs = (CollectionSpec(name=SERVED, index=mini_bundle, student=mini_student),
+             CollectionSpec(name=BROKEN, index=broken, student=mini_student))
+    settings = ServiceSettings(index=mini_bundle, student=mini_student, collections=specs, keys_file=keys,
                                metrics_token=TOKEN, agreement_budget_s=0)
     with serve_app(create_app(settings), wait_ready=False) as live:
         wait_for(lambda: live.client.get("/readyz").status_code == 200, "one collection serves, the other failed")

@@ -29,11 +29,11 @@ def _collections(server: LiveServer) -> Any:
     return app.state.collections
 
 
-def _students(tmp_path: Path, tiny_student: Path) -> Path:
-    """A student root with CHANGES + 1 students (copies of the tiny one), CURRENT naming the first."""
+def _students(tmp_path: Path, mini_student: Path) -> Path:
+    """A student root with CHANGES + 1 students (copies of the mini one), CURRENT naming the first."""
     root = tmp_path / "students"
     for i in range(CHANGES + 1):
-        shutil.copytree(tiny_student, root / f"s{i}")
+        shutil.copytree(mini_student, root / f"s{i}")
     set_current_student(root, "s0")
     return root
 
@@ -44,9 +44,9 @@ def _real(students: Path, i: int) -> str:
 
 @pytest.mark.parametrize("keep", [0, 2])
 def test_ten_student_changes_leave_the_pool_holding_only_the_students_served(
-        tmp_path: Path, tiny_root: Path, tiny_student: Path, keep: int) -> None:
-    students = _students(tmp_path, tiny_student)
-    with serving(tiny_root, students, keep_versions=keep, agreement_budget_s=0) as server:
+        tmp_path: Path, mini_root: Path, mini_student: Path, keep: int) -> None:
+    students = _students(tmp_path, mini_student)
+    with serving(mini_root, students, keep_versions=keep, agreement_budget_s=0) as server:
         pool = _collections(server).students
         assert len(pool) == 1
         for i in range(1, CHANGES + 1):
@@ -68,12 +68,12 @@ def test_ten_student_changes_leave_the_pool_holding_only_the_students_served(
 
 
 @pytest.mark.parametrize("keep", [0, 2])
-def test_a_request_holding_the_old_student_finishes_on_it(tmp_path: Path, tiny_root: Path,
-                                                           tiny_student: Path, keep: int) -> None:
+def test_a_request_holding_the_old_student_finishes_on_it(tmp_path: Path, mini_root: Path,
+                                                           mini_student: Path, keep: int) -> None:
     """The old student goes only after the last request holding its searcher (closed, or kept for rollback): leased
     across a change, it still encodes; once the lease ends the pool holds the new one only."""
-    students = _students(tmp_path, tiny_student)
-    with serving(tiny_root, students, keep_versions=keep, agreement_budget_s=0) as server:
+    students = _students(tmp_path, mini_student)
+    with serving(mini_root, students, keep_versions=keep, agreement_budget_s=0) as server:
         pool = _collections(server).students
         with _collections(server).default_collection().loader.lease() as old:
             set_current_student(students, "s1")
@@ -85,12 +85,12 @@ def test_a_request_holding_the_old_student_finishes_on_it(tmp_path: Path, tiny_r
         assert list(pool.holders()) == [_real(students, 1)]
 
 
-def _two_students(tmp_path: Path, tiny_student: Path) -> Path:
-    """A student root of two students that answer differently: s0 the tiny one, s1 the same student whose manifest
+def _two_students(tmp_path: Path, mini_student: Path) -> Path:
+    """A student root of two students that answer differently: s0 the mini one, s1 the same student whose manifest
     names its fp32 graph as the int8 one (another graph, the same teacher). CURRENT names s0."""
     root = tmp_path / "students"
-    shutil.copytree(tiny_student, root / "s0")
-    shutil.copytree(tiny_student, root / "s1")
+    shutil.copytree(mini_student, root / "s0")
+    shutil.copytree(mini_student, root / "s1")
     manifest = json.loads((root / "s1" / "student.json").read_text())
     manifest["onnx_int8"] = manifest["onnx_fp32"]
     (root / "s1" / "student.json").write_text(json.dumps(manifest))
@@ -115,9 +115,9 @@ def _changed(server: LiveServer, students: Path) -> list[list[tuple[str, float]]
 
 
 def test_a_rollback_after_a_student_change_answers_with_the_old_student_again(
-        tmp_path: Path, tiny_root: Path, tiny_student: Path) -> None:
-    students = _two_students(tmp_path, tiny_student)
-    with serving(tiny_root, students, agreement_budget_s=0) as server:  # TANDEM_KEEP_VERSIONS: the default, 2
+        tmp_path: Path, mini_root: Path, mini_student: Path) -> None:
+    students = _two_students(tmp_path, mini_student)
+    with serving(mini_root, students, agreement_budget_s=0) as server:  # TANDEM_KEEP_VERSIONS: the default, 2
         pool = _collections(server).students
         before = _changed(server, students)
         response = server.client.post("/admin/rollback", headers=AUTH)
@@ -129,9 +129,9 @@ def test_a_rollback_after_a_student_change_answers_with_the_old_student_again(
 
 
 def test_a_rollback_whose_student_is_gone_is_refused_and_the_service_keeps_answering(
-        tmp_path: Path, tiny_root: Path, tiny_student: Path) -> None:
-    students = _two_students(tmp_path, tiny_student)
-    with serving(tiny_root, students, agreement_budget_s=0) as server:
+        tmp_path: Path, mini_root: Path, mini_student: Path) -> None:
+    students = _two_students(tmp_path, mini_student)
+    with serving(mini_root, students, agreement_budget_s=0) as server:
         pool = _collections(server).students
         _changed(server, students)
         after = _answers(server)

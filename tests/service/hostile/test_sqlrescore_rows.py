@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from indexer.build import BuildRequest, build
 from models.bundle.vectors.index import VectorIndex
 from models.search.filters import parse_filter
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.tiny_service import MINI_DIM, build_mini
 
 CAP = 16
 
@@ -34,13 +34,15 @@ CODES = {doc_id: _code(i) for i, (doc_id, _, _) in enumerate(DOCS)}
 
 
 @pytest.fixture(scope="module")
-def server(tiny_bundle: Path, tiny_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def server(mini_bundle: Path, mini_teacher: Path, mini_student: Path,
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Over the tiny models (tests/fixtures/tiny_service.py): these rows count rows and codes, whatever the vectors."""
     root = tmp_path_factory.mktemp("hostile-sqlrescore")
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"_id": d, "title": t, "text": x, "metadata": {"code": CODES[d]}}) + "\n"
                               for d, t, x in DOCS))
-    build(BuildRequest(corpus=corpus, out=root / "bundle", dim=256, quantization="binary"))
-    settings = ServiceSettings(index=root / "bundle", student=tiny_student, binary_oversample=4,
+    build_mini(corpus, root / "bundle", mini_teacher, dim=MINI_DIM, quantization="binary")
+    settings = ServiceSettings(index=root / "bundle", student=mini_student, binary_oversample=4,
                                max_rescore_rows=CAP)
     with serve_app(create_app(settings)) as live:
         yield live

@@ -1,6 +1,6 @@
 """`tandem serve --config FILE` re-read while serving, over a real uvicorn server: the file rewritten atomically adds a
 collection (searchable once loaded) while requests to the first keep answering 200, removes it again, and a broken
-file keeps the collections served and logs the file and line."""
+file keeps the collections served and logs the file and line. On the tiny models (tests/fixtures/tiny_service.py)."""
 
 from __future__ import annotations
 
@@ -74,9 +74,9 @@ class Load:
 
 
 @pytest.fixture()
-def config(tmp_path: Path, tiny_bundle: Path, tiny_student: Path) -> Path:
+def config(tmp_path: Path, mini_bundle: Path, mini_student: Path) -> Path:
     path = tmp_path / "collections.toml"
-    path.write_text(_table("docs", tiny_bundle, tiny_student))
+    path.write_text(_table("docs", mini_bundle, mini_student))
     return path
 
 
@@ -88,12 +88,12 @@ def server(config: Path) -> Iterator[LiveServer]:
         yield live
 
 
-def test_a_collection_added_and_removed_by_rewriting_the_config(server: LiveServer, config: Path, meta_bundle: Path,
-                                                                tiny_bundle: Path, tiny_student: Path) -> None:
+def test_a_collection_added_and_removed_by_rewriting_the_config(
+        server: LiveServer, config: Path, mini_meta_bundle: Path, mini_bundle: Path, mini_student: Path) -> None:
     assert _names(server) == {"docs": "ready"}
     with Load(server.url) as load:
         _until(lambda: load.sent >= 5, "requests to docs answered")
-        _rewrite(config, _table("docs", tiny_bundle, tiny_student) + _table("meta", meta_bundle, tiny_student))
+        _rewrite(config, _table("docs", mini_bundle, mini_student) + _table("meta", mini_meta_bundle, mini_student))
         _until(lambda: _names(server).get("meta") == "ready", "meta added and loaded")
         seen = load.sent
         _until(lambda: load.sent >= seen + 5 or load.sent >= MAX_REQUESTS, "requests to docs after the add")
@@ -108,7 +108,7 @@ def test_a_collection_added_and_removed_by_rewriting_the_config(server: LiveServ
         assert memory["mapped_bytes"] > 0, memory  # its payload and postings are mapped from its files
 
     with Load(server.url) as load:
-        _rewrite(config, _table("docs", tiny_bundle, tiny_student))
+        _rewrite(config, _table("docs", mini_bundle, mini_student))
         _until(lambda: "meta" not in _names(server), "meta removed")
         seen = load.sent
         _until(lambda: load.sent >= seen + 5 or load.sent >= MAX_REQUESTS, "requests to docs after the removal")
@@ -118,7 +118,7 @@ def test_a_collection_added_and_removed_by_rewriting_the_config(server: LiveServ
 
 
 def test_a_broken_config_keeps_the_collections_and_names_the_line(server: LiveServer, config: Path,
-                                                                  meta_bundle: Path, tiny_student: Path,
+                                                                  mini_meta_bundle: Path, mini_student: Path,
                                                                   caplog: pytest.LogCaptureFixture) -> None:
     good = config.read_text()
     caplog.set_level(logging.ERROR, logger="service.collections_reload")
@@ -128,7 +128,7 @@ def test_a_broken_config_keeps_the_collections_and_names_the_line(server: LiveSe
     assert str(config) in message and "line 6" in message, message
     assert _names(server) == {"docs": "ready"}
     caplog.clear()
-    _rewrite(config, _table("meta", meta_bundle, tiny_student))  # removing the default (POST /search): refused
+    _rewrite(config, _table("meta", mini_meta_bundle, mini_student))  # removing the default (POST /search): refused
     _until(lambda: any("default collection" in r.getMessage() for r in caplog.records), "the removal refused")
     assert _names(server) == {"docs": "ready"}
     assert server.client.post("/collections/docs/search", json={"query": "tides"}).status_code == 200

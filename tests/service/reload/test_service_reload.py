@@ -12,14 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 import pytest
 
-from indexer.build import BuildRequest, build
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import set_current
-from models.embeddings.store import EmbeddingStore
 from models.encoders.student import read_student_manifest
 from models.hashing import sha256_file
 from service.core.loader import SearcherLoader, check_compatible
@@ -28,44 +25,19 @@ from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.tiny_service import V2_DROPPED, V2_MARK
+from tests.fixtures.tiny_service import v2_bundle as v2_bundle  # tests/indexer/test_publish_safety.py imports it
 
 TOKEN = "test-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 DEADLINE_S = 60.0
-V2_MARK = "[v2] "
-V2_DROPPED = "chess"
-
-
-@pytest.fixture(scope="module")
-def v2_bundle(tiny_bundle: Path, tiny_corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Another valid bundle in the same teacher space: one document fewer and every title marked, so answers
-    visibly change. Built from the teacher vectors the tiny bundle's build cached (no encoding)."""
-    work = tmp_path_factory.mktemp("v2")
-    key = read_bundle_manifest(tiny_bundle).embeddings.store_key
-    assert key is not None
-    vectors = EmbeddingStore().load(key)
-    assert vectors is not None
-    docs = [json.loads(line) for line in tiny_corpus.read_text().splitlines()]
-    keep = [i for i, doc in enumerate(docs) if doc["_id"] != V2_DROPPED]
-    with (work / "corpus.jsonl").open("w") as fh:
-        for i in keep:
-            fh.write(json.dumps({**docs[i], "title": V2_MARK + docs[i]["title"]}) + "\n")
-    kept = vectors[keep].astype(np.float32)
-    np.save(work / "vectors.npy", kept / np.linalg.norm(kept, axis=1, keepdims=True))
-    (work / "ids.json").write_text(json.dumps([docs[i]["_id"] for i in keep]))
-    out = work / "bundle"
-    build(BuildRequest(corpus=work / "corpus.jsonl", out=out, embeddings=work / "vectors.npy", ids=work / "ids.json"))
-    return out
 
 
 @pytest.fixture
-def root(tmp_path: Path, tiny_bundle: Path, v2_bundle: Path) -> Path:
-    """A bundle root with versions v1 (the tiny bundle) and v2; CURRENT names v1."""
-    root = tmp_path / "bundles"
-    shutil.copytree(tiny_bundle, root / "v1")
-    shutil.copytree(v2_bundle, root / "v2")
-    set_current(root, "v1")
-    return root
+def root(mini_v1_v2_root: Path) -> Path:
+    """A bundle root with versions v1 (the mini bundle) and v2; CURRENT names v1. The tiny models: these tests check
+    which version answers (v2 marks its titles and drops a document), never relevance."""
+    return mini_v1_v2_root
 
 
 @contextmanager
@@ -146,27 +118,27 @@ CORRUPTIONS: dict[str, Callable[[Path], str]] = {
 
 # --- tests ------------------------------------------------------------------------------------------------
 
-def test_serve_accepts_a_bundle_root(root: Path, tiny_student: Path) -> None:
-    bundle, _ = check_compatible(ServiceSettings(index=root, student=tiny_student))
+def test_serve_accepts_a_bundle_root(root: Path, mini_student: Path) -> None:
+    bundle, _ = check_compatible(ServiceSettings(index=root, student=mini_student))
     assert bundle == read_bundle_manifest(root / "v1")
 
 
-def test_search_names_the_version_in_service(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student) as server:
+def test_search_names_the_version_in_service(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student) as server:
         index = search(server)["index"]
         student = admin_status(server)["student"]
     assert index["version"] == "v1"
     assert index["build_time"] == read_bundle_manifest(root / "v1").build_time
     # /admin/status shows the student in service and what it was distilled from
-    assert (student["path"], student["precision"]) == (str(tiny_student.resolve()), "int8")
-    trained_on = read_student_manifest(tiny_student).trained_on
+    assert (student["path"], student["precision"]) == (str(mini_student.resolve()), "int8")
+    trained_on = read_student_manifest(mini_student).trained_on
     assert trained_on is not None and student["trained_on"] == trained_on.model_dump(mode="json")
     assert student["trained_on"]["corpus_sha256"] == read_bundle_manifest(root / "v1").corpus.sha256
 
 
-def test_reload_swaps_in_a_new_bundle(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student) as server:
-        assert search(server)["results"][0]["id"] == "bake"
+def test_reload_swaps_in_a_new_bundle(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student) as server:
+        assert not search(server)["results"][0]["title"].startswith(V2_MARK)  # v1's answer
         response = reload(server, root / "v2")
         assert response.status_code == 200, response.text
         outcome = response.json()
@@ -182,8 +154,8 @@ def test_reload_swaps_in_a_new_bundle(root: Path, tiny_student: Path) -> None:
     assert status["last_reload"]["outcome"] == "ok"
 
 
-def test_reload_without_a_body_follows_current(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student) as server:
+def test_reload_without_a_body_follows_current(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student) as server:
         set_current(root, "v2")  # the watcher is off here: only the explicit reload picks it up
         assert version(server) == "v1"
         response = reload(server)
@@ -191,12 +163,12 @@ def test_reload_without_a_body_follows_current(root: Path, tiny_student: Path) -
         assert version(server) == "v2"
 
 
-def test_reload_without_a_path_needs_a_bundle_root(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
-    with serving(tiny_bundle, tiny_student) as server:
+def test_reload_without_a_path_needs_a_bundle_root(mini_bundle: Path, mini_student: Path, tmp_path: Path) -> None:
+    with serving(mini_bundle, mini_student) as server:
         response = reload(server)
         assert response.status_code == 422
         assert "not started on a bundle root" in response.json()["message"]
-        response = reload(server, tiny_bundle.parent / "nowhere")
+        response = reload(server, mini_bundle.parent / "nowhere")
         assert response.status_code == 422
         assert "not a directory" in response.json()["message"]
         for body in ({"path": 3}, {"path": ""}, {"path": "x" * 5000}, {"path": "x" * 300},
@@ -206,11 +178,12 @@ def test_reload_without_a_path_needs_a_bundle_root(tiny_bundle: Path, tiny_stude
 
 
 @pytest.mark.parametrize("case", sorted(CORRUPTIONS))
-def test_invalid_bundle_is_refused_and_the_old_one_keeps_serving(root: Path, tiny_student: Path, case: str) -> None:
+def test_invalid_bundle_is_refused_and_the_old_one_keeps_serving(root: Path, mini_student: Path, case: str) -> None:
     bad = root / "v3-bad"
     shutil.copytree(root / "v2", bad)
     reason = CORRUPTIONS[case](bad)
-    with serving(root, tiny_student) as server:
+    with serving(root, mini_student) as server:
+        before = search(server)
         response = reload(server, bad)
         assert response.status_code == 409, response.text
         body = response.json()
@@ -218,7 +191,7 @@ def test_invalid_bundle_is_refused_and_the_old_one_keeps_serving(root: Path, tin
         assert reason in body["message"]
         assert "still serving v1" in body["message"]
         assert version(server) == "v1"
-        assert search(server)["results"][0]["id"] == "bake"
+        assert search(server)["results"] == before["results"]  # v1's answer, as before the refusal
         last = admin_status(server)["last_reload"]
     assert (last["outcome"], last["current"]["version"]) == ("rejected", "v1")
     assert reason in last["error"]
@@ -229,24 +202,24 @@ def test_invalid_bundle_is_refused_and_the_old_one_keeps_serving(root: Path, tin
     [({}, 401), ({"Authorization": "Bearer wrong-token"}, 403), ({"Authorization": f"Basic {TOKEN}"}, 401),
      ({"Authorization": "Bearer"}, 401)],
 )
-def test_admin_routes_need_the_token(root: Path, tiny_student: Path, headers: dict[str, str], status: int) -> None:
-    with serving(root, tiny_student) as server:
+def test_admin_routes_need_the_token(root: Path, mini_student: Path, headers: dict[str, str], status: int) -> None:
+    with serving(root, mini_student) as server:
         for method, route in [("GET", "/admin/status"), ("POST", "/admin/reload"), ("POST", "/admin/rollback")]:
             response = server.client.request(method, route, headers=headers)
             assert response.status_code == status, (route, response.text)
         assert version(server) == "v1"
 
 
-def test_admin_is_disabled_without_a_token(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student, admin_token=None) as server:
+def test_admin_is_disabled_without_a_token(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student, admin_token=None) as server:
         response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
         assert response.status_code == 403
         assert "disabled" in response.json()["message"]
         assert version(server) == "v1"
 
 
-def test_reload_outlasting_the_wait_answers_202_then_completes(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student, reload_wait_s=1e-9) as server:
+def test_reload_outlasting_the_wait_answers_202_then_completes(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student, reload_wait_s=1e-9) as server:
         response = reload(server, root / "v2")
         assert response.status_code == 202, response.text
         assert "GET /admin/status" in response.json()["message"]
@@ -255,15 +228,17 @@ def test_reload_outlasting_the_wait_answers_202_then_completes(root: Path, tiny_
         assert admin_status(server)["reloads_pending"] == 0
 
 
-def test_rollback_restores_the_previous_version(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student) as server:
+def test_rollback_restores_the_previous_version(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student) as server:
+        before = search(server)
         assert reload(server, root / "v2").status_code == 200
         assert version(server) == "v2"
+        assert search(server)["results"] != before["results"]  # v2 answers otherwise (its titles are marked)
         response = server.client.post("/admin/rollback", headers=AUTH)
         assert response.status_code == 200, response.text
         assert (response.json()["current"]["version"], response.json()["previous"]["version"]) == ("v1", "v2")
         assert version(server) == "v1"
-        assert search(server)["results"][0]["id"] == "bake"
+        assert search(server)["results"] == before["results"]  # v1's answer again
         assert admin_status(server)["history"] == []
         response = server.client.post("/admin/rollback", headers=AUTH)
         assert response.status_code == 409
@@ -271,8 +246,8 @@ def test_rollback_restores_the_previous_version(root: Path, tiny_student: Path) 
         assert version(server) == "v1"
 
 
-def test_history_keeps_at_most_keep_versions(root: Path, tiny_student: Path) -> None:
-    with serving(root, tiny_student, keep_versions=1) as server:
+def test_history_keeps_at_most_keep_versions(root: Path, mini_student: Path) -> None:
+    with serving(root, mini_student, keep_versions=1) as server:
         for target in ("v2", "v1", "v2"):
             assert reload(server, root / target).status_code == 200
         status = admin_status(server)
@@ -282,11 +257,11 @@ def test_history_keeps_at_most_keep_versions(root: Path, tiny_student: Path) -> 
         assert version(server) == "v1"
 
 
-def test_watcher_follows_the_current_pointer(root: Path, tiny_student: Path) -> None:
+def test_watcher_follows_the_current_pointer(root: Path, mini_student: Path) -> None:
     bad = root / "v3-bad"
     shutil.copytree(root / "v2", bad)
     flip_bytes(bad)
-    with serving(root, tiny_student, watch_interval_s=0.05) as server:
+    with serving(root, mini_student, watch_interval_s=0.05) as server:
         assert version(server) == "v1"
         set_current(root, "v2")
         wait_for(lambda: version(server) == "v2", "the watcher reloads v2 after CURRENT names it")
@@ -299,9 +274,9 @@ def test_watcher_follows_the_current_pointer(root: Path, tiny_student: Path) -> 
         assert version(server) == "v2"
 
 
-def test_requests_in_flight_during_reloads_all_succeed(root: Path, tiny_student: Path) -> None:
+def test_requests_in_flight_during_reloads_all_succeed(root: Path, mini_student: Path) -> None:
     """Searches keep flowing while the bundle is swapped back and forth: no error, and only real versions."""
-    with serving(root, tiny_student, keep_versions=0) as server:
+    with serving(root, mini_student, keep_versions=0) as server:
         stop = threading.Event()
         seen: list[tuple[int, str]] = []
 
@@ -329,9 +304,9 @@ def test_requests_in_flight_during_reloads_all_succeed(root: Path, tiny_student:
     assert {v for _, v in seen} <= {"v1", "v2"}
 
 
-def test_a_swapped_out_searcher_closes_only_after_its_requests(root: Path, tiny_student: Path) -> None:
+def test_a_swapped_out_searcher_closes_only_after_its_requests(root: Path, mini_student: Path) -> None:
     """The drain guarantee, on the engine itself: a leased searcher stays usable after the swap, then closes."""
-    settings = ServiceSettings(index=root, student=tiny_student, keep_versions=0, watch_interval_s=0)
+    settings = ServiceSettings(index=root, student=mini_student, keep_versions=0, watch_interval_s=0)
     loader = SearcherLoader(settings)
     reloader = Reloader(settings, loader)
     loader.start()

@@ -43,9 +43,9 @@ print(json.dumps({"frozen": frozen, "collectable": collectable, "freed": gone() 
 """
 
 
-def test_the_startup_heap_is_frozen_and_a_bundle_loaded_after_it_is_freed(tiny_bundle: Path,
-                                                                           tiny_student: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _FREEZE_THEN_LOAD, str(tiny_bundle), str(tiny_student)],
+def test_the_startup_heap_is_frozen_and_a_bundle_loaded_after_it_is_freed(mini_bundle: Path,
+                                                                           mini_student: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", _FREEZE_THEN_LOAD, str(mini_bundle), str(mini_student)],
                           cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
                           timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -55,9 +55,9 @@ def test_the_startup_heap_is_frozen_and_a_bundle_loaded_after_it_is_freed(tiny_b
     assert state["freed"], "a closed searcher outlived a full collection"
 
 
-def test_the_lexical_index_keeps_no_python_container_of_its_vocabulary(tiny_bundle: Path, tmp_path: Path) -> None:
+def test_the_lexical_index_keeps_no_python_container_of_its_vocabulary(mini_bundle: Path, tmp_path: Path) -> None:
     """Its stems and postings stay memory-mapped arrays; a bundle built before segments drops bm25s's set."""
-    bundle = Bundle(tiny_bundle)
+    bundle = Bundle(mini_bundle)
     try:
         index = bundle.segments[0].lexical
         assert isinstance(index, PostingsIndex)
@@ -68,7 +68,7 @@ def test_the_lexical_index_keeps_no_python_container_of_its_vocabulary(tiny_bund
         assert len(rows) > 0 and scores[0] > 0
     finally:
         bundle.close()
-    legacy = Bundle(_as_built_before_segments(tiny_bundle, tmp_path / "old"))
+    legacy = Bundle(_as_built_before_segments(mini_bundle, tmp_path / "old"))
     try:
         assert isinstance(legacy.lexical, Bm25sIndex)
         assert legacy.lexical.retriever.unique_token_ids_set is None

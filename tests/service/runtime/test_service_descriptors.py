@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,19 +26,25 @@ import pytest
 
 from indexer.follow import FollowRequest, follow
 from models.bundle.version import Bundle, read_bundle_manifest
-from models.bundle.versions import list_versions, read_current
+from models.bundle.versions import list_versions, read_current, set_current
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import free_port, wait_until
-from tests.indexer.test_writer_races import root
 from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
-
-__all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle (one segment)
 
 pytestmark = pytest.mark.slow
 
 LIMIT = 160  # enough for the server and a version of one segment; a version of FILES + 1 segments needs ~400
 FILES = 40
 BAKE = next(d for d in DOCS if d[0] == "bake")
+
+
+@pytest.fixture
+def root(mini_bundle: Path, tmp_path: Path) -> Path:
+    """A root whose CURRENT is a copy of the mini bundle (one segment), on the tiny models: descriptors, not answers."""
+    root = tmp_path / "bundles"
+    shutil.copytree(mini_bundle, root / "v1")
+    set_current(root, "v1")
+    return root
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,7 @@ def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Itera
         proc.wait(timeout=30)
 
 
-def _follow_many(root: Path, tmp_path: Path) -> str:
+def _follow_many(root: Path, teacher: Path, tmp_path: Path) -> str:
     """Publish, with the real CLI, a version of FILES + 1 segments (a metadata change per file: no teacher)."""
     changes = tmp_path / "changes"
     changes.mkdir()
@@ -82,7 +89,8 @@ def _follow_many(root: Path, tmp_path: Path) -> str:
         line = {"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}
         (changes / f"{n:04d}.jsonl").write_text(json.dumps(line) + "\n")
     done = subprocess.run([sys.executable, "-m", "tandem", "index", "follow", "--root", str(root), "--changes-dir",
-                           str(changes), "--once", "--no-compact", "--batch-files", str(FILES)],
+                           str(changes), "--once", "--no-compact", "--batch-files", str(FILES),
+                           "--teacher", str(teacher)],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     version = read_current(root).name
@@ -105,10 +113,10 @@ def _served_version(served: Served) -> str:
 
 
 def test_a_version_past_the_descriptor_limit_is_refused_by_name_and_the_old_one_serves(
-        root: Path, tiny_student: Path, tmp_path: Path) -> None:
-    with serving(root, tiny_student, tmp_path / "serve.log", LIMIT, LIMIT) as served:
+        root: Path, mini_student: Path, mini_teacher: Path, tmp_path: Path) -> None:
+    with serving(root, mini_student, tmp_path / "serve.log", LIMIT, LIMIT) as served:
         assert f"file descriptor limit: {LIMIT} (hard {LIMIT})" in served.log.read_text()
-        many = _follow_many(root, tmp_path)
+        many = _follow_many(root, mini_teacher, tmp_path)
         wait_for(lambda: _status(served)["last_reload"] is not None, "the watcher tried the new version")
         status = _status(served)
         last = status["last_reload"]
@@ -123,16 +131,16 @@ def test_a_version_past_the_descriptor_limit_is_refused_by_name_and_the_old_one_
 
 
 def test_serve_raises_its_soft_limit_to_the_hard_one_and_loads_the_version(
-        root: Path, tiny_student: Path, tmp_path: Path) -> None:
+        root: Path, mini_student: Path, mini_teacher: Path, tmp_path: Path) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 4 * LIMIT:
         pytest.fail(f"this machine's hard descriptor limit ({hard}) is too low for the test")
     raised = 4 * LIMIT
-    with serving(root, tiny_student, tmp_path / "serve.log", LIMIT, raised) as served:
+    with serving(root, mini_student, tmp_path / "serve.log", LIMIT, raised) as served:
         assert f"file descriptor limit raised from {LIMIT} to {raised}" in served.log.read_text()
         with open(f"/proc/{served.pid}/limits") as fh:
             assert any(line.startswith("Max open files") and line.split()[3] == str(raised) for line in fh)
-        many = _follow_many(root, tmp_path)
+        many = _follow_many(root, mini_teacher, tmp_path)
         wait_for(lambda: _status(served)["current"]["version"] == many, "the new version in service")
         assert _served_version(served) == many
 
@@ -141,7 +149,8 @@ def _descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def test_a_closed_version_lets_go_of_its_descriptors_at_once(root: Path, tmp_path: Path) -> None:
+def test_a_closed_version_lets_go_of_its_descriptors_at_once(root: Path, mini_teacher: Path,
+                                                             tmp_path: Path) -> None:
     """A segment's memory maps (lexical, payload) are let go when its last version closes, while the closed
     version object is still referenced (a retired searcher collected late): not when the garbage collector runs."""
     changes = tmp_path / "changes"
@@ -149,7 +158,8 @@ def test_a_closed_version_lets_go_of_its_descriptors_at_once(root: Path, tmp_pat
     for n in range(6):
         line = {"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}
         (changes / f"{n:04d}.jsonl").write_text(json.dumps(line) + "\n")
-    follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False, max_files=3))
+    follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False, max_files=3,
+                         teacher=mini_teacher))
     first, second = sorted((v for v in list_versions(root) if v != "v1"), key=lambda v: v == read_current(root).name)
     before = _descriptors()
     older = Bundle(root / first)

@@ -27,9 +27,14 @@ from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import Served, free_port, post_together, serve_process
 from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
-from tests.service.reload.test_service_reload import AUTH, TOKEN, root, v2_bundle, wait_for
+from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
-__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+
+@pytest.fixture
+def root(mini_v1_v2_root: Path) -> Path:
+    """The mini bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
+    return mini_v1_v2_root
+
 
 pytestmark = pytest.mark.slow
 
@@ -84,16 +89,20 @@ def _replaced(url: str, gone: set[int], version: str = "v2") -> bool:
 
 def _search_everywhere(url: str, version: str | None = None) -> tuple[int, set[str]]:
     """Every probe, concurrently, in rounds until both processes have answered: each answer is checked (the
-    right document first, from `version` if given). The requests made, and the processes that answered."""
+    document the probe gets first when asked alone, from `version` if given). The requests made (the ones asked
+    alone included), and the processes that answered the concurrent ones."""
     bodies: list[dict[str, object]] = [{"query": query, "top_k": 3} for query in sorted(PROBES)] * 2
+    with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+        alone = {query: client.post("/search", json={"query": query, "top_k": 3}).json()["results"][0]["id"]
+                 for query in sorted(PROBES)}
     pids: set[str] = set()
-    made = 0
+    made = len(alone)
     for _ in range(ROUNDS):
         for body, response in zip(bodies, post_together(url, bodies), strict=True):
             made += 1
             assert response.status_code == 200, response.text
             answer = response.json()
-            assert answer["results"][0]["id"] == PROBES[str(body["query"])]
+            assert answer["results"][0]["id"] == alone[str(body["query"])]
             if version is not None:
                 assert answer["index"]["version"] == version
             pids.add(response.headers["X-Tandem-Process"])
@@ -118,10 +127,10 @@ def _scrape_each(url: str, name: str, **labels: str) -> list[float]:
 
 
 @pytest.mark.parametrize("workers", ["1", "0"])  # 0: each process's event loop encodes and searches itself
-def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_student: Path, tmp_path: Path,
+def test_both_processes_answer_and_metrics_add_up(mini_bundle: Path, mini_student: Path, tmp_path: Path,
                                                   workers: str) -> None:
-    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", TANDEM_WORKERS=workers) as server:
-        made, pids = _search_everywhere(server.url, version=tiny_bundle.name)
+    with serving(mini_bundle, mini_student, tmp_path / "serve.log", TANDEM_WORKERS=workers) as server:
+        made, pids = _search_everywhere(server.url, version=mini_bundle.name)
         assert len(pids) == PROCESSES, f"every answer came from {pids}"
         assert pids == {str(s["pid"]) for s in _processes(server.client)}
         ok = {"route": "/search", "method": "POST", "status": "200"}
@@ -130,7 +139,7 @@ def test_both_processes_answer_and_metrics_add_up(tiny_bundle: Path, tiny_studen
         every = [made] * SCRAPES
         assert _scrape_each(server.url, "tandem_http_requests_total", **ok) == every
         assert _scrape_each(server.url, "tandem_stage_duration_seconds_count", stage="total") == every
-        assert _metric(server.client, "tandem_index_info", version=tiny_bundle.name) == PROCESSES
+        assert _metric(server.client, "tandem_index_info", version=mini_bundle.name) == PROCESSES
         assert _metric(server.client, "tandem_queue_depth") == 0
 
 
@@ -162,9 +171,9 @@ def under_load(url: str, clients: int = 2) -> Iterator[list[httpx.Response | Exc
 
 
 @pytest.mark.parametrize("workers", ["1", "0"])
-def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_student: Path, tmp_path: Path,
+def test_a_new_current_and_admin_changes_reach_every_process(root: Path, mini_student: Path, tmp_path: Path,
                                                              workers: str) -> None:
-    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
+    with serving(root, mini_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
                  TANDEM_WORKERS=workers) as server, \
             under_load(server.url) as answers:
         _, pids = _search_everywhere(server.url, version="v1")
@@ -196,10 +205,10 @@ def test_a_new_current_and_admin_changes_reach_every_process(root: Path, tiny_st
     assert {a.json()["index"]["version"] for a in answers if isinstance(a, httpx.Response)} == {"v1", "v2"}
 
 
-def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: Path, tiny_student: Path,
+def test_a_mismatched_student_is_refused_before_any_worker_starts(mini_bundle: Path, mini_student: Path,
                                                                   tmp_path: Path) -> None:
-    student = altered_student(tiny_student, tmp_path / "student", {"fingerprint": "0" * 64})
-    result = subprocess.run([sys.executable, "-m", "tandem", "serve", *_serve_args(tiny_bundle, student), "--port",
+    student = altered_student(mini_student, tmp_path / "student", {"fingerprint": "0" * 64})
+    result = subprocess.run([sys.executable, "-m", "tandem", "serve", *_serve_args(mini_bundle, student), "--port",
                              str(free_port())], env=_env(), capture_output=True,
                             text=True, timeout=120, start_new_session=True)
     assert result.returncode == 2, result.stderr
@@ -208,9 +217,9 @@ def test_a_mismatched_student_is_refused_before_any_worker_starts(tiny_bundle: P
     assert "server processes" not in result.stderr and "Started parent process" not in result.stderr
 
 
-def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, tiny_student: Path,
+def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, mini_student: Path,
                                                                 tmp_path: Path) -> None:
-    with serving(root, tiny_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0") as server:
+    with serving(root, mini_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0") as server:
         response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
         assert response.status_code == 200, response.text
         made, pids = _search_everywhere(server.url, version="v2")
@@ -244,9 +253,9 @@ def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, tiny_st
         _search_everywhere(server.url, version="v2")
 
 
-def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
+def test_settings_and_hardening_reach_every_worker(mini_bundle: Path, mini_student: Path, tmp_path: Path) -> None:
     log = tmp_path / "serve.log"
-    with serving(tiny_bundle, tiny_student, log, TANDEM_MAX_QUERY_CHARS="64", TANDEM_HEADER_TIMEOUT_S="1",
+    with serving(mini_bundle, mini_student, log, TANDEM_MAX_QUERY_CHARS="64", TANDEM_HEADER_TIMEOUT_S="1",
                  TANDEM_BODY_TIMEOUT_S="1") as server:
         too_long: dict[str, object] = {"query": "ocean tides " * 10}
         pids: set[str] = set()
@@ -271,7 +280,8 @@ def test_settings_and_hardening_reach_every_worker(tiny_bundle: Path, tiny_stude
 @pytest.mark.parametrize("workers", ["1", "0"])
 def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, tiny_student: Path,
                                                              tmp_path: Path, workers: str) -> None:
-    """Each worker admits one LONG_BATCH at a time (max_pending is per process): a burst is shed with 429 and
+    """The real models: LONG_BATCH must take long enough to encode that a burst overlaps it. Each worker admits one
+    LONG_BATCH at a time (max_pending is per process): a burst is shed with 429 and
     Retry-After, and the refusals, wherever they happened, add up in /metrics.
 
     A burst overlaps a running batch only if its requests arrive while the batch runs. With workers 0 a process

@@ -37,10 +37,10 @@ def test_the_wait_doubles_per_round_missed_in_a_row_up_to_the_cap_and_resets_on_
 
 
 @pytest.fixture
-def student(tmp_path: Path, tiny_student: Path) -> Path:
-    """A copy of the tiny student whose files a test may move."""
+def student(tmp_path: Path, mini_student: Path) -> Path:
+    """A copy of the mini student whose files a test may move."""
     out = tmp_path / "student"
-    shutil.copytree(tiny_student, out)
+    shutil.copytree(mini_student, out)
     return out
 
 
@@ -60,9 +60,9 @@ def _at(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
 
 
-def test_a_failing_round_backs_off_logs_once_and_recovers(student: Path, tiny_bundle: Path,
+def test_a_failing_round_backs_off_logs_once_and_recovers(student: Path, mini_bundle: Path,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    settings = ServiceSettings(index=tiny_bundle, student=student)
+    settings = ServiceSettings(index=mini_bundle, student=student)
     model = student / read_student_manifest(student).onnx_int8
     with _loaded(settings) as loader:
         monitor = AgreementMonitor("c", settings, loader)
@@ -83,9 +83,9 @@ def test_a_failing_round_backs_off_logs_once_and_recovers(student: Path, tiny_bu
         assert len(_at(caplog, logging.ERROR)) == 1
 
 
-def test_a_budget_too_small_for_one_segment_backs_off_and_warns_once(student: Path, tiny_bundle: Path,
+def test_a_budget_too_small_for_one_segment_backs_off_and_warns_once(student: Path, mini_bundle: Path,
                                                                      caplog: pytest.LogCaptureFixture) -> None:
-    settings = ServiceSettings(index=tiny_bundle, student=student, agreement_budget_s=1e-9)
+    settings = ServiceSettings(index=mini_bundle, student=student, agreement_budget_s=1e-9)
     with _loaded(settings) as loader:
         monitor = AgreementMonitor("c", settings, loader)
         with caplog.at_level(logging.DEBUG, logger=LOGGER):

@@ -358,10 +358,11 @@ def _searcher(bundle: Path, student: Path, **settings: object) -> Iterator[Searc
 
 
 @pytest.fixture()
-def searcher(tiny_bundle: Path, tiny_student: Path) -> Iterator[Searcher]:
+def searcher(mini_bundle: Path, mini_student: Path) -> Iterator[Searcher]:
     # One worker and a generous wait, so that jobs queued together are encoded together. fp32, because
     # int8 dynamic quantization scales activations per batch: batchmates move a vector (cosine ≥ 0.99).
-    with _searcher(tiny_bundle, tiny_student, student_precision="fp32", **COALESCE) as loaded:
+    # The tiny models (tests/fixtures/tiny_service.py): these tests compare answers with those alone.
+    with _searcher(mini_bundle, mini_student, student_precision="fp32", **COALESCE) as loaded:
         yield loaded
 
 
@@ -398,7 +399,7 @@ def test_jobs_with_different_top_k_share_a_batch_but_not_a_cutoff(searcher: Sear
 @pytest.mark.slow
 def test_a_failing_request_fails_alone_beside_real_searches(searcher: Searcher,
                                                             caplog: pytest.LogCaptureFixture) -> None:
-    """The real student and bundle behind a batcher whose search raises InputError for one query, as a search
+    """The (tiny) student and bundle behind a batcher whose search raises InputError for one query, as a search
     refusing a request would: that request gets the error, its batchmates the hits they would get alone."""
     gate, busy = threading.Event(), threading.Event()
 
@@ -433,8 +434,8 @@ def test_a_failing_request_fails_alone_beside_real_searches(searcher: Searcher,
 
 
 @pytest.mark.slow
-def test_admission_is_bounded(tiny_bundle: Path, tiny_student: Path) -> None:
-    with _searcher(tiny_bundle, tiny_student, max_pending=4, max_batch_queries=4) as searcher:
+def test_admission_is_bounded(mini_bundle: Path, mini_student: Path) -> None:
+    with _searcher(mini_bundle, mini_student, max_pending=4, max_batch_queries=4) as searcher:
         with pytest.raises(Overloaded, match="at most 4"):
             searcher.batcher.submit(["a"] * 5, 1, timeout_s=30)
         assert searcher.batcher.pending == 0
@@ -468,9 +469,9 @@ def test_a_batcher_without_a_search_encodes_and_refuses_searches() -> None:
 
 
 @pytest.mark.slow
-def test_the_query_encoder_needs_no_bundle(tiny_student: Path) -> None:
+def test_the_query_encoder_needs_no_bundle(mini_student: Path) -> None:
     """/v1/embeddings' encoder alone: the student's own vectors, batched and admitted, without any index."""
-    student = StudentEncoder(tiny_student, "fp32", 1)
+    student = StudentEncoder(mini_student, "fp32", 1)
     encoder = QueryEncoder(student, BatchLimits(max_batch=1, max_wait_s=0.0, max_pending=8, max_queue_s=60.0,
                                                 workers=1))
     try:
@@ -482,7 +483,7 @@ def test_the_query_encoder_needs_no_bundle(tiny_student: Path) -> None:
         outcome = asyncio.run(embed())
         assert outcome.vectors is not None and outcome.vectors.shape == (2, encoder.dim)
         np.testing.assert_allclose(outcome.vectors, student.encode(texts), atol=1e-5)
-        assert encoder.name == tiny_student.name and outcome.tokens is not None and len(outcome.tokens) == 2
+        assert encoder.name == mini_student.name and outcome.tokens is not None and len(outcome.tokens) == 2
     finally:
         encoder.close()
 

@@ -5,7 +5,8 @@ the one its send and answer instants allow. What answered before the change bega
 after the change was seen complete sees the new one, and in between only the old or the new answer is allowed.
 
 The servers' admission is opened wide (queue time and request deadline): on a small shared machine a burst while a
-collection loads may rightly be shed with 429 or 503, which is the overload policy, not what these tests test."""
+collection loads may rightly be shed with 429 or 503, which is the overload policy, not what these tests test. The tiny
+models serve (tests/fixtures/tiny_service.py): every answer checked is a version, a status or a lexical hit."""
 
 from __future__ import annotations
 
@@ -25,9 +26,13 @@ import pytest
 from tandem.loadclient import Request
 from tandem.openloop import OpenLoop, Record, Target
 from tests.fixtures.server import Served, serve_process
-from tests.service.reload.test_service_reload import root, v2_bundle
 
-__all__ = ["root", "v2_bundle"]  # fixtures shared with test_service_reload
+
+@pytest.fixture
+def root(mini_v1_v2_root: Path) -> Path:
+    """The mini bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
+    return mini_v1_v2_root
+
 
 pytestmark = pytest.mark.slow
 
@@ -121,13 +126,13 @@ def _top(record: Record) -> str:
 
 
 @pytest.mark.parametrize(("processes", "trigger"), [(1, "sighup"), (2, "sighup"), (2, "file")])
-def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Path, tiny_bundle: Path,
-                                                                    tiny_student: Path, meta_bundle: Path,
+def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Path, mini_bundle: Path,
+                                                                    mini_student: Path, mini_meta_bundle: Path,
                                                                     processes: int, trigger: str) -> None:
     """SIGHUP re-reads --config (with several processes: the supervisor replaces each, and the new one reads it);
     so does the file's change, seen by each process's watch."""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
-    config.write_text(_config(docs=(tiny_bundle, tiny_student)))
+    config.write_text(_config(docs=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay"))
     targets = [_search("docs", "docs", "stay"),
                _search("meta", "meta", "stay", {"query": "Odoacer", "mode": "lexical", "top_k": 1})]
@@ -135,7 +140,7 @@ def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Pa
     with _serving(tmp_path, config, keys, processes, watch_s) as server, OpenLoop(server.url, targets, RPS) as load:
         load.wait_answered(SETTLE)
         changed = time.monotonic()
-        _rewrite(config, _config(docs=(tiny_bundle, tiny_student), meta=(meta_bundle, tiny_student)))
+        _rewrite(config, _config(docs=(mini_bundle, mini_student), meta=(mini_meta_bundle, mini_student)))
         if trigger == "sighup":
             os.kill(server.pid, signal.SIGHUP)
         complete = _until(lambda: _everywhere(server.client, processes, {"docs", "meta"}), "meta served everywhere")
@@ -151,11 +156,11 @@ def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Pa
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_one_collection_reloaded_and_rolled_back_under_open_loop_load(tmp_path: Path, root: Path,
-                                                                      tiny_bundle: Path, tiny_student: Path,
+                                                                      mini_bundle: Path, mini_student: Path,
                                                                       processes: int) -> None:
     """/admin/collections/docs/reload then /rollback: docs answers v1, then v2, then v1; plain is never touched."""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
-    config.write_text(_config(docs=(root, tiny_student), plain=(tiny_bundle, tiny_student)))
+    config.write_text(_config(docs=(root, mini_student), plain=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay"))
     targets = [_search("docs", "docs", "stay"), _search("plain", "plain", "stay")]
     with _serving(tmp_path, config, keys, processes, watch_s=0) as server, OpenLoop(server.url, targets, RPS) as load:
@@ -178,17 +183,17 @@ def test_one_collection_reloaded_and_rolled_back_under_open_loop_load(tmp_path: 
     assert versions([r for r in docs if marks[1] < r.sent and r.answered < marks[2]]) == {"v2"}
     assert versions([r for r in docs if r.sent > marks[3]]) == {"v1"}
     assert versions(docs) == {"v1", "v2"}
-    assert versions(plain) == {tiny_bundle.name}
+    assert versions(plain) == {mini_bundle.name}
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_the_key_file_rotated_under_open_loop_load(tmp_path: Path, tiny_bundle: Path, tiny_student: Path,
+def test_the_key_file_rotated_under_open_loop_load(tmp_path: Path, mini_bundle: Path, mini_student: Path,
                                                    processes: int) -> None:
     """Key 'gone' is replaced by 'new' (one process: the file's change is seen by its watch; several: SIGHUP, the
     supervisor replacing each process by one that reads the file). 'stay' never fails; 'gone' answers 200 until the
     change and 403 once it is complete, 'new' the other way round."""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
-    config.write_text(_config(docs=(tiny_bundle, tiny_student)))
+    config.write_text(_config(docs=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay", "gone"))
     targets = [_search(key, "docs", key) for key in ("stay", "gone", "new")]
     watch_s = 0.05 if processes == 1 else 0.0

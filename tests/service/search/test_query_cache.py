@@ -44,8 +44,8 @@ def _tokenized(server: LiveServer) -> float:
 
 
 @pytest.mark.slow
-def test_a_repeated_query_is_answered_from_the_cache(service_settings: ServiceSettings) -> None:
-    with serve_app(create_app(service_settings.model_copy(update={"query_cache": 8}))) as server:
+def test_a_repeated_query_is_answered_from_the_cache(mini_settings: ServiceSettings) -> None:
+    with serve_app(create_app(mini_settings.model_copy(update={"query_cache": 8}))) as server:
         first = server.client.post("/search", json={"query": "Why do ocean  tides follow the moon?", "top_k": 3})
         tokenized = _tokenized(server)
         again = server.client.post("/search", json={"query": "why do ocean tides follow the MOON?", "top_k": 3})
@@ -68,8 +68,8 @@ def test_a_repeated_query_is_answered_from_the_cache(service_settings: ServiceSe
 
 
 @pytest.mark.slow
-def test_a_cache_of_size_zero_encodes_every_query(service_settings: ServiceSettings) -> None:
-    with serve_app(create_app(service_settings.model_copy(update={"query_cache": 0}))) as server:
+def test_a_cache_of_size_zero_encodes_every_query(mini_settings: ServiceSettings) -> None:
+    with serve_app(create_app(mini_settings.model_copy(update={"query_cache": 0}))) as server:
         for _ in range(2):
             assert server.client.post("/search", json={"query": "ocean tides", "top_k": 1}).status_code == 200
         assert _cache_counts(server) == {"hit": 0, "miss": 0}

@@ -110,9 +110,10 @@ def _recording() -> Iterator[_Recorder]:
 
 
 @pytest.mark.parametrize("workers", [0, 2])
-def test_a_dense_search_runs_through_the_mapped_modules_in_order(service_settings: ServiceSettings,
+def test_a_dense_search_runs_through_the_mapped_modules_in_order(mini_settings: ServiceSettings,
                                                                  workers: int) -> None:
-    settings = service_settings.model_copy(update={"workers": workers})
+    # agreement scoring off: its background rounds would run beside the request while recording
+    settings = mini_settings.model_copy(update={"workers": workers, "agreement_budget_s": 0})
     app = create_app(settings)
     with _recording() as recorder, serve_app(app) as server:
         for _ in range(3):  # warm: first calls build caches that a steady request never touches

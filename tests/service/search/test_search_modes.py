@@ -58,8 +58,8 @@ def test_manifest_lists_the_lexical_index_and_metadata_fields(meta_bundle: Path)
     assert any(name.startswith("lexical/") for name in manifest["files"])
 
 
-def test_lexical_mode_finds_a_rare_word(meta_server: LiveServer) -> None:
-    response = meta_server.client.post("/search", json={"query": "Odoacer", "mode": "lexical", "top_k": 3})
+def test_lexical_mode_finds_a_rare_word(mini_meta_server: LiveServer) -> None:
+    response = mini_meta_server.client.post("/search", json={"query": "Odoacer", "mode": "lexical", "top_k": 3})
     assert response.status_code == 200
     body = response.json()
     assert [h["id"] for h in body["results"]] == ["rome"]  # only one document has the word
@@ -95,9 +95,9 @@ FILTERS = [
 
 @pytest.mark.parametrize(("flt", "check"), FILTERS)
 @pytest.mark.parametrize("mode", ["dense", "lexical", "hybrid"])
-def test_filters_restrict_before_ranking(meta_server: LiveServer, flt: dict, check, mode: str) -> None:
+def test_filters_restrict_before_ranking(mini_meta_server: LiveServer, flt: dict, check, mode: str) -> None:
     matching = {doc_id for doc_id, meta in META.items() if check(meta)}
-    hits = _search(meta_server, query="what is this about", top_k=20, mode=mode, filter=flt,
+    hits = _search(mini_meta_server, query="what is this about", top_k=20, mode=mode, filter=flt,
                    fields=["id", "metadata"])
     assert {h["id"] for h in hits} <= matching
     assert all(check(h["metadata"]) for h in hits)
@@ -128,8 +128,8 @@ def test_a_bundle_without_a_payload_index_filters_as_before(meta_bundle: Path, b
         new.close()
 
 
-def test_get_index_lists_the_modes_and_the_filter_fields(meta_server: LiveServer) -> None:
-    body = meta_server.client.get("/index").json()
+def test_get_index_lists_the_modes_and_the_filter_fields(mini_meta_server: LiveServer) -> None:
+    body = mini_meta_server.client.get("/index").json()
     assert body["modes"] == ["dense", "lexical", "hybrid"] and body["count"] == len(DOCS)
     assert {f["name"]: f["type"] for f in body["fields"]} == {
         "year": "integer", "topic": "keyword", "published": "keyword", "open": "boolean", "doi": "keyword",
@@ -146,16 +146,16 @@ def test_get_index_lists_the_modes_and_the_filter_fields(meta_server: LiveServer
     ({"not": 3}, "filter.not"),
     ({"field": "topic", "in": []}, "filter.in"),
 ])
-def test_bad_filters_are_422s_naming_the_field(meta_server: LiveServer, flt: dict, field: str) -> None:
-    response = meta_server.client.post("/search", json={"query": "x", "filter": flt})
+def test_bad_filters_are_422s_naming_the_field(mini_meta_server: LiveServer, flt: dict, field: str) -> None:
+    response = mini_meta_server.client.post("/search", json={"query": "x", "filter": flt})
     assert response.status_code == 422, response.text
     assert field in [d["field"] for d in response.json()["details"]]
 
 
-def test_offset_pages_through_the_ranking(meta_server: LiveServer) -> None:
+def test_offset_pages_through_the_ranking(mini_meta_server: LiveServer) -> None:
     for mode in ("dense", "hybrid"):
-        full = [h["id"] for h in _search(meta_server, query="energy from the sun", top_k=9, mode=mode)]
-        pages = [[h["id"] for h in _search(meta_server, query="energy from the sun", top_k=3, offset=o, mode=mode)]
+        full = [h["id"] for h in _search(mini_meta_server, query="energy from the sun", top_k=9, mode=mode)]
+        pages = [[h["id"] for h in _search(mini_meta_server, query="energy from the sun", top_k=3, offset=o, mode=mode)]
                  for o in (0, 3, 6)]
         assert [doc for page in pages for doc in page] == full
 
@@ -173,8 +173,8 @@ def test_min_score_and_fields(meta_server: LiveServer) -> None:
     ({"mode": "sparse"}, "mode"), ({"alpha": 1.5}, "alpha"), ({"offset": -1}, "offset"),
     ({"fields": ["id", "body"]}, "fields.1"), ({"fusion": "max"}, "fusion"), ({"min_score": "high"}, "min_score"),
 ])
-def test_bad_options_are_422s(meta_server: LiveServer, body: dict, field: str) -> None:
-    response = meta_server.client.post("/search", json={"query": "x", **body})
+def test_bad_options_are_422s(mini_meta_server: LiveServer, body: dict, field: str) -> None:
+    response = mini_meta_server.client.post("/search", json={"query": "x", **body})
     assert response.status_code == 422, response.text
     assert field in [d["field"] for d in response.json()["details"]]
 
@@ -215,8 +215,8 @@ def test_update_keeps_the_lexical_index_in_step(meta_bundle: Path, tmp_path: Pat
     ({"field": "year", "eq": 2**70}, "filter.eq"), ({"field": "year", "gt": 2**70}, "filter.gt"),
     ({"field": "topic", "in": ["a", [1]]}, "filter.in"), ({"field": "year", "gte": 1, "eq": 2}, "filter"),
 ])
-def test_values_a_filter_cannot_hold_are_422s(meta_server: LiveServer, flt: dict, field: str) -> None:
-    response = meta_server.client.post("/search", json={"query": "x", "filter": flt})
+def test_values_a_filter_cannot_hold_are_422s(mini_meta_server: LiveServer, flt: dict, field: str) -> None:
+    response = mini_meta_server.client.post("/search", json={"query": "x", "filter": flt})
     assert response.status_code == 422, response.text
     assert field in [d["field"] for d in response.json()["details"]]
 

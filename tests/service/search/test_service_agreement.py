@@ -63,7 +63,7 @@ def test_agreement_is_scored_at_load_and_for_a_reloads_new_segment_and_warned_of
     assert len(warnings) == 1 and "v2 (" in warnings[0] and "under 0.80" in warnings[0]
 
 
-def test_a_budget_of_zero_turns_it_off(tiny_root: Path, tiny_student: Path) -> None:
-    with serving(tiny_root, tiny_student, agreement_budget_s=0) as server:
+def test_a_budget_of_zero_turns_it_off(mini_root: Path, mini_student: Path) -> None:
+    with serving(mini_root, mini_student, agreement_budget_s=0) as server:  # nothing scored: the tiny models do
         assert admin_status(server)["agreement"] is None
         assert "tandem_segment_agreement{" not in server.client.get("/metrics").text
