@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.fixtures.metadata",
     "tests.fixtures.browser",
     "tests.fixtures.tiny_models",
+    "tests.fixtures.tiny_home",
 ]
 
 

@@ -26,11 +26,21 @@ from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
-from tests.service.reload.test_service_reload import v2_bundle
-
-__all__ = ["v2_bundle"]  # fixture shared with test_service_reload
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny_bundle(tiny_home: Path, tiny_teacher_bundle: Path) -> Path:
+    """The tiny corpus encoded by the tiny teacher, with TANDEM_HOME the tiny home for this test and its children:
+    what is published is copied, never encoded, so no answer here depends on the teacher."""
+    return tiny_teacher_bundle
+
+
+@pytest.fixture
+def v2_bundle(tiny_home: Path, tiny_teacher_v2: Path) -> Path:
+    """A second bundle in the same (tiny) teacher space, 19 documents, once per session (tests/fixtures/tiny_home)."""
+    return tiny_teacher_v2
 
 MAX_KILL_POINTS = 260  # a follow step writes ~200 files since each lexical segment keeps its term bounds
 _MUTATIONS = {"os.rename", "os.replace", "os.rmdir", "os.remove", "shutil.rmtree", "ctypes.call_function",
