@@ -25,6 +25,7 @@ pytest_plugins = [
     "tests.fixtures.browser",
     "tests.fixtures.tiny_models",
     "tests.fixtures.tiny_service",
+    "tests.fixtures.tiny_home",
 ]
 
 

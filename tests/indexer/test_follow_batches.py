@@ -23,7 +23,7 @@ from models.search import documents
 from tests.fixtures.corpus import DOCS
 from tests.indexer.test_writer_races import root
 
-__all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny bundle
+__all__ = ["root"]  # fixture shared with test_writer_races: a root whose CURRENT is the tiny-teacher bundle
 
 pytestmark = pytest.mark.slow
 
@@ -35,26 +35,28 @@ def _change(path: Path, n: int) -> None:
     path.write_text(json.dumps({"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}) + "\n")
 
 
-def test_a_backlog_of_200_files_is_published_in_versions_of_bounded_segments(root: Path, tmp_path: Path) -> None:
+def test_a_backlog_of_files_is_published_in_versions_of_bounded_segments(root: Path, tmp_path: Path) -> None:
+    """A backlog of eight batches' worth of files, each batch more files than the segment bound allows."""
+    files = 64
     changes = tmp_path / "changes"
     changes.mkdir()
-    for n in range(200):
+    for n in range(files):
         _change(changes / f"{n:04d}.jsonl", n)
-    request = FollowRequest(root=root, changes_dir=changes, once=True, max_segments=8, max_files=16)
+    request = FollowRequest(root=root, changes_dir=changes, once=True, max_segments=4, max_files=8)
     report = follow(request)
-    assert report.applied == 200 and not report.late
+    assert report.applied == files and not report.late
     bound = max(request.max_segments, 2)
     published = [read_bundle_manifest(root / v) for v in list_versions(root) if v != "v1"]
     assert len(published) == report.versions
-    assert report.versions >= 200 // request.max_files  # in batches, not one version of 200 segments
+    assert report.versions >= files // request.max_files  # in batches, not one version of 64 segments
     assert max(len(m.parts) for m in published) <= bound
     followed = [m for m in published if m.base is not None and m.base.action == "follow"]
     assert all(m.base is not None and m.base.replaced <= request.max_files for m in followed)
     final = read_bundle_manifest(read_current(root))
-    assert final.follow is not None and (final.follow.last, final.follow.files) == ("0199.jsonl", 200)
+    assert final.follow is not None and (final.follow.last, final.follow.files) == (f"{files - 1:04d}.jsonl", files)
     bundle = Bundle(read_current(root))
     try:
-        assert {d.id: d.meta() for d in documents(bundle, bundle.live_rows())}["bake"] == {"n": 199}
+        assert {d.id: d.meta() for d in documents(bundle, bundle.live_rows())}["bake"] == {"n": files - 1}
     finally:
         bundle.close()
 

@@ -24,6 +24,8 @@ from models.embeddings.store import EmbeddingStore
 from models.errors import InputError
 from models.search import VectorIndex, rotate
 
+pytestmark = pytest.mark.usefixtures("no_agreement_sample")  # synthetic vectors: tests/fixtures/tiny_home.py
+
 N = 1500
 
 

@@ -100,32 +100,33 @@ def test_manifest_round_trip_and_old_manifests(tiny_bundle: Path) -> None:
 
 @pytest.mark.parametrize(("kind", "quantization"), [v for v in VALID if v[0] != "flat"])
 def test_bundles_of_each_type_verify_load_and_find(
-    tiny_bundle: Path, tiny_corpus: Path, bundles_dir: Path, kind: str, quantization: str
+    tiny_home: Path, tiny_teacher_bundle: Path, tiny_corpus: Path, tmp_path: Path, kind: str, quantization: str
 ) -> None:
-    out = bundles_dir / f"tiny-256-{quantization}-{kind}"
-    manifest = build(BuildRequest(corpus=tiny_corpus, out=out, dim=256, quantization=quantization, index=kind))
+    """On the tiny teacher (tests/fixtures/tiny_home.py), truncated to 64 of its 128 dims."""
+    out = tmp_path / f"tiny-64-{quantization}-{kind}"
+    manifest = build(BuildRequest(corpus=tiny_corpus, out=out, dim=64, quantization=quantization, index=kind))
     assert manifest.index.type.value == kind
     assert verify_bundle(out) == manifest
     bundle = Bundle(out)
-    queries = Bundle(tiny_bundle).segments[0].vectors.index.reconstruct_n(0, len(DOCS))  # the documents' own vectors
+    queries = Bundle(tiny_teacher_bundle).segments[0].vectors.index.reconstruct_n(0, len(DOCS))  # the documents' own
     hits = dense_hits(bundle, queries, k=3)
     assert sum(h[0].row == i for i, h in enumerate(hits)) >= len(DOCS) - 1
     assert bundle.manifest.summary()["index"] == kind
 
 
 @pytest.mark.slow  # the build resolves the teacher model first
-def test_broken_type_is_refused_at_load(tiny_corpus: Path, bundles_dir: Path) -> None:
-    out = bundles_dir / "tiny-mislabelled"
-    build(BuildRequest(corpus=tiny_corpus, out=out, dim=128, quantization="float", index="hnsw", force=True))
+def test_broken_type_is_refused_at_load(tiny_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "tiny-mislabelled"
+    build(BuildRequest(corpus=tiny_corpus, out=out, dim=64, quantization="float", index="hnsw"))
     manifest = read_bundle_manifest(out).model_copy(update={"index": IndexSpec()})
     (out / "manifest.json").write_text(manifest.model_dump_json(exclude_none=True))
     with pytest.raises(ContractMismatch, match="holds a hnsw index"):
         Bundle(out)
 
 
-def test_update_keeps_the_index_type(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+def test_update_keeps_the_index_type(tiny_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
     base = tmp_path / "base"
-    spec = build(BuildRequest(corpus=tiny_corpus, out=base, dim=256, quantization="int8", index="hnsw",
+    spec = build(BuildRequest(corpus=tiny_corpus, out=base, dim=64, quantization="int8", index="hnsw",
                               hnsw_m=8, ef_search=20)).index
     assert (spec.hnsw_m, spec.ef_search) == (8, 20)
     (tmp_path / "gone.txt").write_text(f"{DOCS[0][0]}\n")
@@ -134,12 +135,12 @@ def test_update_keeps_the_index_type(tiny_bundle: Path, tiny_corpus: Path, tmp_p
     assert Bundle(tmp_path / "next").segments[0].vectors.index.hnsw.efSearch == 20  # type: ignore[union-attr]
 
 
-def test_an_update_of_an_ivf_bundle_keeps_its_cells_and_adds_an_exact_segment(tiny_bundle: Path, tiny_corpus: Path,
+def test_an_update_of_an_ivf_bundle_keeps_its_cells_and_adds_an_exact_segment(tiny_home: Path, tiny_corpus: Path,
                                                                               tmp_path: Path) -> None:
     """Fewer documents than IVF cells left is no longer a problem: the cells stay the first segment's, the
     deleted rows are tombstones, and the new segment (small) is searched exactly."""
     base = tmp_path / "base"
-    build(BuildRequest(corpus=tiny_corpus, out=base, dim=128, quantization="binary", index="ivf", ivf_nlist=len(DOCS)))
+    build(BuildRequest(corpus=tiny_corpus, out=base, dim=64, quantization="binary", index="ivf", ivf_nlist=len(DOCS)))
     changes = tmp_path / "changes.jsonl"
     changes.write_text(json.dumps({"_id": DOCS[0][0], "delete": True}) + "\n"
                        + json.dumps({"_id": "kites", "text": "Wind lifts the kite."}) + "\n")

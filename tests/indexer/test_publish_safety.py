@@ -26,11 +26,21 @@ from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
-from tests.service.reload.test_service_reload import v2_bundle
-
-__all__ = ["v2_bundle"]  # fixture shared with test_service_reload
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny_bundle(tiny_home: Path, tiny_teacher_bundle: Path) -> Path:
+    """The tiny corpus encoded by the tiny teacher, with TANDEM_HOME the tiny home for this test and its children:
+    what is published is copied, never encoded, so no answer here depends on the teacher."""
+    return tiny_teacher_bundle
+
+
+@pytest.fixture
+def v2_bundle(tiny_home: Path, tiny_teacher_v2: Path) -> Path:
+    """A second bundle in the same (tiny) teacher space, 19 documents, once per session (tests/fixtures/tiny_home)."""
+    return tiny_teacher_v2
 
 MAX_KILL_POINTS = 260  # a follow step writes ~200 files since each lexical segment keeps its term bounds
 _MUTATIONS = {"os.rename", "os.replace", "os.rmdir", "os.remove", "shutil.rmtree", "ctypes.call_function",
@@ -169,9 +179,12 @@ def test_current_set_waits_for_the_root_lock(tiny_bundle: Path, v2_bundle: Path,
     assert read_current(root).name == "v2"
 
 
+FILE_SIZE_LIMIT = 32 * 1024
+
+
 def _limit_file_size() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
-    resource.setrlimit(resource.RLIMIT_FSIZE, (32 * 1024, 32 * 1024))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_SIZE_LIMIT, FILE_SIZE_LIMIT))
 
 
 @pytest.mark.parametrize("command", ["build", "update"])
@@ -182,8 +195,11 @@ def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Pat
     set_current(root, "v1")
     work = v2_bundle.parent  # the corpus and vectors v2 was imported from
     before = sorted(p.name for p in root.iterdir())
-    if command == "build":
-        args = ["build", "--corpus", str(work / "corpus.jsonl"), "--root", str(root), "--embeddings",
+    if command == "build":  # v2's documents, each text long enough that their docstore passes the limit
+        corpus = tmp_path / "long.jsonl"
+        corpus.write_text("".join(json.dumps({**doc, "text": doc["text"] * 40}) + "\n" for doc in
+                                  map(json.loads, (work / "corpus.jsonl").read_text().splitlines())))
+        args = ["build", "--corpus", str(corpus), "--root", str(root), "--embeddings",
                 str(work / "vectors.npy"), "--ids", str(work / "ids.json")]
     else:  # a document larger than the limit: its segment's docstore cannot be written
         (tmp_path / "big.jsonl").write_text(json.dumps({"_id": "big", "text": "tides of the moon " * 3000}) + "\n")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ import pytest
 from indexer.pause import PAUSE_ENV
 from indexer.versions.update import UpdateRequest, update
 from models.bundle.version import Bundle, read_bundle_manifest
-from models.bundle.versions import list_versions, read_current, set_current
+from models.bundle.versions import list_versions, read_current
 from models.embeddings.store import EmbeddingStore
 from models.search import documents
 
@@ -39,11 +38,10 @@ def _lines(path: Path, lines: list[dict]) -> Path:
 
 
 @pytest.fixture
-def root(tiny_bundle: Path, tmp_path: Path) -> Path:
-    root = tmp_path / "bundles"
-    shutil.copytree(tiny_bundle, root / "v1")
-    set_current(root, "v1")
-    return root
+def root(tiny_teacher_root: Path) -> Path:
+    """A root whose CURRENT is the tiny corpus encoded by the tiny teacher, TANDEM_HOME the tiny home: the writers
+    race on files and the lock, and the sample each one adds is encoded by a teacher that loads in milliseconds."""
+    return tiny_teacher_root
 
 
 def _start(*args: str, fifo: Path | None = None) -> subprocess.Popen[str]:
@@ -186,9 +184,9 @@ def test_current_set_loses_to_a_follower_that_published_meanwhile_and_says_so(ro
     assert set(list_versions(root)) == {"v1", "v2", followed}
 
 
-def _imported(tiny_bundle: Path, tiny_corpus: Path, work: Path) -> list[str]:
+def _imported(bundle: Path, tiny_corpus: Path, work: Path) -> list[str]:
     """`index build` arguments for the tiny corpus with its teacher vectors imported (no encoding)."""
-    key = read_bundle_manifest(tiny_bundle).embeddings.store_key
+    key = read_bundle_manifest(bundle).embeddings.store_key
     assert key is not None
     vectors = EmbeddingStore().load(key)
     assert vectors is not None
@@ -207,12 +205,12 @@ def _lost(root: Path, rc: int, log: str, base: str, winner: str, before: set[str
     assert sorted(p.name for p in root.iterdir() if p.name not in before | {winner}) == [".lock", "CURRENT"]
 
 
-def test_a_build_that_an_update_overtook_publishes_nothing_and_says_so(root: Path, tiny_bundle: Path,
+def test_a_build_that_an_update_overtook_publishes_nothing_and_says_so(root: Path, tiny_teacher_bundle: Path,
                                                                          tiny_corpus: Path, tmp_path: Path) -> None:
     """`build --root` paused with its version staged; an update lands meanwhile: the build exits non-zero."""
     fifo = _fifo(tmp_path)
     (tmp_path / "gone.txt").write_text("git\n")
-    build = _start("build", "--root", str(root), *_imported(tiny_bundle, tiny_corpus, tmp_path), fifo=fifo)
+    build = _start("build", "--root", str(root), *_imported(tiny_teacher_bundle, tiny_corpus, tmp_path), fifo=fifo)
     end = _paused(build, fifo)  # staged, CURRENT read as v1, not placed
     rc, log = _done(_start("update", "--root", str(root), "--delete-ids", str(tmp_path / "gone.txt")))
     assert rc == 0, log
@@ -224,13 +222,13 @@ def test_a_build_that_an_update_overtook_publishes_nothing_and_says_so(root: Pat
 
 
 def test_a_build_waits_for_an_update_holding_the_lock_and_then_publishes_nothing(
-        root: Path, tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+        root: Path, tiny_teacher_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
     """An update paused holding the root's lock: the build waits for it (saying so), then finds CURRENT moved."""
     fifo = _fifo(tmp_path)
     (tmp_path / "gone.txt").write_text("git\n")
     slow = _start("update", "--root", str(root), "--delete-ids", str(tmp_path / "gone.txt"), fifo=fifo)
     (rc1, log1), (rc2, log2) = _race(slow, fifo, ["build", "--root", str(root),
-                                                  *_imported(tiny_bundle, tiny_corpus, tmp_path)])
+                                                  *_imported(tiny_teacher_bundle, tiny_corpus, tmp_path)])
     assert rc1 == 0, log1
     _lost(root, rc2, log2, "v1", read_current(root).name, {"v1"})
     assert "git" not in _live(root)

@@ -24,6 +24,8 @@ from models.bundle.version import Bundle
 from models.embeddings.store import EmbeddingStore
 from models.errors import ContractMismatch
 
+pytestmark = pytest.mark.usefixtures("no_agreement_sample")  # synthetic vectors: tests/fixtures/tiny_home.py
+
 N = CHUNK_ROWS + 808  # two import chunks: the first may be in corpus order and the second not
 
 

@@ -1,6 +1,8 @@
 """Compaction by merge policy (indexer.versions.merge_policy): a large clean segment is kept as it is and the small
 ones are merged into one segment in its space; a segment past the deleted share is rewritten; `--all` merges everything;
-either way the compacted version searches as its base did, and deleted documents stay deleted."""
+either way the compacted version searches as its base did, and deleted documents stay deleted.
+
+Mechanics: the teacher is the tiny one (tests/fixtures/tiny_home.py), the base version is the reference."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from tests.indexer.versions.test_segments import QUERIES, _lines, _segmented, as
 
 pytestmark = pytest.mark.slow
 
-BINARY = {"quantization": "binary", "rotation": "pca", "dim": 256}  # a space with every part: rotation, center, spin
+BINARY = {"quantization": "binary", "rotation": "pca", "dim": 64}  # a space with every part: rotation, center, spin
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -53,7 +55,7 @@ def _same_search(base: Path, compacted: Path, teacher_dir: Path) -> None:
         after.close()
 
 
-def test_the_policy_keeps_the_large_clean_segment_and_merges_the_small_ones(tandem_home: Path, teacher_dir: Path,
+def test_the_policy_keeps_the_large_clean_segment_and_merges_the_small_ones(tiny_home: Path, tiny_teacher: Path,
                                                                            work: Path) -> None:  # noqa: F811
     root = work / "root"
     # v1: 20 rows, 4 deleted (0.2: not more than the default share); v2: 2 rows, 1 deleted; v3 and v4: 1 row each
@@ -71,14 +73,14 @@ def test_the_policy_keeps_the_large_clean_segment_and_merges_the_small_ones(tand
     for name in ("rotation.npy", "calibration.npy", "center.npy", "spin.npy"):  # the space is the base's
         assert manifest.files[name] == base.files[name]
     verify_one(root / "v5")
-    _same_search(root / "v4", root / "v5", teacher_dir)
+    _same_search(root / "v4", root / "v5", tiny_teacher)
     gone = {"git", "bees", "kites"}
     assert not gone & set(Bundle(root / "v5").ids())
     assert compact(VersionRequest(root=root, version="v6")) is None  # nothing left to do: nothing published
     assert read_current(root).name == "v5"
 
 
-def test_a_segment_past_the_deleted_share_is_rewritten(tandem_home: Path, teacher_dir: Path,
+def test_a_segment_past_the_deleted_share_is_rewritten(tiny_home: Path, tiny_teacher: Path,
                                                        work: Path) -> None:  # noqa: F811
     root = work / "root"
     _segmented(root, work)
@@ -94,11 +96,11 @@ def test_a_segment_past_the_deleted_share_is_rewritten(tandem_home: Path, teache
     assert manifest is not None and [s.name for s in manifest.parts] == ["v1", "v8"]
     assert (manifest.parts[1].count, manifest.parts[1].deleted) == (3 + 9, 0)
     verify_one(root / "v8")
-    _same_search(root / "v6", root / "v8", teacher_dir)
+    _same_search(root / "v6", root / "v8", tiny_teacher)
     assert not {"new0", "new1", "new2"} & set(Bundle(root / "v8").ids())
 
 
-def test_all_merges_every_segment_and_bad_values_are_refused(tandem_home: Path, teacher_dir: Path,
+def test_all_merges_every_segment_and_bad_values_are_refused(tiny_home: Path, tiny_teacher: Path,
                                                              work: Path) -> None:  # noqa: F811
     root = work / "root"
     _segmented(root, work)  # the default space: a refit on the live rows leaves the scores as they were
@@ -112,13 +114,13 @@ def test_all_merges_every_segment_and_bad_values_are_refused(tandem_home: Path, 
     assert "in 1 segment (" in done.stdout
     manifest = read_bundle_manifest(root / "v5")
     assert manifest.segments is None and manifest.base is not None and manifest.base.deleted == 5
-    _same_search(root / "v4", root / "v5", teacher_dir)
+    _same_search(root / "v4", root / "v5", tiny_teacher)
     idle = _cli("compact", "--root", str(root), "--version", "v6")  # one clean segment: nothing to do
     assert idle.returncode == 0 and "nothing to compact" in idle.stdout, idle.stderr
     assert read_current(root).name == "v5"
 
 
-def test_the_follower_merges_by_its_own_bounds(tandem_home: Path, work: Path) -> None:  # noqa: F811
+def test_the_follower_merges_by_its_own_bounds(tiny_home: Path, work: Path) -> None:  # noqa: F811
     """Its deleted bound is the policy's; when the kept segments leave no room for a batch, everything merges."""
     root = work / "root"
     _segmented(root, work)

@@ -99,7 +99,8 @@ def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Pa
     assert np.array_equal(resumed_vectors, reference_vectors)
 
 
-def test_publish_into_root_current_rollback_and_prune(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+def test_publish_into_root_current_rollback_and_prune(tiny_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    """Mechanics of versions under a root: the tiny teacher (tests/fixtures/tiny_home.py) encodes."""
     root = tmp_path / "root"
     for version in ("v1", "v2", "v3"):
         manifest = build(BuildRequest(corpus=tiny_corpus, root=root, version=version, keep=1))
@@ -180,7 +181,7 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [True, False], ids=["metadata-extra", "plain"])
-def test_update_parses_change_lines_as_the_base_was_built(tandem_home: Path, tmp_path: Path, extra: bool) -> None:
+def test_update_parses_change_lines_as_the_base_was_built(tiny_home: Path, tmp_path: Path, extra: bool) -> None:
     """With --metadata-extra, an updated or added document keeps its extra keys as metadata (and a later update
     of the update still does); without it they are ignored, as the build ignored them, also for a bundle whose
     manifest predates the recorded choice."""

@@ -74,7 +74,7 @@ def _fresh_corpus(version: Path, out: Path) -> Path:
     return _lines(out, [{"_id": d.id, "title": d.title, "text": d.text, **d.meta()} for d in docs])
 
 
-def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, teacher_dir: Path, work: Path) -> None:
+def test_a_base_and_three_updates_search_as_a_fresh_build(tiny_home: Path, tiny_teacher: Path, work: Path) -> None:
     ids = _segmented(work / "root", work)
     assert ids[-3:] == ["chess", "bake", "tea"] and "git" not in ids and "bees" not in ids and "kites" not in ids
     fresh = work / "fresh"
@@ -83,7 +83,7 @@ def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, tea
     segmented, whole = Bundle(read_current(work / "root")), Bundle(fresh)
     assert [len(segmented.segments), len(whole.segments)] == [4, 1]
     assert segmented.ids() == whole.ids() == ids
-    vectors = TeacherEncoder(teacher_dir).encode_queries(QUERIES)
+    vectors = TeacherEncoder(tiny_teacher).encode_queries(QUERIES)
     for got, want in zip(dense_hits(segmented, vectors, 10), dense_hits(whole, vectors, 10), strict=True):
         assert [h.doc.id for h in got] == [h.doc.id for h in want]
         np.testing.assert_allclose([h.score for h in got], [h.score for h in want], atol=1e-5)
@@ -109,17 +109,17 @@ def test_a_base_and_three_updates_search_as_a_fresh_build(tandem_home: Path, tea
     whole.close()
 
 
-def test_compaction_is_a_fresh_build_of_the_live_documents(tandem_home: Path, work: Path) -> None:
+def test_compaction_is_a_fresh_build_of_the_live_documents(tiny_home: Path, work: Path) -> None:
     """With the space refitted: binary codes centered and spun, a PCA rotation, all fitted on the live rows."""
     root = work / "root"
-    ids = _segmented(root, work, quantization="binary", rotation="pca", dim=256)
+    ids = _segmented(root, work, quantization="binary", rotation="pca", dim=64)
     manifest = compact(VersionRequest(root=root, version="v5"), MergePolicy(full=True))
     assert manifest is not None and manifest.base is not None
     assert manifest.segments is None and manifest.count == len(ids)
     assert (manifest.base.action, manifest.base.version, manifest.base.deleted) == ("compact", "v4", 5)
     fresh = work / "fresh"
     build(BuildRequest(corpus=root / "v5" / "corpus.jsonl", out=fresh, metadata_extra=True, quantization="binary",
-                       rotation="pca", dim=256))
+                       rotation="pca", dim=64))
     compacted = read_bundle_manifest(root / "v5")
     built = read_bundle_manifest(fresh)
     # byte for byte, but for the agreement sample: a compaction keeps its inputs' (indexer.sample), a build draws one
@@ -131,7 +131,7 @@ def test_compaction_is_a_fresh_build_of_the_live_documents(tandem_home: Path, wo
     assert "1 segment, 0 deleted rows" in verify_one(root / "v5")
 
 
-def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: Path,
+def test_sigkill_anywhere_in_an_update_or_a_compaction(tiny_home: Path, work: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The changes here need no teacher (a deletion and a metadata-only change), so each run is short; so does no
     agreement sample (torch in a forked child of a process that ran it hangs)."""
@@ -162,7 +162,7 @@ def test_sigkill_anywhere_in_an_update_or_a_compaction(tandem_home: Path, work: 
         assert read_current(root).name == "v5"
 
 
-def test_a_follower_killed_anywhere_applies_each_change_file_once(tandem_home: Path, work: Path,
+def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Path, work: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SAMPLE_SETTING, "0")  # no teacher in the forked children (see the test above)
     pristine = work / "pristine"
@@ -207,7 +207,7 @@ def test_a_follower_killed_anywhere_applies_each_change_file_once(tandem_home: P
         assert follow(request).applied == 0  # nothing left, nothing applied again
 
 
-def test_a_bad_change_file_stops_the_follower_naming_its_line(tandem_home: Path, work: Path) -> None:
+def test_a_bad_change_file_stops_the_follower_naming_its_line(tiny_home: Path, work: Path) -> None:
     root = work / "root"
     build(BuildRequest(corpus=work / "corpus.jsonl", root=root, version="v1"))
     changes = work / "changes"
@@ -247,7 +247,8 @@ def _as_built_before_segments(bundle: Path, out: Path) -> Path:
 
 
 def test_a_bundle_built_before_segments_serves_as_before_and_its_first_update_rewrites_it(
-        tiny_bundle: Path, work: Path) -> None:
+        tiny_home: Path, tiny_teacher_bundle: Path, work: Path) -> None:
+    tiny_bundle = tiny_teacher_bundle
     old = _as_built_before_segments(tiny_bundle, work / "old")
     verify_one(old)
     before, now = Bundle(old), Bundle(tiny_bundle)
@@ -267,13 +268,13 @@ def test_a_bundle_built_before_segments_serves_as_before_and_its_first_update_re
     assert segmented.segments is not None and [s.deleted for s in segmented.parts] == [1]
 
 
-def test_a_follower_rewrites_a_bundle_built_before_segments_once_then_adds_segments(tiny_bundle: Path,
-                                                                                     work: Path) -> None:
+def test_a_follower_rewrites_a_bundle_built_before_segments_once_then_adds_segments(
+        tiny_home: Path, tiny_teacher_bundle: Path, work: Path) -> None:
     """As `index update` does: a version whose lexical index is bm25s's cannot take a postings segment (the service
     refuses the mix), so the follower's first batch starts from a whole rewrite of it."""
     root = work / "root"
     root.mkdir()
-    _as_built_before_segments(tiny_bundle, root / "v1")
+    _as_built_before_segments(tiny_teacher_bundle, root / "v1")
     set_current(root, "v1")
     changes = work / "changes"
     changes.mkdir()
@@ -298,7 +299,7 @@ def test_a_follower_rewrites_a_bundle_built_before_segments_once_then_adds_segme
     assert read_bundle_manifest(read_current(root)).deleted == 2
 
 
-def test_a_follower_keeps_the_vector_of_a_document_an_earlier_file_of_its_batch_added(tandem_home: Path,
+def test_a_follower_keeps_the_vector_of_a_document_an_earlier_file_of_its_batch_added(tiny_home: Path,
                                                                                       work: Path) -> None:
     """Two files in one publish: the second changes only the metadata of a document the first added, so its
     vector is the one the first file's segment stored (the teacher encodes it once)."""

@@ -1,4 +1,7 @@
-"""A `tandem distill` killed mid-training resumes from its checkpoint and ends where an uninterrupted run ends."""
+"""A `tandem distill` killed mid-training resumes from its checkpoint and ends where an uninterrupted run ends.
+
+Mechanics (checkpoints, resume, the same end state), so the teacher and backbone are the tiny ones
+(tests/fixtures/tiny_home.py): the three runs are real `tandem distill` processes, each loading both."""
 
 from __future__ import annotations
 
@@ -41,8 +44,9 @@ def _kill_after_first_checkpoint(cmd: list[str]) -> None:
 
 @pytest.mark.slow
 def test_killed_distill_resumes_and_matches_an_uninterrupted_run(
-    tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path
+    tiny_home: Path, tiny_teacher_bundle: Path, tiny_corpus: Path, tmp_path: Path
 ) -> None:
+    tiny_bundle = tiny_teacher_bundle
     preset = tmp_path / "preset.json"
     preset.write_text(TEST_PRESET.model_copy(update={"epochs": EPOCHS, "name": "resume"}).model_dump_json())
     resumed, straight = tmp_path / "resumed", tmp_path / "straight"

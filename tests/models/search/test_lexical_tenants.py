@@ -24,7 +24,9 @@ def _scores(bundle: Bundle, tenant: str | None) -> dict[str, float]:
 
 
 def test_a_collection_per_tenant_scores_with_its_own_statistics_where_a_filter_does_not(
-        meta_bundle: Path, meta_corpus: Path, tmp_path: Path) -> None:
+        meta_bundle: Path, meta_corpus: Path, tmp_path: Path, tiny_home: Path) -> None:
+    """The tenant's own collection is built with the tiny teacher (tests/fixtures/tiny_home.py): only BM25 is
+    compared, which no teacher changes."""
     lines = [json.loads(line) for line in meta_corpus.read_text().splitlines()]
     own_corpus = tmp_path / "food.jsonl"
     own_corpus.write_text("".join(json.dumps(d) + "\n" for d in lines if d["metadata"]["topic"] == "food"))

@@ -143,7 +143,7 @@ def _three_segments(root: Path) -> Path:
     return previous
 
 
-@pytest.mark.usefixtures("tandem_home")
+@pytest.mark.usefixtures("tandem_home", "no_agreement_sample")  # synthetic vectors: no sample to draw
 def test_a_version_reads_its_space_once_however_many_segments_share_it(tmp_path: Path) -> None:
     version = _three_segments(tmp_path)
     manifest = read_bundle_manifest(version)
@@ -163,7 +163,7 @@ def test_a_version_reads_its_space_once_however_many_segments_share_it(tmp_path:
         bundle.close()
 
 
-@pytest.mark.usefixtures("tandem_home")
+@pytest.mark.usefixtures("tandem_home", "no_agreement_sample")  # synthetic vectors: no sample to draw
 def test_a_bundle_with_a_bad_space_file_fails_to_load_naming_it(tmp_path: Path) -> None:
     from models.hashing import sha256_file
 
