@@ -171,6 +171,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--teacher", type=Path, default=None, help="Teacher HF directory (default: provisioned).")
     parser.add_argument("--backbone", type=Path, default=None, help="MiniLM HF directory (default: provisioned).")
     parser.add_argument("--no-plain", action="store_true", help="Skip timing MiniLM's plain int8 ONNX export.")
+    parser.add_argument("--no-torch", action="store_true",
+                        help="Skip timing the torch encoders (teacher, MiniLM fp32): a run of the fast ones alone.")
     parser.add_argument("-n", "--num-queries", type=int, default=300, help="Timed queries per encoder.")
     parser.add_argument("--warmup", type=int, default=30, help="Untimed queries per encoder first.")
     parser.add_argument("--rounds", type=int, default=6, help="Blocks each encoder's queries are split into.")
@@ -218,8 +220,9 @@ def main(argv: Sequence[str] | None = None) -> None:
                                   lambda texts: minilm.encode_queries(texts))
         log.info("MiniLM alone on its own documents: dense %.4f, hybrid %s", minilm_q.dense, minilm_q.hybrid)
     encoders: dict[str, Callable[[list[str]], object]] = {name: s.encode for name, s in students.items()}
-    encoders[TEACHER] = lambda texts: teacher.encode_queries(texts, batch_size=1)
-    encoders[MINILM] = lambda texts: minilm.encode_queries(texts, batch_size=1)
+    if not args.no_torch:
+        encoders[TEACHER] = lambda texts: teacher.encode_queries(texts, batch_size=1)
+        encoders[MINILM] = lambda texts: minilm.encode_queries(texts, batch_size=1)
     with tempfile.TemporaryDirectory() as tmp:
         if not args.no_plain:
             from bench.encoding.encode_profile import Plain, export_plain
@@ -238,8 +241,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for name in paths
     ]
     rows += [
-        (f"teacher {teacher.card.name} (torch fp32)", "12", teacher_q, results[TEACHER]),
-        (f"{minilm.card.name} alone, own documents (torch fp32)", "6", minilm_q, results[MINILM]),
+        (f"teacher {teacher.card.name} (torch fp32)", "12", teacher_q, results.get(TEACHER)),
+        (f"{minilm.card.name} alone, own documents (torch fp32)", "6", minilm_q, results.get(MINILM)),
     ]
     if MINILM_PLAIN in results:
         rows.append((f"{minilm.card.name} alone, plain int8 ONNX", "6", Quality(None, None), results[MINILM_PLAIN]))
