@@ -77,7 +77,7 @@ TANDEM_REQUIRE_BROWSER ?= 1
 # pytest-xdist (docs/testing.md#parallel-runs): TEST_WORKERS processes; loadscope sends a whole module (or class) to
 # one worker, so a module-scoped fixture (a server, a bundle) is built once, not once per worker that runs a test of
 # it. The session fixtures that cost most are built once per run across workers (tests/fixtures/shared.py).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope
 test: models browser compose-tool
 	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) \
