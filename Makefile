@@ -81,13 +81,18 @@ compose-tool:
 
 # The browser test fails rather than skips without chromium here: `make test` is what CI runs.
 TANDEM_REQUIRE_BROWSER ?= 1
+# pytest-xdist (docs/testing.md#parallel-runs): TEST_WORKERS processes; loadscope sends a whole module (or class) to
+# one worker, so a module-scoped fixture (a server, a bundle) is built once, not once per worker that runs a test of
+# it. The session fixtures that cost most are built once per run across workers (tests/fixtures/shared.py).
+TEST_WORKERS ?= 2
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope
 test: models browser compose-tool
 	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) \
-	TANDEM_REQUIRE_COMPOSE=$$(if [ "$$(id -u)" = 0 ]; then echo 1; fi) $(BIN)/python -m pytest
+	TANDEM_REQUIRE_COMPOSE=$$(if [ "$$(id -u)" = 0 ]; then echo 1; fi) $(BIN)/python -m pytest $(PYTEST_XDIST)
 
 # The fast tier: no test that encodes with the teacher or trains a student (under a minute, no model needed).
 test-fast: install
-	$(BIN)/python -m pytest -m "not slow"
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_XDIST)
 
 lint: install
 	$(BIN)/ruff check .
