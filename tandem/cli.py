@@ -666,6 +666,8 @@ def serve(
     if cluster is not None:
         if processes not in (None, 1):
             raise typer.BadParameter("--cluster serves from one process: the shards scale the search")
+        if cluster == "local":  # a local Ray serves this machine alone: Ray's switch, read at import, keeps it on
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the loopback interface
         from cluster.coordinator import ClusterSearch, connect
         from cluster.service import ClusterRetrieval
         from service.core.searcher import retrieve_remotely

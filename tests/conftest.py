@@ -12,6 +12,10 @@ from __future__ import annotations
 import os
 import tempfile
 
+# Every Ray cluster a test starts is local: Ray's own switch keeps it on the loopback interface, and it is read when
+# ray is first imported, which may be by any test module at collection (tests/cluster, tests/indexer/test_ray_engine).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 import anyio
 import anyio.abc
 import pytest
