@@ -42,9 +42,14 @@ class DocstoreWriter:
     """
 
     def __init__(self, path: Path) -> None:
+        """Raises OSError when the store cannot be created (a full disk or a file size limit fails the schema's
+        first page, before any document is added)."""
         self.path = Path(path)
-        self._con = sqlite3.connect(path)
-        self._con.execute(_SCHEMA)
+        try:
+            self._con = sqlite3.connect(path)
+            self._con.execute(_SCHEMA)
+        except sqlite3.OperationalError as exc:
+            raise _cannot_write(exc, self.path) from exc
         self.count = 0
 
     def add(self, docs: Sequence[Document]) -> None:
@@ -58,8 +63,7 @@ class DocstoreWriter:
             self._raise_duplicate(docs)
             raise
         except sqlite3.OperationalError as exc:
-            raise OSError(errno.EIO, f"cannot write the docstore ({exc}: a full disk, or a quota or file size "
-                          "limit?)", str(self.path)) from exc
+            raise _cannot_write(exc, self.path) from exc
         self.count += len(docs)
 
     def _raise_duplicate(self, docs: Sequence[Document]) -> None:
@@ -83,6 +87,12 @@ class DocstoreWriter:
 
     def close(self) -> None:
         self._con.close()
+
+
+def _cannot_write(exc: sqlite3.OperationalError, path: Path) -> OSError:
+    """SQLite says only "disk I/O error" or "unable to open database file"; the CLI names the file from this."""
+    return OSError(errno.EIO, f"cannot write the docstore ({exc}: a full disk, or a quota or file size limit?)",
+                   str(path))
 
 
 def _rows_of(con: sqlite3.Connection, ids: Sequence[str]) -> dict[str, int]:

@@ -3,6 +3,9 @@ refused naming both places, keeping nothing of its batch; a store without metada
 
 from __future__ import annotations
 
+import os
+import resource
+import signal
 import sqlite3
 from pathlib import Path
 
@@ -59,3 +62,28 @@ def test_a_store_without_a_metadata_column_serves_documents_without_it(tmp_path:
         assert store.rows_where("1", []).tolist() == []
     finally:
         store.close()
+
+
+def test_a_store_that_cannot_be_created_raises_an_os_error_naming_it(tmp_path: Path) -> None:
+    """Under a file size limit smaller than SQLite's first page, creating the schema fails: the CLI turns an
+    OSError into a one-line error with the path, where a bare sqlite3 error was a traceback."""
+    path = tmp_path / "docs.sqlite"
+    pid = os.fork()
+    if pid == 0:  # the child: the limit is per process
+        code = 1
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+            resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+            DocstoreWriter(path)
+        except OSError as exc:
+            code = 0 if exc.filename == str(path) and "cannot write the docstore" in str(exc) else 4
+        except BaseException:
+            code = 3
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0, status
+    (tmp_path / "a file").write_text("")  # a parent that is not a folder: the connect itself fails
+    under_a_file = tmp_path / "a file" / "docs.sqlite"
+    with pytest.raises(OSError, match="cannot write the docstore") as raised:
+        DocstoreWriter(under_a_file)
+    assert raised.value.filename == str(under_a_file)
