@@ -18,12 +18,14 @@ from indexer.intake.ingest import IngestedCorpus, Passages, ingest_corpus
 from indexer.options import Engine
 from indexer.publish import Target, publish
 from indexer.sample import add_samples, sample_size
+from indexer.split import Split, check_segment_rows, row_ranges
 from indexer.writer import write_doc_indexes, write_manifest, write_vectors, write_version_manifest
 from models.bundle.manifest import BundleManifest, CorpusInfo, EmbeddingSource
 from models.bundle.payload.fields import declared_fields
 from models.bundle.storage.docstore import DOCSTORE_FILE, DocStore, DocstoreWriter
 from models.bundle.vectors.index_spec import IndexSpec, Quantization, resolve_spec
 from models.bundle.vectors.rotation import Rotation
+from models.bundle.vectors.space import VectorSource
 from models.contract import SUPPORTED_DIMS
 from models.embeddings.store import SHARD_SIZE, EmbeddingStore, ShardRunner, store_key
 from models.encoders.precision import AUTO, local_precision
@@ -75,6 +77,7 @@ class BuildRequest:
     # the local teacher stays loaded after the build (models.encoders.teacher_cache) for what this process runs next
     # with it, its agreement sample first: `tandem demo serve` distills next, with the same teacher
     keep_teacher: bool = False
+    segment_rows: int | None = None  # --segment-rows: the version as segments of at most this many rows (indexer.split)
 
     @property
     def target(self) -> Target:
@@ -199,6 +202,7 @@ def build(req: BuildRequest) -> BundleManifest:
     rotation = _rotation(req.rotation)
     fields = declared_fields(req.fields)
     _check_shard_size(req.shard_size)
+    check_segment_rows(req.segment_rows)
     sample_size()  # a bad TANDEM_AGREEMENT_SAMPLE is refused before any work
     req.run.check()
     req.target.check()
@@ -221,11 +225,19 @@ def build(req: BuildRequest) -> BundleManifest:
                 source = teacher_vectors(req, card, corpus, docs, store)
             finally:
                 docs.close()
-        described, index_names = write_doc_indexes(staging, corpus.count, fields)
         key = source.store_key
         assert key is not None
+        ranges = row_ranges(corpus.count, req.segment_rows)
+        first = ranges[0][1]  # rows of the first segment (the whole corpus unless --segment-rows splits it)
+        vectors: VectorSource = lambda: store.iter_chunks(key)  # noqa: E731
+        split = None
+        if len(ranges) > 1:
+            split = Split.set_aside(staging, store, card, source, ranges)
+            vectors = split.first_vectors()
+            index = req.index_spec(quantization, first)
+        described, index_names = write_doc_indexes(staging, first, fields)
         centered = req.binary_center and quantization is Quantization.BINARY
-        names = write_vectors(staging, corpus.count, lambda: store.iter_chunks(key), dim=dim,
+        names = write_vectors(staging, first, vectors, dim=dim,
                               quantization=quantization, rotation=rotation, index=index, center=centered,
                               spin=centered)
         info = CorpusInfo(path=str(Path(req.corpus).resolve()), sha256=sha256_file(Path(req.corpus)),
@@ -236,7 +248,9 @@ def build(req: BuildRequest) -> BundleManifest:
                                   build_seconds=round(time.perf_counter() - started, 3), corpus=info,
                                   embeddings=source, version=version, rotation=rotation, index=index,
                                   binary_center=centered, binary_spin=centered, **described)
-        manifest = add_samples(staging, manifest, [manifest.parts[0].name], card, req.device, req.keep_teacher,
+        if split is not None:
+            manifest = split.finish(manifest, lambda rows: req.index_spec(quantization, rows))
+        manifest = add_samples(staging, manifest, [p.name for p in manifest.parts], card, req.device, req.keep_teacher,
                                _sample_precision(req.run, source), req.batch_tokens)
         write_version_manifest(staging, manifest)
     log.info("published %s in %.1fs", req.target.describe(version), time.perf_counter() - started)

@@ -56,15 +56,25 @@ def verify_one(directory: Path, teacher: Path | None = None) -> str:
                     raise ContractMismatch(f"{segment.directory}: {exc}") from exc
     finally:
         bundle.close()
-    first = manifest.parts[0]
-    if manifest.corpus.count != first.count:
-        raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} "
-                               f"differs from the first segment's {first.count}")
+    _check_corpus_rows(directory, manifest)
     note = _teacher_note(directory, manifest.teacher, teacher)
     fields = f", {len(manifest.payload.fields)} payload fields" if manifest.payload is not None else ""
     return (f"ok {directory}: {manifest.count} docs, {manifest.dim}-d {manifest.quantization.value} "
             f"{manifest.index.type.value}{fields}, {_segments(manifest)}, {len(manifest.files)} files "
             f"sha256-verified, {note}, vectors {_computed_by(manifest.embeddings)}")
+
+
+def _check_corpus_rows(directory: Path, manifest: BundleManifest) -> None:
+    """The corpus's documents are the rows of the segments the build wrote it into: the first, and with
+    `--segment-rows` NAME-1, NAME-2, …; a partial compaction may have merged some of the latter away."""
+    first = manifest.parts[0]
+    written = manifest.corpus.segments or 1
+    names = {first.name, *(f"{first.name}-{i}" for i in range(1, written))}
+    held = [s.count for s in manifest.parts if s.name in names]
+    rows = sum(held)
+    if rows != manifest.corpus.count if len(held) == written else rows >= manifest.corpus.count:
+        raise ContractMismatch(f"{directory / 'manifest.json'}: corpus count {manifest.corpus.count} differs from "
+                               f"the {rows} rows of the {written} segment(s) the build wrote it into")
 
 
 def _segments(manifest: BundleManifest) -> str:

@@ -268,6 +268,12 @@ def index_build(
         bool, typer.Option(help="binary: subtract the corpus mean and apply a random orthogonal rotation before "
                            "taking sign bits (queries alike).")
     ] = True,
+    segment_rows: Annotated[
+        int | None, typer.Option(help="Write the version as segments of at most this many documents, as even as "
+                                 "they come (a shard of `tandem serve --cluster` is a set of whole segments); each "
+                                 "segment's index is --index sized for its own rows. Default: one segment.",
+                                 show_default=False)
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing bundle at --out.")] = False,
 ) -> None:
     """Embed a corpus with the teacher and publish an index bundle atomically (resumable if killed)."""
@@ -281,6 +287,7 @@ def index_build(
         ef_construction=ef_construction, ef_search=ef_search, ivf_nlist=ivf_nlist, ivf_nprobe=ivf_nprobe,
         engine=engine, ray_address=ray_address, ray_actors=ray_actors, ray_threads=ray_threads,
         metadata_extra=metadata_extra, fields=tuple(field or ()), binary_center=binary_center,
+        segment_rows=segment_rows,
     )
     manifest = build(req)
     typer.echo(f"published {req.target.describe(manifest.version)}: {manifest.count} docs, "

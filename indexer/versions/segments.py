@@ -226,11 +226,13 @@ def write_segment(directory: Path, docs: list[Document], vectors: np.ndarray, ma
 
 
 def segment_indexes(directory: Path, count: int, vectors: VectorSource, manifest: BundleManifest, space: Space,
-                    name: str, source: EmbeddingSource) -> tuple[SegmentInfo, list[str], DocStore]:
+                    name: str, source: EmbeddingSource, spec: IndexSpec | None = None
+                    ) -> tuple[SegmentInfo, list[str], DocStore]:
     """The rest of a segment whose docstore (`count` rows) is written in `directory`: its first stage over the
-    streamed `vectors` in the version's `space`, its lexical and payload indexes; as `write_segment` returns.
-    A compaction's merged segment is written by this too, its vectors streamed from the embedding store."""
-    spec = segment_spec(manifest, count)
+    streamed `vectors` in the version's `space` (`spec`, else `segment_spec`'s), its lexical and payload indexes;
+    as `write_segment` returns. A compaction's merged segment is written by this too, its vectors streamed from the
+    embedding store; a build's later segments (indexer.split) too, with the build's index type."""
+    spec = spec or segment_spec(manifest, count)
     names = write_index(directory, count, vectors, dim=manifest.dim, quantization=manifest.quantization,
                         index=spec, space=space)
     names.append(DOCSTORE_FILE)

@@ -53,6 +53,8 @@ class CorpusInfo(BaseModel):
     metadata_extra: bool = Field(default=False, description="lines' keys outside id, title and text were kept as "
                                  "metadata (`--metadata-extra`); `tandem index update` reads change lines the same "
                                  "way, so an update never drops those keys. False in older bundles")
+    segments: int | None = Field(default=None, ge=2, description="the build wrote the corpus as this many segments "
+                                 "(`--segment-rows`): the first, then NAME-1, NAME-2, …; absent: the first alone")
 
 
 class BaseInfo(BaseModel):
