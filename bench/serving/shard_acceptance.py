@@ -18,7 +18,8 @@ CPU each), and every (mode × filter × offset) runs the queries in batches of `
 and the single box (models.search.search, what `tandem serve` runs): ids, rows, float32 scores and the version
 are compared, each mismatch counted. Prints JSON.
 
-    python -m bench.serving.shard_acceptance --work /tmp/shard-acceptance --data ../shared/data/scifact
+    python -m bench.serving.shard_acceptance --work /tmp/shard-acceptance --data ../shared/data/scifact \
+        --out report.json
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def plans(counts: list[int]) -> dict[str, list[list[int]]]:
     out = {"1": [list(range(n))]}
     if n >= 2:
         out["2"] = plan_shards(counts, 2)
-        out["2-uneven"] = [[0], list(range(1, n))]
+        uneven = [[0], list(range(1, n))]  # the first segment alone, unless that is already the even plan
+        out["2-uneven"] = uneven if uneven != out["2"] else [list(range(n - 1)), [n - 1]]
     if n >= 4:
         out["4"] = [[i] for i in range(n)]
     return out
@@ -190,6 +192,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4, help="one-CPU nodes of the local Ray cluster")
     parser.add_argument("--batch", type=int, default=30)
     parser.add_argument("--only", choices=["scifact", "synthetic"])
+    parser.add_argument("--out", type=Path, help="the JSON report (default: stdout, where Ray's raylet also writes)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     os.environ.setdefault("TANDEM_AGREEMENT_SAMPLE", "0")  # a sample runs the teacher; these builds import vectors
@@ -224,8 +227,11 @@ def main() -> None:
         serve.shutdown()
         ray.shutdown()
         cluster.shutdown()
-    json.dump(report, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    text = json.dumps(report, indent=2) + "\n"
+    if args.out is not None:
+        args.out.write_text(text)
+    else:
+        sys.stdout.write(text)
 
 
 def query_set(data: Path, seed: int) -> tuple[list[str], np.ndarray]:
