@@ -246,6 +246,8 @@ class Space:
         float64, each as its own dot product. Only a coordinate within float64 rounding of zero could then sign
         differently, as it already could between BLAS kernels (row_exact_product)."""
         assert self.spin is not None
+        if y.ndim == 1:  # one vector, as row_exact_product takes it too
+            return self.sure_signs(y[None, :])[0]
         fast = np.asarray(y @ self.spin, dtype=np.float32)
         margin = np.sqrt(np.einsum("ij,ij->i", y, y, dtype=np.float64)) * self._spin_margin + 1e-30
         rows, cols = np.nonzero(np.abs(fast) <= margin[:, None])

@@ -43,6 +43,7 @@ def test_sign_codes_equal_the_float64_products_even_at_the_margin() -> None:
     assert np.array_equal(space.sign_codes(queries), expected)
     alone = np.concatenate([space.sign_codes(queries[i : i + 1]) for i in range(len(queries))])
     assert np.array_equal(alone, expected)
+    assert np.array_equal(space.sign_codes(queries[400]), expected[400])  # one vector, not a matrix
 
 
 def test_int8_decode_is_the_formula_bit_for_bit() -> None:
