@@ -94,7 +94,6 @@ class Metrics:
                                           ["collection", "outcome"], registry=r)
         self.collection_searches = Counter("tandem_collection_searches", "Search requests by collection (those "
                                            "that reached one: a 404 counts nowhere).", ["collection"], registry=r)
-        self._search_children: dict[str, Any] = {}
         self._request_children: dict[tuple[str, str, int], Any] = {}
         self.collection_ready = Gauge("tandem_collection_ready", "1 when the collection serves, 0 while it loads "
                                       "or after it failed to load.", ["collection"], registry=r,
@@ -146,13 +145,6 @@ class Metrics:
         """With several processes, write this one's queue depth to its file (after each request, and at a scrape)."""
         if self.multiprocess_dir is not None and self._queue_depth is not None:
             self.queue_depth.set(self._queue_depth())
-
-    def count_search(self, collection: str) -> None:
-        """One search request that reached `collection` (tandem_collection_searches), its child looked up once."""
-        child = self._search_children.get(collection)
-        if child is None:
-            child = self._search_children[collection] = self.collection_searches.labels(collection)
-        child.inc()
 
     def observe_reload(self, outcome: str) -> None:
         self.reloads.labels(outcome).inc()

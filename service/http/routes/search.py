@@ -252,7 +252,7 @@ async def answer(request: SearchRequest, http: Request) -> Response:
     state = http.app.state
     key = key_of(http)
     collection = collection_for(state.collections, http.path_params.get("name"), key)  # 404: not served, or not its
-    state.metrics.count_search(collection.name)
+    state.metrics.collection_searches.labels(collection.name).inc()
     return await search_in(request, collection.loader, state.settings, state.metrics, key, collection.name)
 
 
