@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -94,6 +94,7 @@ class Metrics:
                                           ["collection", "outcome"], registry=r)
         self.collection_searches = Counter("tandem_collection_searches", "Search requests by collection (those "
                                            "that reached one: a 404 counts nowhere).", ["collection"], registry=r)
+        self._request_children: dict[tuple[str, str, int], Any] = {}
         self.collection_ready = Gauge("tandem_collection_ready", "1 when the collection serves, 0 while it loads "
                                       "or after it failed to load.", ["collection"], registry=r,
                                       multiprocess_mode="livemin")
@@ -129,7 +130,13 @@ class Metrics:
             self.observe_stage(stage, ms / 1e3)
 
     def observe_request(self, route: str, method: str, status: int) -> None:
-        self.requests.labels(route, method, str(status)).inc()
+        # each (route, method, status) child is looked up once: `labels` validates and locks on every call, and
+        # routes, methods and statuses are few (middleware bounds the route to a template or "unmatched")
+        child = self._request_children.get((route, method, status))
+        if child is None:
+            child = self.requests.labels(route, method, str(status))
+            self._request_children[(route, method, status)] = child
+        child.inc()
         if status == 429:
             self.overloaded.inc()
         self.sync_queue_depth()

@@ -7,7 +7,10 @@ logging, metrics, rendering) runs on this thread, measured with `time.thread_tim
 socket writes are not included (bench/serving/request_cpu.py measures the served whole). Requests go one at a
 time, each query unique (a counter appended, so the query cache never answers), after 200 untimed ones.
 
-    python -m bench.serving.app_cpu --index BUNDLE --student DIR --requests 300 --blocks 5
+    python -m bench.serving.app_cpu --index BUNDLE --student DIR --requests 300 --blocks 5 [--log off]
+
+The access log is formatted as `tandem serve` formats it (JSON, INFO) and written to /dev/null, so its line is part
+of the figure (`--log off`: no line, as this bench measured before the option).
 
 To compare source trees, run this file with another tree first on PYTHONPATH (the app is imported from there).
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -52,6 +56,20 @@ async def _one(app: Any, text: str) -> None:
         raise RuntimeError(f"POST /search answered {status}")
 
 
+def log_as_served(fmt: str) -> None:
+    """The access log as `tandem serve` writes it (one formatted line a request, at INFO), to /dev/null; "off" leaves
+    logging unconfigured (no line is formatted: how this bench measured before it had the option)."""
+    if fmt == "off":
+        return
+    import logging
+
+    from service.runtime.logs import make_handler
+
+    root = logging.getLogger()
+    root.addHandler(make_handler("text" if fmt == "text" else "json", open(os.devnull, "w")))  # noqa: SIM115 (held for the process's life)
+    root.setLevel(logging.INFO)
+
+
 async def measure(index: Path, student: Path, texts: Sequence[str], requests: int, blocks: int) -> list[float]:
     """ms of the event-loop thread's CPU per request, one figure per block of `requests`."""
     from service.http.app import create_app
@@ -80,7 +98,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--queries", type=Path, default=Path("/work/shared/data/scifact/queries.jsonl"))
     parser.add_argument("--requests", type=int, default=300, help="Requests per block.")
     parser.add_argument("--blocks", type=int, default=5)
+    parser.add_argument("--log", choices=("json", "text", "off"), default="json",
+                        help="Access log format, written to /dev/null (serve's default: json); off: none formatted.")
     args = parser.parse_args(argv)
+    log_as_served(args.log)
     texts = [json.loads(line)["text"] for line in args.queries.open()]
     blocks = asyncio.run(measure(args.index, args.student, texts, args.requests, args.blocks))
     print(f"event-loop CPU ms/request: median {statistics.median(blocks):.3f} "

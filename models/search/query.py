@@ -334,6 +334,8 @@ def dense_hits(bundle: Bundle, vectors: np.ndarray, k: int, oversample: int = DE
 def documents(bundle: Bundle, rows: Sequence[int] | np.ndarray) -> list[Document]:
     """The documents at these version rows, in the order asked, one docstore read per segment."""
     rows = np.asarray(rows, dtype=np.int64)
+    if len(bundle.segments) == 1:  # most versions: no segment to find for each row
+        return bundle.segments[0].docs.get((rows - bundle.bases[0]).tolist())
     where = np.searchsorted(bundle.bases, rows, side="right") - 1
     out: list[Document] = [None] * len(rows)  # type: ignore[list-item]
     for i in np.unique(where):

@@ -322,7 +322,10 @@ class VectorIndex:
         codes)."""
         if self.quantization is Quantization.BINARY:
             assert self.space.calibration is not None and self.rescore_codes is not None
-            return int8_decode(np.asarray(self.rescore_codes[rows]), self.space.calibration)
+            codes = self.rescore_codes
+            # a memory map's rows through a plain view: np.memmap's own indexing costs more than the gather
+            picked = codes.view(np.ndarray)[rows] if isinstance(codes, np.memmap) else np.asarray(codes[rows])
+            return int8_decode(picked, self.space.calibration)
         typed: Any = self.index
         return np.asarray(typed.reconstruct_batch(np.ascontiguousarray(rows, dtype=np.int64)), dtype=np.float32)
 

@@ -68,7 +68,14 @@ def int8_encode(x: np.ndarray, cal: Int8Calibration) -> np.ndarray:
 
 
 def int8_decode(codes: np.ndarray, cal: Int8Calibration) -> np.ndarray:
-    return cal.vmin + cal.vdiff * ((codes.astype(np.float32) + 0.5) / _LEVELS)
+    """vmin + vdiff · (code + 0.5) / 255 in float32, computed in place in one array: the same operations in the same
+    order, so the same bits, without a temporary per step (a query's rescoring decodes its whole pool)."""
+    out = codes.astype(np.float32)
+    out += np.float32(0.5)
+    out /= np.float32(_LEVELS)
+    out *= cal.vdiff
+    out += cal.vmin
+    return out
 
 
 def binary_encode(x: np.ndarray) -> np.ndarray:
