@@ -16,6 +16,7 @@ import bench
 from bench.harness.record import LoadSpan, command_line, parse_with_output
 from bench.harness.runs import module_cmd, run_peak
 from bench.harness.servers import served
+from tests.fixtures.server import LiveServer
 
 BENCH = Path(bench.__file__).parent
 MODULES = sorted(info.name for info in pkgutil.walk_packages([str(BENCH)], "bench.") if not info.ispkg)
@@ -46,12 +47,16 @@ def test_bench_script_imports_and_helps(name: str, capsys: pytest.CaptureFixture
     assert "usage:" in capsys.readouterr().out
 
 
-def test_served_answers_once_ready_and_is_stopped_after(tiny_bundle: Path, tiny_student: Path, tmp_path: Path) -> None:
-    """The harness's server: `tandem serve` on a free port, ready before the body runs, gone after it."""
-    with served(tiny_bundle, tiny_student, tmp_path / "serve.log") as server:
-        answer = server.client.post("/search", json={"query": "hormone that controls blood sugar", "top_k": 1})
+def test_served_answers_once_ready_and_is_stopped_after(mini_bundle: Path, mini_student: Path,
+                                                        mini_server: LiveServer, tmp_path: Path) -> None:
+    """The harness's server: `tandem serve` on a free port, ready before the body runs, gone after it. It serves the
+    bundle and student it was given: its answer is the in-process service's over the same two (mini_server)."""
+    query = {"query": "hormone that controls blood sugar", "top_k": 3}
+    expected = [hit["id"] for hit in mini_server.client.post("/search", json=query).json()["results"]]
+    with served(mini_bundle, mini_student, tmp_path / "serve.log") as server:
+        answer = server.client.post("/search", json=query)
         assert answer.status_code == 200, answer.text
-        assert answer.json()["results"][0]["id"] == "insulin"
+        assert [hit["id"] for hit in answer.json()["results"]] == expected
         process = server.process
     assert process.poll() is not None
 

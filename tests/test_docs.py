@@ -160,6 +160,13 @@ def _help(path: tuple[str, ...]) -> str:
     return result.output
 
 
+@functools.cache
+def _cli() -> Any:
+    """The CLI's command tree, built from the typer app once: each of the ~200 commands the docs show is resolved in
+    it, and building it costs more than resolving one."""
+    return typer.main.get_command(app)
+
+
 def _subcommands(command: Any) -> dict[str, Any]:
     """A group's subcommands by name; empty for a command (typer may vendor click, so no isinstance)."""
     return getattr(command, "commands", None) or {}
@@ -167,7 +174,7 @@ def _subcommands(command: Any) -> dict[str, Any]:
 
 def _resolve(words: tuple[str, ...]) -> tuple[tuple[str, ...], list[str]]:
     """The subcommand path the words name, and the bare words left after it that look like subcommands."""
-    command: Any = typer.main.get_command(app)
+    command: Any = _cli()
     path: list[str] = []
     rest = list(words)
     while _subcommands(command) and rest and rest[0] in _subcommands(command):
@@ -206,7 +213,7 @@ def test_command_names_a_subcommand_and_its_flags(command: Command) -> None:
 
 def test_help_lists_every_option() -> None:
     """The help text the flags are checked against is complete: every option of `index build` is in it."""
-    build = _subcommands(_subcommands(typer.main.get_command(app))["index"])["build"]
+    build = _subcommands(_subcommands(_cli())["index"])["build"]
     options = {name for param in build.params for name in param.opts + param.secondary_opts if name.startswith("--")}
     assert options <= set(FLAG.findall(_help(("index", "build"))))
 

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from tests.fixtures.install import install_clean
+from tests.fixtures.top_fast import server_wheel  # noqa: F401  (a fixture: built once per run)
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILES = [REPO / "docker/Dockerfile.service", REPO / "docker/Dockerfile.indexer"]
@@ -77,10 +78,11 @@ def test_compose_wires_indexer_volume_and_service() -> None:
 
 
 @pytest.mark.slow
-def test_service_installs_and_runs_without_torch(tmp_path: Path) -> None:
-    """`pip install .[service]` in a clean venv: no torch or ray, and the service imports and its CLI answers."""
+def test_service_installs_and_runs_without_torch(server_wheel: Path, tmp_path: Path) -> None:  # noqa: F811
+    """`pip install .[service]` in a clean venv (the wheel pip would build from the sources, and its dependencies
+    resolved from the configured indexes): no torch or ray, and the service imports and its CLI answers."""
     started = time.perf_counter()
-    bin_dir = install_clean(tmp_path, "service")
+    bin_dir = install_clean(server_wheel, tmp_path / "venv", "service")
     python = str(bin_dir / "python")
     probe = ("import importlib.util, sys, service.http.app, service.runtime.main\n"
              "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"

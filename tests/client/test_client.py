@@ -290,10 +290,13 @@ def _give_up(call: Callable[[], object], tries: int = 5) -> ApiError:
 @pytest.mark.slow
 def test_overload_gives_up_within_the_budget(overloaded_url: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="tandem_client")
-    # Retry-After is 1 s: a 2.5 s budget leaves room for two waits, so two or three attempts, never more.
-    with Hammer(overloaded_url), Client(overloaded_url, retry=RetryPolicy(budget_s=2.5)) as client:
-        searched = _give_up(lambda: client.search("tides"))
-        embedded = _give_up(lambda: client.embed(["tides"]))  # /v1/embeddings is admitted by the same batcher
+    # Retry-After is 1 s: a 2.5 s budget leaves room for two waits, so two or three attempts, never more. The search
+    # and the embedding (/v1/embeddings is admitted by the same batcher) wait out their budgets side by side.
+    with Hammer(overloaded_url), Client(overloaded_url, retry=RetryPolicy(budget_s=2.5)) as client, \
+            ThreadPoolExecutor(max_workers=2) as pool:
+        search = pool.submit(_give_up, lambda: client.search("tides"))
+        embed = pool.submit(_give_up, lambda: client.embed(["tides"]))
+        searched, embedded = search.result(timeout=120), embed.result(timeout=120)
     for error in (searched, embedded):
         assert (error.status, error.code, error.retry_after) == (429, "overloaded", 1.0)
         assert 2 <= error.attempts <= 3, error.attempts

@@ -15,8 +15,9 @@ import pytest
 from packaging.requirements import Requirement
 
 from tests.fixtures.corpus import PROBES
-from tests.fixtures.install import CLIENT, CLIENT_SOURCES, REPO, SOURCES, build_wheel, clean_env, new_venv, pip_install
+from tests.fixtures.install import CLIENT, CLIENT_SOURCES, REPO, build_wheel, clean_env, new_venv, pip_install
 from tests.fixtures.server import LiveServer
+from tests.fixtures.top_fast import server_wheel  # noqa: F401  (a fixture: built once per run)
 
 SERVER_PACKAGES = ["indexer", "models", "service", "tandem"]
 HEAVY = ["numpy", "faiss-cpu", "faiss", "onnxruntime", "torch", "tokenizers", "fastapi", "uvicorn"]
@@ -71,6 +72,7 @@ def _probe(bin_dir: Path, cwd: Path, *args: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_client_installs_alone_imports_nothing_of_the_server_and_answers(live_server: LiveServer,
+                                                                         server_wheel: Path,  # noqa: F811
                                                                          tmp_path: Path) -> None:
     client_wheel = build_wheel(CLIENT, CLIENT_SOURCES, tmp_path / "client")
     assert _top_level(client_wheel) == {"tandem_client"}
@@ -91,7 +93,6 @@ def test_client_installs_alone_imports_nothing_of_the_server_and_answers(live_se
 
     # The server's distribution, beside it (its base install, without the service extra): it ships the design
     # card's four packages and the search page, not the client; importing the client still loads none of them.
-    server_wheel = build_wheel(REPO, SOURCES, tmp_path / "server")
     names = zipfile.ZipFile(server_wheel).namelist()
     assert _top_level(server_wheel) == set(SERVER_PACKAGES)
     assert "service/static/index.html" in names  # package data: the search page ships

@@ -1,4 +1,5 @@
-"""`tandem loadtest` against the real server, and its input checks."""
+"""`tandem loadtest` against a real server (the service over the mini bundle and student: what is counted is requests,
+not answers), and its input checks."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from tandem.loadtest import parse_budget, read_queries, run_loadtest
 from tests.fixtures.server import LiveServer
 
 
-def test_open_loop_run_counts_every_scheduled_request(live_server: LiveServer) -> None:
-    report = run_loadtest(live_server.url, rps=20, duration_s=1.0, queries=["ocean tides"], budget={"errors": 0})
+def test_open_loop_run_counts_every_scheduled_request(mini_server: LiveServer) -> None:
+    report = run_loadtest(mini_server.url, rps=20, duration_s=1.0, queries=["ocean tides"], budget={"errors": 0})
     assert report.sent == 20
     assert report.status == {"200": 20} and report.errors == {}
     assert report.completed == 20 and report.achieved_rps == 20.0
@@ -21,8 +22,8 @@ def test_open_loop_run_counts_every_scheduled_request(live_server: LiveServer) -
     assert report.budget_missed == []
 
 
-def test_an_impossible_budget_is_reported_missed(live_server: LiveServer) -> None:
-    report = run_loadtest(live_server.url, rps=5, duration_s=0.4, queries=["tides"], budget={"p50": 0.0})
+def test_an_impossible_budget_is_reported_missed(mini_server: LiveServer) -> None:
+    report = run_loadtest(mini_server.url, rps=5, duration_s=0.4, queries=["tides"], budget={"p50": 0.0})
     assert report.budget_missed and report.budget_missed[0].startswith("p50: ")
 
 

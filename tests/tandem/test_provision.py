@@ -121,15 +121,15 @@ def test_add_refuses_a_name_that_is_not_one_entry_of_the_store(store: Path, tmp_
     assert (home / "keep.txt").read_text() == "the rest of the home\n"
 
 
-def test_list_shows_what_a_student_was_trained_on(tiny_student: Path, tiny_corpus: Path, tmp_path: Path) -> None:
-    listed = runner.invoke(app, ["models", "list", "--student", str(tiny_student), "--student", str(tmp_path)])
+def test_list_shows_what_a_student_was_trained_on(mini_student: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    listed = runner.invoke(app, ["models", "list", "--student", str(mini_student), "--student", str(tmp_path)])
     assert listed.exit_code == 0, listed.output
-    (line,) = [row for row in listed.output.splitlines() if row.startswith("student") and str(tiny_student) in row]
-    trained_on = read_student_manifest(tiny_student).trained_on
+    (line,) = [row for row in listed.output.splitlines() if row.startswith("student") and str(mini_student) in row]
+    trained_on = read_student_manifest(mini_student).trained_on
     assert trained_on is not None
     assert f"trained on {tiny_corpus.resolve()} (sha256 {trained_on.corpus_sha256[:16]}…" in line
     assert f"{trained_on.documents} documents" in line and f"bundle version {trained_on.bundle_version}" in line
     assert [row for row in listed.output.splitlines() if str(tmp_path) in row and "student.json is missing" in row]
-    as_json = json.loads(runner.invoke(app, ["models", "list", "--json", "--student", str(tiny_student)]).output)
+    as_json = json.loads(runner.invoke(app, ["models", "list", "--json", "--student", str(mini_student)]).output)
     (entry,) = [e for e in as_json if e["roles"] == ["student"]]
     assert entry["student"]["trained_on"] == trained_on.model_dump(mode="json")

@@ -1,5 +1,9 @@
 """`tandem index follow --refresh-student`: a follower that adds another domain refreshes the student and publishes
-it under the student root's CURRENT; below the trigger it leaves the student alone. Real models throughout."""
+it under the student root's CURRENT; below the trigger it leaves the student alone.
+
+Mechanics (the trigger's count, a real refresh through the parity gate, the publish, the student kept), so on the
+tiny teacher and mini student (tests/fixtures/tiny_service.py); the refresh itself, on the real teacher and student,
+is tests/models/distill/test_refresh.py's."""
 
 from __future__ import annotations
 
@@ -18,10 +22,10 @@ from tandem.student_refresh import StudentRefresher, unseen_documents
 from tests.models.distill.test_refresh import NEW_DOCS
 
 
-def _setup(tmp_path: Path, tiny_root: Path, tiny_student: Path) -> tuple[Path, Path, Path]:
+def _setup(tmp_path: Path, mini_root: Path, mini_student: Path) -> tuple[Path, Path, Path]:
     root, students, changes = tmp_path / "root", tmp_path / "students", tmp_path / "changes"
-    shutil.copytree(tiny_root, root, symlinks=True)
-    shutil.copytree(tiny_student, students / "first")
+    shutil.copytree(mini_root, root, symlinks=True)
+    shutil.copytree(mini_student, students / "first")
     (students / "CURRENT").write_text("first\n")
     changes.mkdir()
     (changes / "0001.jsonl").write_text("".join(json.dumps({"_id": f"py-{i}", "title": t, "text": x}) + "\n"
@@ -29,12 +33,14 @@ def _setup(tmp_path: Path, tiny_root: Path, tiny_student: Path) -> tuple[Path, P
     return root, students, changes
 
 
-def test_a_follower_refreshes_the_student_on_the_domain_it_added(tmp_path: Path, tiny_root: Path,
-                                                                  tiny_student: Path) -> None:
-    root, students, changes = _setup(tmp_path, tiny_root, tiny_student)
-    refresher = StudentRefresher(students, unseen_documents(len(NEW_DOCS)))
+def test_a_follower_refreshes_the_student_on_the_domain_it_added(tmp_path: Path, mini_root: Path, mini_student: Path,
+                                                                  mini_teacher: Path, mini_backbone: Path) -> None:
+    root, students, changes = _setup(tmp_path, mini_root, mini_student)
+    refresher = StudentRefresher(students, unseen_documents(len(NEW_DOCS)), teacher=mini_teacher,
+                                 backbone=mini_backbone)
     refresher.check()
-    report = follow(FollowRequest(root=root, changes_dir=changes, once=True, after_publish=refresher))
+    report = follow(FollowRequest(root=root, changes_dir=changes, once=True, after_publish=refresher,
+                                  teacher=mini_teacher))
     assert report.applied == 1
     published = current_student(students)
     assert published.name != "first"
@@ -45,10 +51,11 @@ def test_a_follower_refreshes_the_student_on_the_domain_it_added(tmp_path: Path,
     assert (students / "first" / "student.json").is_file()  # the student in service until then is kept
 
 
-def test_below_the_trigger_the_student_stays(tmp_path: Path, tiny_root: Path, tiny_student: Path) -> None:
-    root, students, changes = _setup(tmp_path, tiny_root, tiny_student)
-    refresher = StudentRefresher(students, unseen_documents(len(NEW_DOCS) + 1))
-    follow(FollowRequest(root=root, changes_dir=changes, once=True, after_publish=refresher))
+def test_below_the_trigger_the_student_stays(tmp_path: Path, mini_root: Path, mini_student: Path,
+                                             mini_teacher: Path) -> None:
+    root, students, changes = _setup(tmp_path, mini_root, mini_student)
+    refresher = StudentRefresher(students, unseen_documents(len(NEW_DOCS) + 1), teacher=mini_teacher)
+    follow(FollowRequest(root=root, changes_dir=changes, once=True, after_publish=refresher, teacher=mini_teacher))
     assert current_student(students) == students / "first"
     assert sorted(p.name for p in students.iterdir()) == ["CURRENT", "first"]
 
