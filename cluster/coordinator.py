@@ -40,7 +40,8 @@ def connect(address: str, num_cpus: int | None = None) -> None:
     `local`; Serve's HTTP proxy stays off (the coordinator is the only door)."""
     if not ray.is_initialized():
         if address == "local":
-            ray.init(num_cpus=num_cpus, include_dashboard=False, configure_logging=False)
+            # "local": a new cluster of this process's own, never a `ray start` one that runs on the machine
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, configure_logging=False)
         else:
             ray.init(address=address, configure_logging=False)
     serve.start(proxy_location="Disabled")

@@ -1,7 +1,10 @@
 """Shards on a real local Ray cluster (issue 57): a version of four segments in two shard deployments, one with two
 replicas, answers as the single box does (same ids, order, float32 scores and version); a new version is served only
 once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
-fails the request whole. One cluster for the module (starting Ray costs seconds); marked slow by its fixtures."""
+fails the request whole. The process's one local Ray (tests/fixtures/ray_cluster.py: starting Ray costs seconds), with
+Serve started on it for the module; a test that needs the version in service on the module's plan takes the deployment
+a test before it left running (`_in_service`: replicas start in seconds each) or deploys it. Marked slow by its
+fixtures."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from cluster.coordinator import ClusterSearch, connect
 from models.bundle.version import Bundle
 from models.bundle.versions import read_current
 from models.search import Mode, SearchOptions, search
-from models.search.shards import ShardUnavailable
+from models.search.shards import Coordinator, ShardUnavailable
+from tests.fixtures.ray_cluster import ray_cluster  # noqa: F401  (the process's one local Ray)
 from tests.fixtures.server import serve_app
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
@@ -47,19 +51,31 @@ def student(root: Path, tiny_models: TinyModels) -> Path:
     return out
 
 
+TIMEOUT_S = 20.0
+
+
 @pytest.fixture(scope="module")
-def cluster(root: Path) -> Iterator[ClusterSearch]:
-    import ray
+def cluster(root: Path, ray_cluster: str) -> Iterator[ClusterSearch]:  # noqa: F811
     from ray import serve
 
-    connect("local", num_cpus=4)
-    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=20.0, cpus_per_replica=0.5)
+    connect(ray_cluster)  # joins the running Ray: starts Serve on it
+    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=TIMEOUT_S, cpus_per_replica=0.5)
     try:
         yield sharded
     finally:
-        sharded.close()
-        serve.shutdown()
-        ray.shutdown()
+        serve.shutdown()  # every application at once (not one blocking delete after another); Ray stays up
+
+
+def _in_service(cluster: ClusterSearch, version: Path, plan: list[list[int]]) -> Coordinator:
+    """The coordinator of `version` on `plan`: the one in service if it is that (a test before left it running, and
+    every replica it started is up or being replaced by Serve), else a fresh deploy."""
+    version = version.resolve()
+    coordinator = cluster.coordinator
+    if (coordinator is not None and version in cluster.served.get(version.parent, [])
+            and coordinator.version.version == version.name
+            and coordinator.version.plan == tuple(tuple(p) for p in plan)):
+        return coordinator
+    return cluster.deploy(version, plan)
 
 
 def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
@@ -126,7 +142,7 @@ def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: 
     import ray
 
     current = read_current(root).resolve()
-    coordinator = cluster.deploy(current, PLAN)
+    coordinator = _in_service(cluster, current, PLAN)
     opts = SearchOptions(top_k=10, mode=Mode.HYBRID)
     vectors = _vectors(64)
     box = Bundle(current)
@@ -171,13 +187,13 @@ def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
 def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
     from ray import serve
 
-    cluster.deploy(read_current(root), PLAN)
-    cluster.timeout_s = 3.0
-    coordinator = cluster.coordinator
-    assert coordinator is not None
-    for client in coordinator.shards:
-        client.timeout_s = 3.0  # type: ignore[attr-defined]
-    serve.delete(cluster.app(read_current(root).resolve(), 1))  # every replica of the second shard gone
-    with pytest.raises(ShardUnavailable):
-        cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
-    cluster.served.clear()  # deleted above
+    current = read_current(root).resolve()
+    coordinator = _in_service(cluster, current, PLAN)
+    try:
+        for client in coordinator.shards:
+            client.timeout_s = 3.0  # type: ignore[attr-defined]
+        serve.delete(cluster.app(current, 1))  # every replica of the second shard gone
+        with pytest.raises(ShardUnavailable):
+            cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
+    finally:  # the version has a shard less: a test after deploys it again (serve.shutdown deletes what is left)
+        cluster.coordinator = None
