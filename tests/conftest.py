@@ -30,6 +30,7 @@ pytest_plugins = [
     "tests.fixtures.tiny_models",
     "tests.fixtures.tiny_service",
     "tests.fixtures.tiny_home",
+    "tests.fixtures.ray_cluster",
 ]
 
 

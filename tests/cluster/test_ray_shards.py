@@ -23,7 +23,6 @@ from models.bundle.version import Bundle
 from models.bundle.versions import read_current
 from models.search import Mode, SearchOptions, search
 from models.search.shards import Coordinator, ShardUnavailable
-from tests.fixtures.ray_cluster import ray_cluster  # noqa: F401  (the process's one local Ray)
 from tests.fixtures.server import serve_app
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
@@ -55,7 +54,7 @@ TIMEOUT_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def cluster(root: Path, ray_cluster: str) -> Iterator[ClusterSearch]:  # noqa: F811
+def cluster(root: Path, ray_cluster: str) -> Iterator[ClusterSearch]:
     from ray import serve
 
     connect(ray_cluster)  # joins the running Ray: starts Serve on it

@@ -26,7 +26,6 @@ from models.bundle.version import Bundle
 from models.bundle.versions import list_versions, read_current
 from models.embeddings.shard_log import SHARD_LOG, ShardLog
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.ray_cluster import ray_cluster  # noqa: F401  (the process's one local Ray)
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's switch for a loopback-only local cluster,
 os.environ.update(LOOPBACK)  # read when ray is imported
@@ -37,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def ray_address(ray_cluster: str) -> str:  # noqa: F811
+def ray_address(ray_cluster: str) -> str:
     return ray_cluster
 
 
