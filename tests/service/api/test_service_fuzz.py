@@ -34,6 +34,7 @@ from schemathesis.checks import (
     response_schema_conformance,
     status_code_conformance,
 )
+from schemathesis.core.result import Ok
 
 from models.bundle.lexical.postings import Lexical
 from models.bundle.version import Bundle
@@ -80,12 +81,19 @@ def _key(operation: APIOperation) -> str:
     return f"{operation.method.upper()} {operation.path}"
 
 
+def _operations(server: LiveServer) -> list[APIOperation]:
+    """Every operation of the service's own document (each must be readable: an invalid one fails here)."""
+    operations = []
+    for result in schemathesis.openapi.from_url(f"{server.url}/openapi.json").get_all_operations():
+        assert isinstance(result, Ok), result
+        operations.append(result.ok())
+    return operations
+
+
 @pytest.fixture(scope="module")
 def schemas(mini_server: LiveServer, protected_server: LiveServer) -> _Schemas:
-    operations = [result.ok() for result in schemathesis.openapi.from_url(f"{mini_server.url}/openapi.json")
-                  .get_all_operations()]
-    protected = {_key(op): op for op in (result.ok() for result in schemathesis.openapi.from_url(
-        f"{protected_server.url}/openapi.json").get_all_operations())}
+    operations = _operations(mini_server)
+    protected = {_key(op): op for op in _operations(protected_server)}
     assert {_key(op) for op in operations} >= {"POST /search", "GET /healthz", "GET /readyz"}
     assert set(protected) == {_key(op) for op in operations}  # the same API, behind keys
     return _Schemas(operations, protected)
