@@ -7,6 +7,7 @@ import asyncio
 import io
 import logging
 import shutil
+import sys
 import threading
 from collections.abc import Hashable, Iterator, Sequence
 from contextlib import contextmanager
@@ -146,17 +147,39 @@ def test_a_request_past_its_deadline_frees_its_queue_capacity(searcher: Searcher
     assert batcher.pending == 0
 
 
+def _timed_waits(thread: threading.Thread) -> list[str]:
+    """The frames of `thread`'s stack, innermost last, that block with a timeout: `<function> timeout=<t>`.
+
+    Every blocking call of threading and queue (Thread.join, Lock.acquire, Condition.wait, Event.wait, Queue.get)
+    holds its deadline in a local named `timeout`: None, or -1 for the lock's own "forever"."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    timed = []
+    while frame is not None:
+        timeout = frame.f_locals.get("timeout", None)
+        if timeout not in (None, -1):
+            timed.append(f"{frame.f_code.co_name} timeout={timeout!r}")
+        frame = frame.f_back
+    return timed
+
+
 def test_close_waits_for_the_jobs_running_on_the_workers(searcher: Searcher) -> None:
-    """Closing a retired version must not pull the bundle from under a job still running (past the old 10 s)."""
+    """Closing a retired version must not pull the bundle from under a job still running (the old close gave up
+    after 10 s): close blocks while the job runs, and on nothing that has a deadline, so it waits for as long as the
+    job takes (the stack is read rather than waiting past any particular timeout)."""
     gate, started = threading.Event(), threading.Event()
     batcher = _gated(searcher, gate, started, max_pending=4)
     running = batcher.submit(["ocean tides"], 1, timeout_s=60.0)
     assert started.wait(30)
     closer = threading.Thread(target=batcher.close)
     closer.start()
-    closer.join(timeout=11)
-    assert closer.is_alive(), "close returned while a job was still running"
-    gate.set()
+    try:
+        for _ in range(10):  # close is blocked in a wait with no deadline, each time we look
+            closer.join(timeout=0.05)
+            assert closer.is_alive(), "close returned while a job was still running"
+            assert _timed_waits(closer) == [], "close waits with a deadline"
+        assert not running.done()
+    finally:
+        gate.set()
     closer.join(timeout=30)
     assert not closer.is_alive()
     assert running.result(timeout=1).hits[0][0].doc.id == _alone(searcher, "ocean tides")

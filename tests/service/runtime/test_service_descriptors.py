@@ -82,17 +82,15 @@ def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Itera
 
 
 def _follow_many(root: Path, teacher: Path, tmp_path: Path) -> str:
-    """Publish, with the real CLI, a version of FILES + 1 segments (a metadata change per file: no teacher)."""
+    """Publish a version of FILES + 1 segments (a metadata change per file: no encoding), by the follower itself
+    (`tandem index follow --once --no-compact --batch-files FILES`, in this process: the server under test is the
+    other process, and a second interpreter would only import the indexer again)."""
     changes = tmp_path / "changes"
     changes.mkdir()
     for n in range(FILES):
         line = {"_id": BAKE[0], "title": BAKE[1], "text": BAKE[2], "metadata": {"n": n}}
         (changes / f"{n:04d}.jsonl").write_text(json.dumps(line) + "\n")
-    done = subprocess.run([sys.executable, "-m", "tandem", "index", "follow", "--root", str(root), "--changes-dir",
-                           str(changes), "--once", "--no-compact", "--batch-files", str(FILES),
-                           "--teacher", str(teacher)],
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
+    follow(FollowRequest(root=root, changes_dir=changes, once=True, compact=False, max_files=FILES, teacher=teacher))
     version = read_current(root).name
     assert len(read_bundle_manifest(root / version).parts) == FILES + 1
     return version

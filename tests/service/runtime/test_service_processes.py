@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from models.bundle.versions import set_current
 from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import Served, free_port, post_together, serve_process
+from tests.fixtures.tiny_service import versions_root
 from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
 from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
@@ -126,21 +127,55 @@ def _scrape_each(url: str, name: str, **labels: str) -> list[float]:
     return values
 
 
-@pytest.mark.parametrize("workers", ["1", "0"])  # 0: each process's event loop encodes and searches itself
-def test_both_processes_answer_and_metrics_add_up(mini_bundle: Path, mini_student: Path, tmp_path: Path,
-                                                  workers: str) -> None:
-    with serving(mini_bundle, mini_student, tmp_path / "serve.log", TANDEM_WORKERS=workers) as server:
-        made, pids = _search_everywhere(server.url, version=mini_bundle.name)
-        assert len(pids) == PROCESSES, f"every answer came from {pids}"
-        assert pids == {str(s["pid"]) for s in _processes(server.client)}
-        ok = {"route": "/search", "method": "POST", "status": "200"}
-        # A request is counted just after its answer is sent: wait for the last ones, then every scrape agrees.
-        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
-        every = [made] * SCRAPES
-        assert _scrape_each(server.url, "tandem_http_requests_total", **ok) == every
-        assert _scrape_each(server.url, "tandem_stage_duration_seconds_count", stage="total") == every
-        assert _metric(server.client, "tandem_index_info", version=mini_bundle.name) == PROCESSES
-        assert _metric(server.client, "tandem_queue_depth") == 0
+@pytest.fixture(scope="module", params=["1", "0"])  # 0: each process's event loop encodes and searches itself
+def watched(request: pytest.FixtureRequest, mini_bundle: Path, mini_v2_bundle: Path, mini_student: Path,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
+    """`tandem serve --processes 2` over a root of the mini bundle (v1) and its v2, each process watching CURRENT; one
+    per TANDEM_WORKERS for the module's tests that leave it as they found it or set what they need first (starting
+    two worker interpreters costs more than what those tests do with them)."""
+    folder = tmp_path_factory.mktemp(f"watched-{request.param}")
+    root = versions_root(folder / "bundles", mini_bundle, mini_v2_bundle)
+    with serving(root, mini_student, folder / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
+                 TANDEM_WORKERS=request.param) as server:
+        yield server, root
+
+
+def _settled_count(client: httpx.Client, name: str, **labels: str) -> float:
+    """A counter once two scrapes agree: a request is counted just after its answer is sent, so an earlier test's
+    last answers may still be on their way into it."""
+    seen: list[float] = [_metric(client, name, **labels)]
+
+    def same() -> bool:
+        seen.append(_metric(client, name, **labels))
+        return seen[-1] == seen[-2]
+
+    wait_for(same, f"{name} settled")
+    return seen[-1]
+
+
+def _serving_one(client: httpx.Client) -> str:
+    """The version every process serves (one and the same)."""
+    versions = {s["version"] for s in _processes(client)}
+    assert len(versions) == 1, versions
+    return str(versions.pop())
+
+
+def test_both_processes_answer_and_metrics_add_up(watched: tuple[Served, Path]) -> None:
+    server, _ = watched
+    version = _serving_one(server.client)
+    ok = {"route": "/search", "method": "POST", "status": "200"}
+    counted = _settled_count(server.client, "tandem_http_requests_total", **ok)
+    staged = _settled_count(server.client, "tandem_stage_duration_seconds_count", stage="total")
+    made, pids = _search_everywhere(server.url, version=version)
+    assert len(pids) == PROCESSES, f"every answer came from {pids}"
+    assert pids == {str(s["pid"]) for s in _processes(server.client)}
+    # A request is counted just after its answer is sent: wait for the last ones, then every scrape agrees.
+    wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == counted + made,
+             "all requests counted")
+    assert _scrape_each(server.url, "tandem_http_requests_total", **ok) == [counted + made] * SCRAPES
+    assert _scrape_each(server.url, "tandem_stage_duration_seconds_count", stage="total") == [staged + made] * SCRAPES
+    assert _metric(server.client, "tandem_index_info", version=version) == PROCESSES
+    assert _metric(server.client, "tandem_queue_depth") == 0
 
 
 @contextmanager
@@ -170,12 +205,11 @@ def under_load(url: str, clients: int = 2) -> Iterator[list[httpx.Response | Exc
             thread.join(timeout=60)
 
 
-@pytest.mark.parametrize("workers", ["1", "0"])
-def test_a_new_current_and_admin_changes_reach_every_process(root: Path, mini_student: Path, tmp_path: Path,
-                                                             workers: str) -> None:
-    with serving(root, mini_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
-                 TANDEM_WORKERS=workers) as server, \
-            under_load(server.url) as answers:
+def test_a_new_current_and_admin_changes_reach_every_process(watched: tuple[Served, Path]) -> None:
+    server, root = watched
+    set_current(root, "v1")  # where this test starts, whatever ran on this server before
+    wait_for(lambda: {s["version"] for s in _processes(server.client)} == {"v1"}, "v1 in every process")
+    with under_load(server.url) as answers:
         _, pids = _search_everywhere(server.url, version="v1")
 
         set_current(root, "v2")  # every process's own watcher follows the root

@@ -1,4 +1,7 @@
-"""POST /search modes, filters and request options end to end: real bundle with metadata, uvicorn, ONNX student."""
+"""POST /search modes, filters and request options end to end: bundles with metadata, uvicorn, ONNX student.
+
+The tiny models (tests/fixtures/tiny_service.py) serve what does not depend on relevance (filters, lexical, options,
+manifests, updates, reloads); the real ones only where an answer is judged (hybrid and dense rankings, min_score)."""
 
 from __future__ import annotations
 
@@ -21,12 +24,10 @@ from tests.fixtures.metadata import META
 from tests.fixtures.server import LiveServer, serve_app
 
 
-@pytest.fixture(scope="module")
-def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
-    """A bundle as the code before lexical search wrote it: no lexical/ or payload/, no new manifest fields, no
-    metadata column."""
-    out = bundles_dir / "tiny-old"
-    shutil.copytree(meta_bundle, out)
+def _as_old(bundle: Path, out: Path) -> Path:
+    """A copy of `bundle` as the code before lexical search wrote it: no lexical/ or payload/, no new manifest
+    fields, no metadata column."""
+    shutil.copytree(bundle, out)
     shutil.rmtree(out / "lexical")
     shutil.rmtree(out / "payload")
     manifest = json.loads((out / BUNDLE_MANIFEST).read_text())
@@ -44,14 +45,20 @@ def old_bundle(meta_bundle: Path, bundles_dir: Path) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def mini_old_bundle(mini_meta_bundle: Path, bundles_dir: Path) -> Path:
+    """The tiny models' metadata bundle, as old code wrote it: for what a lexical stage does, not for relevance."""
+    return _as_old(mini_meta_bundle, bundles_dir / "mini-old")
+
+
 def _search(server: LiveServer, **body: object) -> list[dict]:
     response = server.client.post("/search", json=body)
     assert response.status_code == 200, response.text
     return list(response.json()["results"])
 
 
-def test_manifest_lists_the_lexical_index_and_metadata_fields(meta_bundle: Path) -> None:
-    manifest = json.loads((meta_bundle / BUNDLE_MANIFEST).read_text())
+def test_manifest_lists_the_lexical_index_and_metadata_fields(mini_meta_bundle: Path) -> None:
+    manifest = json.loads((mini_meta_bundle / BUNDLE_MANIFEST).read_text())
     assert manifest["lexical"]["engine"] == "postings" and manifest["lexical"]["stemmer"] == "english"
     assert manifest["fusion"]["method"] in ("rrf", "convex")
     assert set(manifest["metadata_fields"]) == {"year", "topic", "published", "open", "doi", "source"}
@@ -105,16 +112,16 @@ def test_filters_restrict_before_ranking(mini_meta_server: LiveServer, flt: dict
         assert {h["id"] for h in hits} == matching
 
 
-def test_a_bundle_without_a_payload_index_filters_as_before(meta_bundle: Path, bundles_dir: Path) -> None:
+def test_a_bundle_without_a_payload_index_filters_as_before(mini_meta_bundle: Path, bundles_dir: Path) -> None:
     """A manifest from before payload fields: the same rows, from the docstore's SQL."""
-    out = bundles_dir / "tiny-meta-no-payload"
-    shutil.copytree(meta_bundle, out)
+    out = bundles_dir / "mini-meta-no-payload"
+    shutil.copytree(mini_meta_bundle, out)
     manifest = json.loads((out / BUNDLE_MANIFEST).read_text())
     del manifest["payload"]
     manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("payload/")}
     (out / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
     shutil.rmtree(out / "payload")
-    old, new = Bundle(out), Bundle(meta_bundle)
+    old, new = Bundle(out), Bundle(mini_meta_bundle)
     try:
         assert old.segments[0].payload is None and new.segments[0].payload is not None
         for flt, _ in FILTERS:
@@ -179,9 +186,13 @@ def test_bad_options_are_422s(mini_meta_server: LiveServer, body: dict, field: s
     assert field in [d["field"] for d in response.json()["details"]]
 
 
-def test_bundle_without_a_lexical_index_still_serves_dense(old_bundle: Path, tiny_student: Path) -> None:
-    with serve_app(create_app(ServiceSettings(index=old_bundle, student=tiny_student, port=0))) as server:
-        assert _search(server, query="volcanic eruption", top_k=1)[0]["id"] == "volcano"
+def test_bundle_without_a_lexical_index_still_serves_dense(mini_old_bundle: Path, mini_student: Path,
+                                                           mini_meta_server: LiveServer) -> None:
+    """Its dense answers are those of the same bundle with a lexical index (the same vectors, the same student)."""
+    with serve_app(create_app(ServiceSettings(index=mini_old_bundle, student=mini_student, port=0))) as server:
+        ranked = _search(server, query="volcanic eruption", top_k=5, fields=["id", "score"])
+        assert len(ranked) == 5
+        assert ranked == _search(mini_meta_server, query="volcanic eruption", top_k=5, fields=["id", "score"])
         for mode in ("lexical", "hybrid"):
             response = server.client.post("/search", json={"query": "volcano", "mode": mode})
             assert response.status_code == 422
@@ -191,14 +202,14 @@ def test_bundle_without_a_lexical_index_still_serves_dense(old_bundle: Path, tin
         assert response.status_code == 422 and response.json()["details"][0]["field"] == "filter.field"
 
 
-def test_update_keeps_the_lexical_index_in_step(meta_bundle: Path, tmp_path: Path) -> None:
+def test_update_keeps_the_lexical_index_in_step(mini_meta_bundle: Path, mini_teacher: Path, tmp_path: Path) -> None:
     changes = tmp_path / "changes.jsonl"
     changes.write_text(
         json.dumps({"_id": "kite", "title": "Kitesurfing", "text": "Zanzibar lagoons suit kitesurfing beginners.",
                     "metadata": {"year": 2030, "topic": "sport"}}) + "\n"
         + json.dumps({"_id": "rome", "delete": True}) + "\n")
     out = tmp_path / "updated"
-    manifest = update(UpdateRequest(changes=changes, base=meta_bundle, out=out))
+    manifest = update(UpdateRequest(changes=changes, base=mini_meta_bundle, out=out, teacher=mini_teacher))
     assert manifest.lexical is not None and "year" in manifest.metadata_fields
     bundle = Bundle(out)
     try:
@@ -221,16 +232,16 @@ def test_values_a_filter_cannot_hold_are_422s(mini_meta_server: LiveServer, flt:
     assert field in [d["field"] for d in response.json()["details"]]
 
 
-def test_hot_reload_brings_the_lexical_stage_with_the_bundle(old_bundle: Path, meta_bundle: Path,
-                                                            tiny_student: Path, tmp_path: Path) -> None:
+def test_hot_reload_brings_the_lexical_stage_with_the_bundle(mini_old_bundle: Path, mini_meta_bundle: Path,
+                                                            mini_student: Path, tmp_path: Path) -> None:
     """Serving an old bundle, lexical is a 422; after a hot reload to a bundle with BM25 it answers, and a
     rollback takes it away again: the lexical stage belongs to the bundle in service."""
     root = tmp_path / "root"
     root.mkdir()
-    shutil.copytree(old_bundle, root / "old")
-    shutil.copytree(meta_bundle, root / "new")
+    shutil.copytree(mini_old_bundle, root / "old")
+    shutil.copytree(mini_meta_bundle, root / "new")
     auth = {"Authorization": "Bearer reload-token"}
-    settings = ServiceSettings(index=root / "old", student=tiny_student, port=0, admin_token="reload-token",
+    settings = ServiceSettings(index=root / "old", student=mini_student, port=0, admin_token="reload-token",
                                watch_interval_s=0)
     with serve_app(create_app(settings)) as server:
         body = {"query": "Odoacer", "mode": "lexical", "top_k": 3}
