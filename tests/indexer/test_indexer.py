@@ -26,6 +26,7 @@ from models.encoders.teacher import TeacherEncoder
 from models.errors import ContractMismatch, InputError
 from models.search import dense_hits
 from tests.fixtures.corpus import DOCS, PROBES
+from tests.fixtures.tiny_home import TINY_DIM
 
 DEFAULT_SCIFACT = Path(__file__).resolve().parents[3] / "shared/data/scifact"
 SCIFACT = Path(os.environ.get("TANDEM_SCIFACT_DIR", DEFAULT_SCIFACT))
@@ -183,11 +184,14 @@ def test_teacher_reproduces_reference_embeddings(teacher: TeacherEncoder) -> Non
     assert cos.min() >= 0.9999
 
 
-def test_token_budget_batches_give_the_same_vectors(teacher_dir: Path, teacher: TeacherEncoder) -> None:
-    """`--batch-tokens` regroups texts by padded size; each text's vector stays what it was."""
+def test_token_budget_batches_give_the_same_vectors(tiny_teacher: Path) -> None:
+    """`--batch-tokens` regroups texts by padded size; each text's vector stays what it was. Padding and masks are
+    mechanics, so the tiny MPNet teacher (mean-pooled as the real one) stands in for the real one here."""
     texts = [d[2] * (1 + i % 4) for i, d in enumerate(DOCS)]
-    budget = TeacherEncoder(teacher_dir, batch_tokens=256)
-    assert (budget.encode_documents(texts) * teacher.encode_documents(texts)).sum(axis=1).min() >= 0.9999
+    budget = TeacherEncoder(tiny_teacher, batch_tokens=256)
+    plain = TeacherEncoder(tiny_teacher)
+    assert len({len(t) for t in texts}) > 1  # texts of several padded sizes, regrouped by the budget
+    assert (budget.encode_documents(texts) * plain.encode_documents(texts)).sum(axis=1).min() >= 0.9999
 
 
 @pytest.mark.slow  # encodes the tiny corpus with the teacher
@@ -216,13 +220,13 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "fp16", precision="fp16", device="cpu"))
 
 
-def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path, tiny_corpus: Path,
+def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tiny_home: Path, tiny_corpus: Path,
                                                               tmp_path: Path) -> None:
     """Imported vectors record no precision, nor does their compaction: an update (or a follower) encodes its texts
     in fp32 by default and, with auto, in what this CPU picks (bf16 where it has native bf16), recorded on the new
-    segment."""
+    segment. Bookkeeping, so the teacher is the tiny one (tests/fixtures/tiny_home.py)."""
     docs = read_corpus(tiny_corpus)
-    vecs = np.random.default_rng(0).standard_normal((len(docs), 768)).astype(np.float32)
+    vecs = np.random.default_rng(0).standard_normal((len(docs), TINY_DIM)).astype(np.float32)
     np.save(tmp_path / "e.npy", vecs / np.linalg.norm(vecs, axis=1, keepdims=True))
     (tmp_path / "ids.json").write_text(json.dumps([d.id for d in docs]))
     store = tmp_path / "store"  # not the session's: these random vectors must never stand for the teacher's
@@ -243,10 +247,11 @@ def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tandem_home: Path,
             assert manifest.segments[-1].embeddings.precision == expected
 
 
-def test_an_update_encodes_in_the_precision_its_base_records(teacher_dir: Path, tiny_corpus: Path, tmp_path: Path,
+def test_an_update_encodes_in_the_precision_its_base_records(tiny_home: Path, tiny_corpus: Path, tmp_path: Path,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     """`index update` keeps a version's vectors in one precision: by default (and with auto) the base's; another
-    is allowed with a warning and recorded on the new segment."""
+    is allowed with a warning and recorded on the new segment. Bookkeeping, so the teacher is the tiny one
+    (tests/fixtures/tiny_home.py); how close bf16 vectors are to fp32 is asserted on the real teacher above."""
     build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "bf16", precision="bf16"))
     changes = tmp_path / "changes.jsonl"
     changes.write_text(json.dumps({"_id": "fresh", "title": "Fresh", "text": "A new text about tides."}) + "\n")

@@ -1,7 +1,9 @@
 """A `tandem distill` killed mid-training resumes from its checkpoint and ends where an uninterrupted run ends.
 
 Mechanics (checkpoints, resume, the same end state), so the teacher and backbone are the tiny ones
-(tests/fixtures/tiny_home.py): the three runs are real `tandem distill` processes, each loading both."""
+(tests/fixtures/tiny_home.py). The run that is killed is a real `tandem distill` process (SIGKILL needs one); the
+resumed run and the uninterrupted one run `run_distill` in this process, as that command does, without paying for a
+process's imports twice more."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.training.checkpoints import LAST
 from models.encoders.student import StudentEncoder, read_student_manifest
 from models.paths import cache_dir
@@ -23,6 +26,11 @@ from tests.fixtures.student import TEST_PRESET, TEST_SEED
 
 EPOCHS = 2
 DEADLINE_S = 600
+
+
+def _request(corpus: Path, bundle: Path, out: Path, preset: Path) -> DistillRequest:
+    """What `_distill`'s command line asks (the preset by its file, as the command passes it), for run_distill."""
+    return DistillRequest(corpus=corpus, index=bundle, out=out, preset=str(preset), seed=TEST_SEED)
 
 
 def _distill(corpus: Path, bundle: Path, out: Path, preset: Path) -> list[str]:
@@ -53,8 +61,8 @@ def test_killed_distill_resumes_and_matches_an_uninterrupted_run(
 
     _kill_after_first_checkpoint(_distill(tiny_corpus, tiny_bundle, resumed, preset))
     assert not resumed.exists()  # nothing half-published
-    subprocess.run(_distill(tiny_corpus, tiny_bundle, resumed, preset), check=True, capture_output=True)
-    subprocess.run(_distill(tiny_corpus, tiny_bundle, straight, preset), check=True, capture_output=True)
+    run_distill(_request(tiny_corpus, tiny_bundle, resumed, preset))
+    run_distill(_request(tiny_corpus, tiny_bundle, straight, preset))
 
     a, b = read_student_manifest(resumed).training, read_student_manifest(straight).training
     assert a["resumed_from_epoch"] in range(1, EPOCHS) and b["resumed_from_epoch"] is None

@@ -32,7 +32,7 @@ from models.errors import ContractMismatch
 from models.hashing import sha256_file
 from models.search import dense_hits
 from tests.fixtures.corpus import DOCS, PROBES
-from tests.fixtures.tiny_models import TinyModels
+from tests.fixtures.tiny_models import StSpec, TinyModels
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,8 @@ def test_int8_emulation_predicts_the_int8_graph(exported: tuple[StudentModel, Pa
     """Quantization-aware training is only as good as torch's copy of ORT's rounding (one query per call)."""
     model, out = exported
     texts = [*TEXTS, "tides", "a mortgage is a loan secured by real estate"]
-    int8 = np.concatenate([StudentEncoder(out, precision="int8").encode([text]) for text in texts])
+    graph = StudentEncoder(out, precision="int8")  # one session; one query per call, as served
+    int8 = np.concatenate([graph.encode([text]) for text in texts])
     fp32 = np.concatenate([_torch_vectors(model, backbone_dir, [text]) for text in texts])
     with int8_emulation(model):
         emulated = np.concatenate([_torch_vectors(model, backbone_dir, [text]) for text in texts])
@@ -123,7 +124,7 @@ def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> No
         assert swapped == 0
 
 
-def test_fast_attention_computes_the_same_and_restores_eager(backbone_dir: Path) -> None:
+def test_fast_attention_computes_the_same_and_restores_eager(backbone_dir: Path, tiny_models: TinyModels) -> None:
     """Training attends through SDPA; vectors and gradients stay eager's, and export finds eager again."""
     model = StudentModel(backbone_dir, 768)
     tokens = Tokens(backbone_dir / "tokenizer.json", 256)
@@ -145,7 +146,8 @@ def test_fast_attention_computes_the_same_and_restores_eager(backbone_dir: Path)
     with pytest.raises(RuntimeError, match="inside"), model.fast_attention():
         raise RuntimeError("inside")
     assert model.backbone.config._attn_implementation == "eager"
-    teacher_layers = StudentModel(resolve("teacher"), 768, keep_layers=[0])
+    mpnet = tiny_models.st(StSpec(arch="mpnet", pooling="mean"))  # the architecture decides, not the weights
+    teacher_layers = StudentModel(mpnet, 64, keep_layers=[0])
     with teacher_layers.fast_attention() as attention:  # MPNet has no SDPA path: it stays eager
         assert attention == "eager"
 

@@ -1,7 +1,9 @@
-"""`tandem distill --from`: the tiny student, continued on a segment of another domain that an update added.
+"""`tandem distill --from`: a student, continued on a segment of another domain that an update added.
 
-Real teacher targets, the real student's weights read back from its graph, real training, real export and the
-real parity gate.
+Mechanics (what a refresh trains on, records and publishes), so the refresh runs on the tiny teacher and backbone
+(tests/fixtures/tiny_service.py): teacher targets, the student's weights read back from its graph, training, export
+and the parity gate are all real, on random weights. Reading weights back from a real backbone's optimized graph is
+asserted on the real tiny student.
 """
 
 from __future__ import annotations
@@ -43,21 +45,26 @@ NEW_DOCS = [
 
 
 @pytest.fixture(scope="module")
-def grown_root(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny root, copied, plus v2: an update adding the documents of another domain as one segment."""
+def grown_root(mini_root: Path, mini_teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The mini root, copied, plus v2: an update adding the documents of another domain as one segment."""
     root = tmp_path_factory.mktemp("refresh") / "root"
-    shutil.copytree(tiny_root, root, symlinks=True)
+    shutil.copytree(mini_root, root, symlinks=True)
     changes = root.parent / "docstrings.jsonl"
     changes.write_text("".join(json.dumps({"_id": f"py-{i}", "title": t, "text": x}) + "\n"
                                for i, (t, x) in enumerate(NEW_DOCS)))
-    update(UpdateRequest(changes=changes, root=root, version="v2"))
+    update(UpdateRequest(changes=changes, root=root, version="v2", teacher=mini_teacher))
     return root
 
 
 @pytest.fixture(scope="module")
-def refreshed(grown_root: Path, tiny_student: Path) -> Path:
+def refreshed(grown_root: Path, mini_student: Path, mini_teacher: Path, mini_backbone: Path) -> Path:
+    """The added segment is named: a random-weight student agrees with its teacher everywhere, so the default pick
+    (the segments it disagrees on) would find none. That pick, on real models and another domain, is asserted in
+    tests/tandem/test_agreement_trigger.py."""
     out = grown_root.parent / "refreshed"
-    run_refresh(RefreshRequest(student=tiny_student, index=grown_root, out=out))
+    added = read_bundle_manifest(read_current(grown_root)).parts[-1].name
+    run_refresh(RefreshRequest(student=mini_student, index=grown_root, out=out, segments=[added],
+                               teacher=mini_teacher, backbone=mini_backbone))
     return out
 
 
@@ -74,8 +81,8 @@ def test_the_student_s_weights_read_back_from_its_graph_reproduce_it(tiny_studen
 
 
 def test_a_refreshed_student_passes_parity_and_records_what_it_was_trained_on(
-        refreshed: Path, grown_root: Path, tiny_student: Path) -> None:
-    old = read_student_manifest(tiny_student)
+        refreshed: Path, grown_root: Path, mini_student: Path) -> None:
+    old = read_student_manifest(mini_student)
     new = read_student_manifest(refreshed)
     assert new.parity is not None
     assert new.parity.fp32_mean_cosine >= FP32_MIN_COSINE and new.parity.int8_mean_cosine >= INT8_MIN_COSINE
@@ -88,19 +95,22 @@ def test_a_refreshed_student_passes_parity_and_records_what_it_was_trained_on(
     assert new.trained_on.corpus == old.trained_on.corpus  # the replay's source stays the corpus it was distilled on
     (last,) = new.trained_on.refreshes
     assert last.segments == [added] and last.documents == len(NEW_DOCS)
-    assert last.student == str(tiny_student.resolve()) and last.replayed_texts > 0
+    assert last.student == str(mini_student.resolve()) and last.replayed_texts > 0
     assert new.teacher == old.teacher and new.backbone_fingerprint == old.backbone_fingerprint
     assert f"refreshed on segments {added} ({len(NEW_DOCS)} documents) of v2" in student_entry(refreshed).describe()
     vectors = StudentEncoder(refreshed, precision="int8", threads=1).encode(["Sort the list in place"])
     assert vectors.shape == (1, new.teacher.dim)
 
 
-def test_a_second_refresh_finds_nothing_new(refreshed: Path, grown_root: Path) -> None:
-    with pytest.raises(InputError, match="nothing to refresh on"):
-        run_refresh(RefreshRequest(student=refreshed, index=grown_root, out=grown_root.parent / "again"))
+def test_a_second_refresh_finds_nothing_new(refreshed: Path, grown_root: Path, mini_teacher: Path,
+                                            mini_backbone: Path) -> None:
+    with pytest.raises(InputError, match=r"the student has seen every segment.*nothing to refresh on"):
+        run_refresh(RefreshRequest(student=refreshed, index=grown_root, out=grown_root.parent / "again",
+                                   teacher=mini_teacher, backbone=mini_backbone))
 
 
-def test_a_segment_the_version_lacks_is_refused_by_name(tiny_student: Path, grown_root: Path) -> None:
+def test_a_segment_the_version_lacks_is_refused_by_name(mini_student: Path, grown_root: Path, mini_teacher: Path,
+                                                        mini_backbone: Path) -> None:
     with pytest.raises(InputError, match="no segment named nope"):
-        run_refresh(RefreshRequest(student=tiny_student, index=grown_root, out=grown_root.parent / "x",
-                                   segments=["nope"]))
+        run_refresh(RefreshRequest(student=mini_student, index=grown_root, out=grown_root.parent / "x",
+                                   segments=["nope"], teacher=mini_teacher, backbone=mini_backbone))
