@@ -70,8 +70,10 @@ def _log_lines(home: Path) -> int:
 
 
 def _build_killed_after(args: list[str], home: Path, shards: int, timeout: float = 300) -> int:
-    """Run a build that is SIGKILLed as it goes to record shard `shards` + 1; returns the lines of its log."""
-    proc = _tandem(args, home, killed_after=shards)
+    """Run a build that is SIGKILLed as it goes to append the log's (`shards` + 1)-th line; returns its lines."""
+    own = shards - _log_lines(home)  # the records this run appends before the kill
+    assert own >= 1, (shards, own)
+    proc = _tandem(args, home, killed_after=own)
     _, err = proc.communicate(timeout=timeout)
     assert proc.returncode == -signal.SIGKILL, f"build ended before the kill: {err[-2000:]}"
     return _log_lines(home)
@@ -90,10 +92,10 @@ def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Pa
             "--batch-size", "1", "--version", "v1"]
     ref_home, ref_root = _home(tmp_path / "ref-home", tiny_teacher), tmp_path / "ref"
     reference = _tandem([*args[:4], "--root", str(ref_root), *args[6:]], ref_home)  # meanwhile, its own home
-    kills = rng.randint(1, 6)
-    first = _build_killed_after(args, home, kills)
-    second = _build_killed_after(args, home, rng.randint(first + 1, first + 6))
-    assert first == kills and first < second < n, (kills, first, second)
+    kills = rng.randint(1, 6), rng.randint(1, 6)
+    first = _build_killed_after(args, home, kills[0])
+    second = _build_killed_after(args, home, first + kills[1])
+    assert (first, second) == (kills[0], sum(kills)) and second < n, (kills, first, second)
     assert not root.exists() or not list_versions(root)  # nothing published by a killed build
     resumed = _tandem(args, home)
     assert resumed.wait(timeout=300) == 0, resumed.communicate()[1][-2000:]
