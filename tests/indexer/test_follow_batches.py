@@ -36,8 +36,8 @@ def _change(path: Path, n: int) -> None:
 
 
 def test_a_backlog_of_files_is_published_in_versions_of_bounded_segments(root: Path, tmp_path: Path) -> None:
-    """A backlog of eight batches' worth of files, each batch more files than the segment bound allows."""
-    files = 64
+    """A backlog of four batches' worth of files, each batch more files than the segment bound allows."""
+    files = 32
     changes = tmp_path / "changes"
     changes.mkdir()
     for n in range(files):

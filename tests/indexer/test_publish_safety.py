@@ -2,7 +2,8 @@
 silent overwrite of a version, one writer at a time in a root, and a full disk is a clean error.
 
 Crashes are real: a forked child publishes with an audit hook that SIGKILLs it at its N-th file
-system change (mkdir, open for writing, rename, renameat2, rmtree...), for every N until it finishes.
+system change (mkdir, open for writing, rename, renameat2, rmtree...), for every N until it finishes
+(tests/fixtures/kill_points.py).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,8 @@ from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
+from tests.fixtures.kill_points import Pristine, kill_everywhere
+from tests.fixtures.kill_points import kill_dir as kill_dir
 
 pytestmark = pytest.mark.slow
 
@@ -42,9 +44,6 @@ def v2_bundle(tiny_home: Path, tiny_teacher_v2: Path) -> Path:
     """A second bundle in the same (tiny) teacher space, 19 documents, once per session (tests/fixtures/tiny_home)."""
     return tiny_teacher_v2
 
-MAX_KILL_POINTS = 260  # a follow step writes ~200 files since each lexical segment keeps its term bounds
-_MUTATIONS = {"os.rename", "os.replace", "os.rmdir", "os.remove", "shutil.rmtree", "ctypes.call_function",
-              "os.mkdir", "os.symlink", "os.link"}
 
 
 def _copy_into(source: Path, staging: Path) -> None:
@@ -55,52 +54,12 @@ def _copy_into(source: Path, staging: Path) -> None:
             shutil.copyfile(path, staging / path.name)
 
 
-def _run_killed_at(n: int, job: Callable[[], None]) -> bool:
-    """Run `job` in a forked child that is SIGKILLed at its n-th file system change; True if it finished."""
-    pid = os.fork()
-    if pid == 0:  # the child: count changes, die at the n-th
-        count = 0
-
-        def hook(event: str, args: tuple[object, ...]) -> None:
-            nonlocal count
-            writes = event == "open" and isinstance(args[2], int) and args[2] & (os.O_WRONLY | os.O_RDWR)
-            if event in _MUTATIONS or writes:
-                count += 1
-                if count == n:
-                    os.kill(os.getpid(), signal.SIGKILL)
-
-        try:
-            sys.addaudithook(hook)
-            job()
-        except BaseException:
-            os._exit(3)
-        os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        assert os.WTERMSIG(status) == signal.SIGKILL
-        return False
-    assert os.WEXITSTATUS(status) == 0, f"the publish failed (not killed) at kill point {n}"
-    return True
-
-
-def _kill_everywhere(job: Callable[[], None], check: Callable[[], None], reset: Callable[[], None]) -> int:
-    for n in range(1, MAX_KILL_POINTS):
-        reset()
-        finished = _run_killed_at(n, job)
-        check()
-        if finished:
-            return n
-    raise AssertionError("the publish never finished")
-
-
 def test_sigkill_anywhere_in_a_force_republish_leaves_a_valid_bundle(tiny_bundle: Path, v2_bundle: Path,
-                                                                     tmp_path: Path) -> None:
-    out = tmp_path / "served" / "bundle"
-
-    def reset() -> None:
-        shutil.rmtree(out.parent, ignore_errors=True)
-        out.parent.mkdir()
-        shutil.copytree(tiny_bundle, out)
+                                                                     kill_dir: Path) -> None:
+    served = kill_dir / "served"
+    out = served / "bundle"
+    shutil.copytree(tiny_bundle, kill_dir / "pristine" / "bundle")
+    pristine = Pristine(kill_dir / "pristine")
 
     def job() -> None:
         with staged(out, force=True) as staging:
@@ -108,24 +67,23 @@ def test_sigkill_anywhere_in_a_force_republish_leaves_a_valid_bundle(tiny_bundle
 
     def check() -> None:
         assert out.is_dir(), "nothing under the final name"
-        verify_one(out)
+        pristine.verify(out)  # the old bundle untouched, or the new one verified whole
         assert read_bundle_manifest(out).count in {20, 19}
 
-    points = _kill_everywhere(job, check, reset)
+    points = kill_everywhere(job, check, lambda: pristine.restore(served))
     assert points > 3
     assert read_bundle_manifest(out).count == 19  # the finished run replaced it
     assert [p.name for p in out.parent.iterdir()] == ["bundle"]  # the old version was removed
+    pristine.assert_intact()
 
 
 def test_sigkill_anywhere_in_a_publish_with_prune_leaves_a_valid_current(tiny_bundle: Path, v2_bundle: Path,
-                                                                         tmp_path: Path) -> None:
-    root = tmp_path / "bundles"
-
-    def reset() -> None:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(tiny_bundle, root / "v1")
-        shutil.copytree(v2_bundle, root / "v2")
-        set_current(root, "v1")
+                                                                         kill_dir: Path) -> None:
+    root = kill_dir / "bundles"
+    shutil.copytree(tiny_bundle, kill_dir / "pristine" / "v1")
+    shutil.copytree(v2_bundle, kill_dir / "pristine" / "v2")
+    set_current(kill_dir / "pristine", "v1")
+    pristine = Pristine(kill_dir / "pristine")
 
     def job() -> None:
         with publish(Target(root=root, version="v3", keep=0)) as (staging, _):
@@ -133,12 +91,13 @@ def test_sigkill_anywhere_in_a_publish_with_prune_leaves_a_valid_current(tiny_bu
 
     def check() -> None:
         current = read_current(root)
-        verify_one(current)
+        pristine.verify(current)
         assert current.name in {"v1", "v3"}
 
-    _kill_everywhere(job, check, reset)
+    kill_everywhere(job, check, lambda: pristine.restore(root))
     assert list_versions(root) == ["v3"]
     assert read_current(root).name == "v3"
+    pristine.assert_intact()
 
 
 def test_two_builds_of_one_version_never_overwrite_each_other(tiny_bundle: Path, v2_bundle: Path,

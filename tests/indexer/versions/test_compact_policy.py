@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +25,32 @@ from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import read_current
 from models.encoders.teacher import TeacherEncoder
 from models.search import Mode, SearchOptions, parse_filter, search
+from tests.fixtures.corpus import DOCS
 from tests.indexer.versions.test_segments import QUERIES, _lines, _segmented, assert_same_hits, work  # noqa: F401  (work: a fixture)
 
 pytestmark = pytest.mark.slow
 
 BINARY = {"quantization": "binary", "rotation": "pca", "dim": 64}  # a space with every part: rotation, center, spin
+
+
+@pytest.fixture(scope="module")
+def segmented(tiny_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A root of a base and three updates in the default space (test_segments._segmented), built once for the
+    tests here that start from it; each copies it (`_copy`), so none sees another's versions."""
+    folder = tmp_path_factory.mktemp("segmented")
+    _lines(folder / "corpus.jsonl", [{"_id": i, "title": t, "text": x, "lang": "en"} for i, t, x in DOCS])
+    mp = pytest.MonkeyPatch()
+    mp.setenv("TANDEM_HOME", str(tiny_home_dir))
+    try:
+        _segmented(folder / "root", folder)
+    finally:
+        mp.undo()
+    return folder / "root"
+
+
+def _copy(segmented: Path, folder: Path) -> Path:
+    shutil.copytree(segmented, folder / "root")
+    return folder / "root"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -80,10 +102,9 @@ def test_the_policy_keeps_the_large_clean_segment_and_merges_the_small_ones(tiny
     assert read_current(root).name == "v5"
 
 
-def test_a_segment_past_the_deleted_share_is_rewritten(tiny_home: Path, tiny_teacher: Path,
+def test_a_segment_past_the_deleted_share_is_rewritten(tiny_home: Path, tiny_teacher: Path, segmented: Path,
                                                        work: Path) -> None:  # noqa: F811
-    root = work / "root"
-    _segmented(root, work)
+    root = _copy(segmented, work)
     added = [{"_id": f"new{i}", "title": f"Note {i}", "text": f"Field note {i} on rivers, hills and weather."}
              for i in range(12)]  # 12 rows: a large segment beside v1's 20
     update(UpdateRequest(changes=_lines(work / "u5.jsonl", added), root=root, version="v5"))
@@ -100,10 +121,9 @@ def test_a_segment_past_the_deleted_share_is_rewritten(tiny_home: Path, tiny_tea
     assert not {"new0", "new1", "new2"} & set(Bundle(root / "v8").ids())
 
 
-def test_all_merges_every_segment_and_bad_values_are_refused(tiny_home: Path, tiny_teacher: Path,
+def test_all_merges_every_segment_and_bad_values_are_refused(tiny_home: Path, tiny_teacher: Path, segmented: Path,
                                                              work: Path) -> None:  # noqa: F811
-    root = work / "root"
-    _segmented(root, work)  # the default space: a refit on the live rows leaves the scores as they were
+    root = _copy(segmented, work)  # the default space: a refit on the live rows leaves the scores as they were
     for flags, message in ((["--large-share", "0"], "--large-share must be in (0, 1]"),
                            (["--deleted-share", "1.5"], "--deleted-share must be in (0, 1]")):
         failed = _cli("compact", "--root", str(root), *flags)
@@ -120,10 +140,10 @@ def test_all_merges_every_segment_and_bad_values_are_refused(tiny_home: Path, ti
     assert read_current(root).name == "v5"
 
 
-def test_the_follower_merges_by_its_own_bounds(tiny_home: Path, work: Path) -> None:  # noqa: F811
+def test_the_follower_merges_by_its_own_bounds(tiny_home: Path, segmented: Path,
+                                               work: Path) -> None:  # noqa: F811
     """Its deleted bound is the policy's; when the kept segments leave no room for a batch, everything merges."""
-    root = work / "root"
-    _segmented(root, work)
+    root = _copy(segmented, work)
     base = read_bundle_manifest(root / "v4")
     roomy = merge_policy(FollowRequest(root=root, changes_dir=work, max_segments=8, max_deleted=0.1))
     assert roomy.plan(base).full  # v1's 4 of 20 deleted pass 0.1: v1 is rewritten, so all is

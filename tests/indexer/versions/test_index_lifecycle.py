@@ -8,7 +8,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -39,9 +38,29 @@ def _home(path: Path, teacher_dir: Path) -> Path:
     return path
 
 
-def _tandem(args: list[str], home: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "TANDEM_HOME": str(home), "OMP_NUM_THREADS": "1", "TANDEM_LOG_LEVEL": "WARNING"}
-    return subprocess.Popen([sys.executable, "-m", "tandem", *args], cwd=REPO, env=env, text=True,
+# `tandem` in a process that SIGKILLs itself as it opens the shard log (its 2nd argument's name) to append its
+# (K+1)-th record, K its 1st: K shards recorded, the next one's vectors written but not yet logged
+_KILLED_AFTER = """
+import os, signal, sys
+left, log = int(sys.argv.pop(1)) + 1, sys.argv.pop(1)
+def hook(event, args):
+    global left
+    if event == "open" and args[1] == "a" and isinstance(args[0], (str, os.PathLike)) \\
+            and os.path.basename(os.fspath(args[0])) == log:
+        left -= 1
+        if left == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+sys.addaudithook(hook)
+from tandem.cli import main
+main()
+"""
+
+
+def _tandem(args: list[str], home: Path, killed_after: int | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "TANDEM_HOME": str(home), "OMP_NUM_THREADS": "1", "TANDEM_LOG_LEVEL": "WARNING",
+           "PYTHONPATH": os.pathsep.join(sys.path)}
+    start = ["-m", "tandem"] if killed_after is None else ["-c", _KILLED_AFTER, str(killed_after), SHARD_LOG]
+    return subprocess.Popen([sys.executable, *start, *args], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -51,36 +70,35 @@ def _log_lines(home: Path) -> int:
 
 
 def _build_killed_after(args: list[str], home: Path, shards: int, timeout: float = 300) -> int:
-    """Run a build and SIGKILL it once the shard log has `shards` lines; returns the lines seen at the kill."""
-    proc = _tandem(args, home)
-    deadline = time.monotonic() + timeout
-    while _log_lines(home) < shards:
-        assert proc.poll() is None, f"build ended before the kill: {proc.communicate()[1][-2000:]}"
-        assert time.monotonic() < deadline, "build too slow"
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert proc.returncode == -signal.SIGKILL
+    """Run a build that is SIGKILLed as it goes to append the log's (`shards` + 1)-th line; returns its lines."""
+    own = shards - _log_lines(home)  # the records this run appends before the kill
+    assert own >= 1, (shards, own)
+    proc = _tandem(args, home, killed_after=own)
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == -signal.SIGKILL, f"build ended before the kill: {err[-2000:]}"
     return _log_lines(home)
 
 
 @pytest.mark.slow
-def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Path, teacher_dir: Path) -> None:
-    """Killed twice at random points and resumed: same vectors and ids, every shard encoded exactly once."""
+def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Path, tiny_teacher: Path) -> None:
+    """Killed twice at random points and resumed: same vectors and ids, every shard encoded exactly once.
+
+    Mechanics only, so the tiny teacher encodes (tests/fixtures/tiny_home.py); a shard takes it milliseconds,
+    so each kill is at a shard-log append the build's own audit hook counts, not at a time a poll sees."""
     n = len(DOCS)
     rng = random.Random(int.from_bytes(os.urandom(4), "little"))
-    home, root = _home(tmp_path / "home", teacher_dir), tmp_path / "root"
+    home, root = _home(tmp_path / "home", tiny_teacher), tmp_path / "root"
     args = ["index", "build", "--corpus", str(tiny_corpus), "--root", str(root), "--shard-size", "1",
             "--batch-size", "1", "--version", "v1"]
-    first = _build_killed_after(args, home, rng.randint(1, 6))
-    second = _build_killed_after(args, home, rng.randint(first + 1, first + 6))
-    assert first < second < n, (first, second)
+    ref_home, ref_root = _home(tmp_path / "ref-home", tiny_teacher), tmp_path / "ref"
+    reference = _tandem([*args[:4], "--root", str(ref_root), *args[6:]], ref_home)  # meanwhile, its own home
+    kills = rng.randint(1, 6), rng.randint(1, 6)
+    first = _build_killed_after(args, home, kills[0])
+    second = _build_killed_after(args, home, first + kills[1])
+    assert (first, second) == (kills[0], sum(kills)) and second < n, (kills, first, second)
     assert not root.exists() or not list_versions(root)  # nothing published by a killed build
     resumed = _tandem(args, home)
     assert resumed.wait(timeout=300) == 0, resumed.communicate()[1][-2000:]
-
-    ref_home, ref_root = _home(tmp_path / "ref-home", teacher_dir), tmp_path / "ref"
-    reference = _tandem([*args[:4], "--root", str(ref_root), *args[6:]], ref_home)
     assert reference.wait(timeout=300) == 0, reference.communicate()[1][-2000:]
 
     got, want = Bundle(read_current(root)), Bundle(read_current(ref_root))

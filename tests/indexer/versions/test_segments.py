@@ -27,7 +27,8 @@ from models.errors import InputError
 from models.hashing import sha256_file
 from models.search import Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from tests.fixtures.corpus import DOCS, PROBES
-from tests.indexer.test_publish_safety import _kill_everywhere
+from tests.fixtures.kill_points import Pristine, kill_everywhere, run_killed_at
+from tests.fixtures.kill_points import kill_dir as kill_dir
 
 pytestmark = pytest.mark.slow
 
@@ -131,42 +132,42 @@ def test_compaction_is_a_fresh_build_of_the_live_documents(tiny_home: Path, work
     assert "1 segment, 0 deleted rows" in verify_one(root / "v5")
 
 
-def test_sigkill_anywhere_in_an_update_or_a_compaction(tiny_home: Path, work: Path,
+def test_sigkill_anywhere_in_an_update_or_a_compaction(tiny_home: Path, work: Path, kill_dir: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The changes here need no teacher (a deletion and a metadata-only change), so each run is short; so does no
-    agreement sample (torch in a forked child of a process that ran it hangs)."""
+    agreement sample (torch in a forked child of a process that ran it hangs). The roots live in `kill_dir` and
+    each point restores and checks them as tests/fixtures/kill_points.py says: every version still verified,
+    the untouched ones by identity with the pristine copy."""
     monkeypatch.setenv(SAMPLE_SETTING, "0")
-    pristine = work / "pristine"
-    _segmented(pristine, work)
-    root = work / "root"
+    _segmented(kill_dir / "pristine", work)
+    pristine = Pristine(kill_dir / "pristine")
+    root = kill_dir / "root"
     bake = DOCS[0]
     changes = _lines(work / "changes.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "de"},
                                              {"_id": "tides", "delete": True}])
     jobs = {"update": lambda: update(UpdateRequest(changes=changes, root=root, version="v5")),
             "compact": lambda: compact(VersionRequest(root=root, version="v5"), MergePolicy(full=True)),
             "merge": lambda: compact(VersionRequest(root=root, version="v5"))}  # the policy: v1 kept, the rest merged
+
+    def check() -> None:
+        current = read_current(root)
+        assert current.name in {"v4", "v5"}
+        versions = list_versions(root)
+        assert current.name in versions
+        pristine.verify_versions(root)  # a version is whole, or not there at all
+
     for name, job in jobs.items():
-        def reset() -> None:
-            shutil.rmtree(root, ignore_errors=True)
-            shutil.copytree(pristine, root)
-
-        def check() -> None:
-            current = read_current(root)
-            assert current.name in {"v4", "v5"}
-            verify_one(current)
-            for version in list_versions(root):  # a version is whole, or not there at all
-                verify_one(root / version)
-
-        points = _kill_everywhere(job, check, reset)  # type: ignore[arg-type]
+        points = kill_everywhere(job, check, lambda: pristine.restore(root))
         assert points > 5, name
         assert read_current(root).name == "v5"
+    pristine.assert_intact()
 
 
-def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Path, work: Path,
+def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Path, work: Path, kill_dir: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(SAMPLE_SETTING, "0")  # no teacher in the forked children (see the test above)
-    pristine = work / "pristine"
-    build(BuildRequest(corpus=work / "corpus.jsonl", root=pristine, version="v1", metadata_extra=True))
+    build(BuildRequest(corpus=work / "corpus.jsonl", root=kill_dir / "pristine", version="v1", metadata_extra=True))
+    pristine = Pristine(kill_dir / "pristine")
     changes = work / "changes"
     changes.mkdir()
     bake, tides = DOCS[0], DOCS[6]
@@ -174,28 +175,25 @@ def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Pat
                                     {"_id": "git", "delete": True}])
     _lines(changes / "0002.jsonl", [{"_id": "bees", "delete": True}])  # applied twice, it would fail
     _lines(changes / "0003.jsonl", [{"_id": tides[0], "title": tides[1], "text": tides[2], "lang": "es"}])
-    root = work / "root"
+    root = kill_dir / "root"
     request = FollowRequest(root=root, changes_dir=changes, once=True, max_segments=2)
     expected = [d[0] for d in DOCS if d[0] not in {"git", "bees", "bake", "tides"}] + ["bake", "tides"]
 
     def reset() -> None:
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(pristine, root)
+        pristine.restore(root)
 
     def check() -> None:
         current = read_current(root)
-        verify_one(current)
+        pristine.verify(current)  # v1 untouched, or the new version verified whole
         state = read_bundle_manifest(current).follow
         # each batch whole or not at all (max_segments 2: a batch of one file, then a compaction)
         assert state is None or (state.last, state.files) in {(f"000{n}.jsonl", n) for n in (1, 2, 3)}
 
-    points = _kill_everywhere(lambda: follow(request), check, reset)
+    points = kill_everywhere(lambda: follow(request), check, reset)
     assert points > 10
     for n in (points // 3, 2 * points // 3):  # killed part way, then started again: each file once
         reset()
-        from tests.indexer.test_publish_safety import _run_killed_at
-
-        assert not _run_killed_at(n, lambda: follow(request))
+        assert not run_killed_at(n, lambda: follow(request))
         assert follow(request).applied in range(4)  # what the killed run had not published yet
         final = read_bundle_manifest(read_current(root))
         assert final.follow is not None and (final.follow.last, final.follow.files) == ("0003.jsonl", 3)
@@ -205,6 +203,7 @@ def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Pat
         assert {d.id: d.meta().get("lang") for d in documents(bundle, bundle.live_rows())}["tides"] == "es"
         bundle.close()
         assert follow(request).applied == 0  # nothing left, nothing applied again
+    pristine.assert_intact()
 
 
 def test_a_bad_change_file_stops_the_follower_naming_its_line(tiny_home: Path, work: Path) -> None:
