@@ -7,7 +7,7 @@ over shard deployments on a local Ray Serve cluster (the hops). Every sharded an
 order, float32 scores); a mismatch is counted, and reported. Queries: random unit vectors and two or three words
 drawn from the version's own documents (seeded), one query per request, mode by mode.
 
-    python -m bench.serving.shard_hops --version ROOT/vNAME --shards 2 --replicas 1 --requests 200
+    python -m bench.cluster.shard_hops --version ROOT/vNAME --shards 2 --replicas 1 --requests 200
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ CPU each), and every (mode × filter × offset) runs the queries in batches of `
 and the single box (models.search.search, what `tandem serve` runs): ids, rows, float32 scores and the version
 are compared, each mismatch counted. Prints JSON.
 
-    python -m bench.serving.shard_acceptance --work /tmp/shard-acceptance --data ../shared/data/scifact \
+    python -m bench.cluster.shard_acceptance --work /tmp/shard-acceptance --data ../shared/data/scifact \
         --out report.json
 """
 
