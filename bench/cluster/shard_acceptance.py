@@ -95,8 +95,11 @@ def scifact_root(data: Path, work: Path) -> Path:
     return root
 
 
-def synthetic_versions(data: Path, work: Path, size: int) -> list[Path]:
-    """The synthetic corpus in each index type and quantization, as four even segments."""
+KINDS = ["flat-int8", "flat-binary", "hnsw-int8", "hnsw-binary", "ivf-binary"]
+
+
+def synthetic_versions(data: Path, work: Path, size: int, kinds: list[str]) -> list[Path]:
+    """The synthetic corpus in each index type and quantization (`kinds`), as four even segments."""
     inputs = work / f"synthetic-{size}"
     inputs.mkdir(parents=True, exist_ok=True)
     if not (inputs / "ids.json").is_file():
@@ -109,8 +112,7 @@ def synthetic_versions(data: Path, work: Path, size: int) -> list[Path]:
                                          for i, doc_id in enumerate(ids)])
         (inputs / "ids.json").write_text(json.dumps(ids))
     out = []
-    for index, quantization in [("flat", "int8"), ("flat", "binary"), ("hnsw", "int8"), ("hnsw", "binary"),
-                                ("ivf", "binary")]:
+    for index, quantization in (kind.split("-") for kind in kinds):
         bundle = inputs / f"bundle-{index}-{quantization}"
         if not (bundle / "manifest.json").is_file():
             began = time.perf_counter()
@@ -192,6 +194,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4, help="one-CPU nodes of the local Ray cluster")
     parser.add_argument("--batch", type=int, default=30)
     parser.add_argument("--only", choices=["scifact", "synthetic"])
+    parser.add_argument("--kinds", default=",".join(KINDS), help=f"synthetic index-quantization kinds, of {KINDS}")
     parser.add_argument("--out", type=Path, help="the JSON report (default: stdout, where Ray's raylet also writes)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -204,7 +207,7 @@ def main() -> None:
 
         versions.append(read_current(scifact_root(args.data, args.work)))
     if args.only != "scifact":
-        versions += synthetic_versions(args.data, args.work, args.size)
+        versions += synthetic_versions(args.data, args.work, args.size, args.kinds.split(","))
     texts, vectors = query_set(args.data, seed=0)
 
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # as tests/conftest.py: the loopback only

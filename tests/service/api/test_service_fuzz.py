@@ -16,7 +16,10 @@ behind the admin token) are fuzzed past authentication and not only into a 401/4
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
+import pkgutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,22 @@ from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
 
 pytestmark = pytest.mark.slow
+
+
+def _import_schemathesis_now() -> None:
+    """Import every module of schemathesis now, at collection, on the main thread.
+
+    schemathesis imports its OpenAPI loader, generators and checks on first use, and being a pytest plugin its
+    modules go through the assertion rewriter (ast.parse). Imported while this module's live servers' threads run,
+    that can fail as tests/conftest.py's _import_anyio_now explains (python/cpython#106905); it did, once in a
+    full run, in `schemathesis.openapi.from_url`. A module that needs an optional package this venv lacks is left
+    out: nothing here uses it."""
+    for info in pkgutil.walk_packages(schemathesis.__path__, "schemathesis."):
+        with contextlib.suppress(ImportError):
+            importlib.import_module(info.name)
+
+
+_import_schemathesis_now()
 
 MAX_EXAMPLES = 50  # per operation and generation mode
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
