@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
+import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -34,14 +34,8 @@ def valid_request_id(value: str | None) -> str | None:
     return value if value is not None and _REQUEST_ID.match(value) else None
 
 
-# uuid4's bits: version 4 in bits 76-79, the RFC 4122 variant in bits 62-63, the other 122 random
-_UUID4_KEEP = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
-_UUID4_SET = (4 << 76) | (0x8000 << 48)
-
-
 def new_request_id() -> str:
-    """`uuid.uuid4().hex`, without building the UUID object: one a request, at half its cost."""
-    return f"{int.from_bytes(os.urandom(16)) & _UUID4_KEEP | _UUID4_SET:032x}"
+    return uuid.uuid4().hex
 
 
 class RequestIdFilter(logging.Filter):
