@@ -9,8 +9,11 @@ fails there instead of quietly loading one.
 
 from __future__ import annotations
 
+import ast
 import os
 import tempfile
+import threading
+from typing import Any
 
 # Every Ray cluster a test starts is local: Ray's own switch keeps it on the loopback interface, and it is read when
 # ray is first imported, which may be by any test module at collection (tests/cluster, tests/indexer/test_ray_engine).
@@ -49,6 +52,27 @@ def _import_anyio_now() -> None:
 
 
 _import_anyio_now()
+
+
+def _parse_one_thread_at_a_time() -> None:
+    """Serialize `ast.parse` across threads for the whole run.
+
+    The same CPython 3.11 bug (python/cpython#106905) also hits parses that are not imports: Hypothesis parses
+    the source of a strategy's lambdas while it draws (the schema fuzz tests, whose live servers' threads run
+    beside it), and one such parse failed a full run with "AST constructor recursion depth mismatch". pytest's
+    assertion rewriter and Hypothesis both call `ast.parse` by attribute, so one lock here covers every parse the
+    test process makes in Python; a reentrant one, for a parse that starts another in the same thread."""
+    lock = threading.RLock()
+    parse = ast.parse
+
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with lock:
+            return parse(*args, **kwargs)
+
+    ast.parse = locked
+
+
+_parse_one_thread_at_a_time()
 
 # Fixtures behind which a model loads or a process starts: everything that depends on them is slow.
 MODEL_FIXTURES = frozenset({"tandem_home", "teacher_dir", "tiny_bundle", "tiny_student", "service_settings",
