@@ -98,7 +98,7 @@ class Split:
     def _write(self, path: Path, start: int, stop: int) -> EmbeddingSource:
         """The docstore of rows [start, stop) at `path`, and their vectors' store entry (keyed by their texts)."""
         hasher = CorpusHasher()
-        write_docstore(path, _hashed(self._documents(start, stop), hasher), chunk=READ_ROWS)
+        write_docstore(path, hasher.passing(self._documents(start, stop)), chunk=READ_ROWS)
         precision = self.source.precision or "fp32"
         key = store_key(self.card.fingerprint, self.card.max_seq_length, hasher.hexdigest(), precision)
         if not self.store.complete(key):
@@ -148,8 +148,3 @@ class Split:
         return with_segments(manifest, parts, count=self.ranges[-1][1], files=files, payload=payload,
                              metadata_fields=sorted(keys), corpus=corpus)
 
-
-def _hashed(docs: Iterable[Document], hasher: CorpusHasher) -> Iterator[Document]:
-    for doc in docs:
-        hasher.update(doc)
-        yield doc

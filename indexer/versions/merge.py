@@ -13,10 +13,10 @@ build's (the first stage of the merged segment and a chunk).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import shutil
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from indexer.intake.ingest import CHUNK as INGEST_CHUNK
@@ -32,7 +32,7 @@ from models.bundle.manifest import SEGMENTS_DIRECTORY, BundleManifest, Embedding
 from models.bundle.storage.docstore import DOCSTORE_FILE, write_docstore
 from models.bundle.vectors.space import Space
 from models.bundle.versions import new_version_name
-from models.corpus import CorpusHasher, Document
+from models.corpus import CorpusHasher
 from models.embeddings.store import EmbeddingStore, store_key
 from models.encoders.registry import ModelCard
 from models.hashing import sha256_file
@@ -56,8 +56,8 @@ def merge(req: VersionRequest, source_dir: Path, base: BundleManifest, plan: Mer
         directory = staging / SEGMENTS_DIRECTORY / name
         directory.mkdir(parents=True)
         hasher = CorpusHasher()
-        count = write_docstore(directory / DOCSTORE_FILE, _hashed(live_documents(source_dir, inputs), hasher),
-                               chunk=INGEST_CHUNK)
+        kept_rows = itertools.chain.from_iterable(live_documents(source_dir, inputs))
+        count = write_docstore(directory / DOCSTORE_FILE, hasher.passing(kept_rows), chunk=INGEST_CHUNK)
         parts = [s for s in base.parts if s.name not in dropped]
         segment: SegmentInfo | None = None
         if count:
@@ -91,10 +91,3 @@ def merge(req: VersionRequest, source_dir: Path, base: BundleManifest, plan: Mer
              time.perf_counter() - started)
     return manifest
 
-
-def _hashed(chunks: Iterable[list[Document]], hasher: CorpusHasher) -> Iterator[Document]:
-    """Each document of the chunks, once the corpus key counts it."""
-    for chunk in chunks:
-        for doc in chunk:
-            hasher.update(doc)
-            yield doc
