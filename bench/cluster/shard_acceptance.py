@@ -237,11 +237,16 @@ def main() -> None:
         sys.stdout.write(text)
 
 
+def query_texts(data: Path) -> list[str]:
+    """The 300 SciFact test queries' texts."""
+    test_ids = {line.split("\t")[0] for line in (data / "qrels/test.tsv").read_text().splitlines()[1:]}
+    return [q["text"] for q in map(json.loads, (data / "queries.jsonl").read_text().splitlines())
+            if q["_id"] in test_ids]
+
+
 def query_set(data: Path, seed: int) -> tuple[list[str], np.ndarray]:
     """The 300 SciFact test queries' texts, and as many dense query vectors near real documents."""
-    test_ids = {line.split("\t")[0] for line in (data / "qrels/test.tsv").read_text().splitlines()[1:]}
-    texts = [q["text"] for q in map(json.loads, (data / "queries.jsonl").read_text().splitlines())
-             if q["_id"] in test_ids]
+    texts = query_texts(data)
     ref = np.asarray(np.load(data / REFERENCE), dtype=np.float32)
     rng = np.random.default_rng(seed)
     picked = ref[rng.choice(len(ref), size=len(texts), replace=False)]
