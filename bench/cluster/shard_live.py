@@ -106,13 +106,22 @@ def _outcome(record: Record) -> str:
 def phases(records: list[Record], began: float, events: dict[str, float]) -> dict[str, dict[str, int]]:
     """Outcomes (status and error code, or the version answered) of the requests sent in each stretch of the run:
     before the kill, after it until the update started, until the first answer of the new version, and after."""
-    edges = [("before kill", 0.0), ("kill..update", events["kill"]), ("update..new answers", events["update_started"]),
-             ("new version", events["first_answer_of_new"])]
+    edges = [("before kill", float("-inf")), ("kill..update", events["kill"]),
+             ("update..new answers", events["update_started"]), ("new version", events["first_answer_of_new"])]
     out: dict[str, Counter[str]] = {name: Counter() for name, _ in edges}
     for r in records:
         name = [n for n, start in edges if r.sent - began >= start][-1]
         out[name][_version(r) or _outcome(r)] += 1
     return {k: dict(v) for k, v in out.items()}
+
+
+def _dump(records: list[Record], began: float, path: Path) -> None:
+    """Every record, for a second look at a run: seconds since the load began, status, error and body."""
+    with path.open("w") as fh:
+        for r in records:
+            fh.write(json.dumps({"target": r.target, "sent_s": r.sent - began, "answered_s": r.answered - began,
+                                 "status": r.status, "error": r.error,
+                                 "body": r.answer.body.decode() if r.answer else None}) + "\n")
 
 
 def _kill_one_replica(app: str) -> str:
@@ -237,6 +246,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             events["stopped"] = time.monotonic() - began
         report["events_s"] = {k: round(v, 1) for k, v in events.items()}
         records = list(load.records)
+        _dump(records, began, args.work / f"{root.name}.records.jsonl")
         report["phases"] = phases(records, began, events)
         report["load_average_after"] = load_average()[0]
     finally:

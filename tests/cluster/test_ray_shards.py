@@ -8,6 +8,8 @@ fixtures."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -196,3 +198,74 @@ def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: Cluster
             cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
     finally:  # the version has a shard less: a test after deploys it again (serve.shutdown deletes what is left)
         cluster.coordinator = None
+
+
+def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versions_box(
+        cluster: ClusterSearch, root: Path, student: Path, tiny_models: TinyModels,
+        tmp_path: Path) -> None:
+    """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
+    fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
+    `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
+    answer is a 503 of a shard or the single box's answer for the version it names, and both versions answer."""
+    import ray
+
+    from cluster.service import ClusterRetrieval
+    from indexer.versions.request import UpdateRequest
+    from indexer.versions.update import update
+    from service.core.searcher import retrieve_remotely
+    from service.http.app import create_app
+    from service.settings import ServiceSettings
+    from tandem.loadclient import Request
+    from tandem.openloop import OpenLoop, Record, Target
+    from tests.models.search.test_shards import _doc, _lines
+
+    live = tmp_path / "root"
+    shutil.copytree(root, live)
+    before = read_current(live).resolve()
+    bodies = [{"query": q, "top_k": 10, "mode": mode, **extra} for q in QUERIES for mode in ("dense", "hybrid")
+              for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
+    targets = [Target(str(i), Request("POST", "/search", json.dumps(b).encode())) for i, b in enumerate(bodies)]
+
+    def version(record: Record) -> str | None:
+        return record.answer.json()["index"]["version"] if record.answer and record.status == 200 else None
+
+    rng = np.random.default_rng(11)
+    changes = _lines(tmp_path / "changes.jsonl", [_doc(rng, f"live{i}") for i in range(8)] + [_doc(rng, "d5")]
+                     + [{"_id": "d6", "delete": True}, {"_id": "u3", "delete": True}])
+    # replicas of their own (0.1 of a slot each, two versions' beside the module's), deleted at the end
+    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=TIMEOUT_S, cpus_per_replica=0.1, prefix="live")
+    retrieve_remotely(ClusterRetrieval(sharded))
+    try:
+        # admission that sheds nothing (a 429 is the busy machine's, not the shards'): every request is searched
+        settings = ServiceSettings(index=live, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
+                                   request_timeout_ms=60_000, max_pending=10_000)
+        with serve_app(create_app(settings)) as app:
+            with OpenLoop(app.url, targets, rps=10.0, timeout_s=90.0) as load:
+                load.wait_answered(len(bodies))
+                replicas = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                            if "SERVE_REPLICA" in a["name"] and sharded.app(before, 0) in a["name"]]
+                assert len(replicas) == 2, replicas
+                ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
+                load.wait_answered(len(bodies))
+                update(UpdateRequest(changes=changes, root=live, version="v5", teacher=tiny_models.st(StSpec())))
+                _wait_for(lambda: any(version(r) == "v5" for r in list(load.records)))
+                load.wait_answered(len(bodies))
+            records = list(load.records)
+    finally:
+        retrieve_remotely(None)
+        sharded.close()
+    refused = [r for r in records if r.status != 200]
+    assert all(r.status == 503 and r.answer and r.answer.json()["error"] == "shard_unavailable" for r in refused), [
+        (r.status, r.error, r.answer and r.answer.body[:200]) for r in refused]
+    named = {name for r in records if (name := version(r)) is not None}
+    assert named == {before.name, "v5"}
+    wrong = []
+    for name in sorted(named):
+        with serve_app(create_app(ServiceSettings(index=live / name, student=student, port=0))) as box:
+            want = {i: box.client.post("/search", json=body).json() for i, body in enumerate(bodies)}
+        for r in records:
+            if version(r) == name:
+                got, expected = r.answer.json(), want[int(r.target)]  # type: ignore[union-attr]
+                if got["results"] != expected["results"] or got["index"] != expected["index"]:
+                    wrong.append((name, bodies[int(r.target)]))
+    assert not wrong, wrong
