@@ -103,16 +103,19 @@ def _outcome(record: Record) -> str:
         return str(record.status)
 
 
-def phases(records: list[Record], began: float, events: dict[str, float]) -> dict[str, dict[str, int]]:
-    """Outcomes (status and error code, or the version answered) of the requests sent in each stretch of the run:
-    before the kill, after it until the update started, until the first answer of the new version, and after."""
+def phases(records: list[Record], began: float, events: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Outcomes (status and error code, or the version answered) and latencies of the requests sent in each stretch
+    of the run: before the kill, after it until the update started, until the first answer of the new version, and
+    after."""
     edges = [("before kill", float("-inf")), ("kill..update", events["kill"]),
              ("update..new answers", events["update_started"]), ("new version", events["first_answer_of_new"])]
     out: dict[str, Counter[str]] = {name: Counter() for name, _ in edges}
+    latency: dict[str, list[float]] = {name: [] for name, _ in edges}
     for r in records:
         name = [n for n, start in edges if r.sent - began >= start][-1]
         out[name][_version(r) or _outcome(r)] += 1
-    return {k: dict(v) for k, v in out.items()}
+        latency[name].append(r.answered - r.sent)
+    return {k: {**v, "latency": _percentiles(latency[k])} for k, v in out.items()}
 
 
 def _dump(records: list[Record], began: float, path: Path) -> None:
