@@ -1,10 +1,11 @@
 """Shards on a real local Ray cluster (issue 57): a version of four segments in two shard deployments, one with two
 replicas, answers as the single box does (same ids, order, float32 scores and version); a new version is served only
 once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
-fails the request whole. The process's one local Ray (tests/fixtures/ray_cluster.py: starting Ray costs seconds), with
-Serve started on it for the module; a test that needs the version in service on the module's plan takes the deployment
-a test before it left running (`_in_service`: replicas start in seconds each) or deploys it. Marked slow by its
-fixtures."""
+fails the request whole; under open-loop load a replica's kill and an `index update` give only the box's answers
+for the version each names, or 503s. The process's one local Ray (tests/fixtures/ray_cluster.py: starting Ray costs
+seconds), with Serve started on it for the module; a test that needs the version in service on the module's plan takes
+the deployment a test before it left running (`_in_service`: replicas start in seconds each) or deploys it. Marked
+slow by its fixtures."""
 
 from __future__ import annotations
 
@@ -53,6 +54,7 @@ def student(root: Path, tiny_models: TinyModels) -> Path:
 
 
 TIMEOUT_S = 20.0
+RPS = 20.0  # the kill test's open loop
 
 
 @pytest.fixture(scope="module")
@@ -138,8 +140,9 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
 
 
 def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: ClusterSearch, root: Path) -> None:
-    """One of the first shard's two replicas is killed while a thread searches without pause: every answer is the
-    single box's or ShardUnavailable (a 503), and answers keep coming from the replica left."""
+    """One of the first shard's two replicas is killed under an open loop (a search started every 1 / RPS s in a
+    thread of its own, whatever became of those before): every answer is the single box's or ShardUnavailable (a
+    503), and answers keep coming from the replica left."""
     import ray
 
     current = read_current(root).resolve()
@@ -154,28 +157,38 @@ def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: 
     replicas = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
                 if "SERVE_REPLICA" in a["name"] and cluster.app(current, 0) in a["name"]]
     assert len(replicas) == 2, replicas
-    outcomes: list[str] = []
+    outcomes: dict[int, str] = {}  # by the order the searches were sent
     stop = threading.Event()
+    searches: list[threading.Thread] = []
+
+    def one(i: int) -> None:
+        try:
+            outcomes[i] = ("exact" if _answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == want
+                           else "WRONG")
+        except ShardUnavailable:
+            outcomes[i] = "503"
 
     def load() -> None:
-        while not stop.is_set():
-            try:
-                outcomes.append("exact" if _answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == want
-                                else "WRONG")
-            except ShardUnavailable:
-                outcomes.append("503")
+        start = time.monotonic()
+        while not stop.wait(max(0.0, start + len(searches) / RPS - time.monotonic())):
+            searches.append(threading.Thread(target=one, args=(len(searches),), daemon=True))
+            searches[-1].start()
 
     thread = threading.Thread(target=load, daemon=True)
     thread.start()
     try:
         _wait_for(lambda: len(outcomes) >= 10)
         ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
-        after = len(outcomes)
-        _wait_for(lambda: outcomes[after:].count("exact") >= 30)
+        after = len(searches)  # sent after the kill: their answers are counted below
+        _wait_for(lambda: len(searches) >= after + 30)
     finally:
         stop.set()
         thread.join(timeout=60)
-    assert set(outcomes) <= {"exact", "503"}, outcomes
+        for search_thread in list(searches):
+            search_thread.join(timeout=TIMEOUT_S + 30)
+    assert len(outcomes) == len(searches)  # every search sent was answered
+    assert set(outcomes.values()) <= {"exact", "503"}, outcomes
+    assert "exact" in [outcomes[i] for i in range(after, len(searches))]  # from the replica left
 
 
 def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
