@@ -24,6 +24,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
 
 from models.bundle.staging import staged
+from models.distill.exporting.mixed_precision import with_fp32_nodes
 from models.distill.model import StudentModel
 from models.distill.texts.tokens import Tokens, embed
 from models.encoders.graph import FUSED, split_skip_layer_norms
@@ -111,14 +112,16 @@ def weight_matmuls(path: Path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "MatMul" and any(i in constants for i in n.input)]
 
 
-def onnx_vectors(path: Path, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
-    """Run an ONNX student file directly (no student directory needed yet); rows in input order.
+def onnx_vectors(graph: Path | bytes, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
+    """Run an ONNX student graph (a file, or a serialized model) directly (no student directory needed yet); rows
+    in input order.
 
     Texts go in length-sorted calls of 64 (Tokens.map_sorted). In one call, 200 parity queries
     padded to the passages' 256 tokens took a teacher-layer student's int8 graph 49 s and 4.9 GB,
     against 12 s and 1.3 GB in calls of 64, and the parity search makes dozens of such passes.
     """
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    source = graph if isinstance(graph, bytes) else str(graph)
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
 
     def run(input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
@@ -135,27 +138,33 @@ def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[
     represent (a teacher cut down to its first and last layers feeds layer 0's output into the
     last layer). Each candidate's sensitivity is the mean cosine to fp32 when it alone is
     quantized; the worst are excluded one by one until the whole graph passes. Returns the
-    excluded node names (empty for a graph that passes as is, such as MiniLM's).
+    excluded node names (empty for a graph that passes as is, such as MiniLM's). The graph is
+    quantized once: every graph the search scores is that one with some MatMuls put back in fp32
+    (mixed_precision.with_fp32_nodes); only the one kept is quantized again, as `out`.
     """
     reference = onnx_vectors(fp32, tokens, texts)
-
-    def cosine(excluded: Sequence[str] = (), only: str | None = None) -> float:
-        if only is not None:
-            excluded = [n for n in candidates if n != only]
-        quantize_onnx(fp32, out, excluded)
-        return float(np.mean(np.sum(onnx_vectors(out, tokens, texts) * reference, axis=1)))
-
+    quantize_onnx(fp32, out)
     candidates = weight_matmuls(fp32)
-    if cosine() >= INT8_MIN_COSINE:
+
+    def cosine(excluded: Sequence[str]) -> float:
+        graph: Path | bytes = out
+        if excluded:
+            graph = with_fp32_nodes(quantized, original, excluded).SerializeToString()
+        return float(np.mean(np.sum(onnx_vectors(graph, tokens, texts) * reference, axis=1)))
+
+    if cosine(()) >= INT8_MIN_COSINE:
         return []
-    sensitivity = sorted(candidates, key=lambda name: cosine(only=name))
+    quantized, original = onnx.load(str(out)), onnx.load(str(fp32))
+    sensitivity = sorted(candidates, key=lambda name: cosine([n for n in candidates if n != name]))
+    excluded = sensitivity
     for n in range(1, len(sensitivity) + 1):
-        excluded = sensitivity[:n]
-        score = cosine(excluded)
+        score = cosine(sensitivity[:n])
         log.info("int8: %d of %d MatMuls kept in fp32, cosine to fp32 %.5f", n, len(candidates), score)
         if score >= INT8_MIN_COSINE:
-            return excluded
-    return sensitivity
+            excluded = sensitivity[:n]
+            break
+    quantize_onnx(fp32, out, excluded)
+    return excluded
 
 
 def check_parity(model: StudentModel, tokens: Tokens, directory: Path, texts: Sequence[str]) -> ParityReport:

@@ -32,7 +32,7 @@ from models.errors import ContractMismatch
 from models.hashing import sha256_file
 from models.search import dense_hits
 from tests.fixtures.corpus import DOCS, PROBES
-from tests.fixtures.tiny_models import StSpec, TinyModels
+from tests.fixtures.tiny_models import MAX_SEQ_LENGTH, StSpec, TinyModels
 
 pytestmark = pytest.mark.slow
 
@@ -124,11 +124,15 @@ def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> No
         assert swapped == 0
 
 
-def test_fast_attention_computes_the_same_and_restores_eager(backbone_dir: Path, tiny_models: TinyModels) -> None:
-    """Training attends through SDPA; vectors and gradients stay eager's, and export finds eager again."""
-    model = StudentModel(backbone_dir, 768)
-    tokens = Tokens(backbone_dir / "tokenizer.json", 256)
-    input_ids, mask = tokens.pad(tokens.encode(TEXTS))  # padded rows, a 256-token one among them
+def test_fast_attention_computes_the_same_and_restores_eager(tiny_models: TinyModels) -> None:
+    """Training attends through SDPA; vectors and gradients stay eager's, and export finds eager again. The switch
+    is transformers' for any BERT, so a tiny one (tests/fixtures/tiny_models.py) shows it as MiniLM would."""
+    hf_dir = tiny_models.hf("bert")
+    torch.manual_seed(0)
+    model = StudentModel(hf_dir, 768)
+    tokens = Tokens(hf_dir / "tokenizer.json", MAX_SEQ_LENGTH)
+    input_ids, mask = tokens.pad(tokens.encode(TEXTS))  # padded rows, a truncated one among them
+    assert bool((mask == 0).any()) and int(mask.sum(dim=1).max()) == MAX_SEQ_LENGTH
 
     def vectors_and_grad() -> tuple[torch.Tensor, torch.Tensor]:
         model.zero_grad()
