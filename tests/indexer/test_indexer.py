@@ -194,9 +194,9 @@ def test_token_budget_batches_give_the_same_vectors(tiny_teacher: Path) -> None:
     assert (budget.encode_documents(texts) * plain.encode_documents(texts)).sum(axis=1).min() >= 0.9999
 
 
-@pytest.mark.slow  # encodes the tiny corpus with the teacher
-def test_auto_precision_records_what_this_cpu_picks(tiny_corpus: Path, tmp_path: Path) -> None:
-    """`--precision auto` is resolved before encoding: the manifest records bf16 or fp32, never auto."""
+def test_auto_precision_records_what_this_cpu_picks(tiny_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+    """`--precision auto` is resolved before encoding: the manifest records bf16 or fp32, never auto. Bookkeeping,
+    so the teacher is the tiny one (tests/fixtures/tiny_home.py)."""
     manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "auto", precision="auto", device="cpu"))
     flags = cpu_flags(Path("/proc/cpuinfo").read_text())
     expected = "bf16" if {"avx512_bf16", "amx_bf16"} & flags else "fp32"

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from indexer.pause import PAUSE_ENV
+from indexer.sample import SAMPLE_SETTING
 from indexer.versions.update import UpdateRequest, update
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
@@ -40,12 +41,18 @@ def _lines(path: Path, lines: list[dict]) -> Path:
 @pytest.fixture
 def root(tiny_teacher_root: Path) -> Path:
     """A root whose CURRENT is the tiny corpus encoded by the tiny teacher, TANDEM_HOME the tiny home: the writers
-    race on files and the lock, and the sample each one adds is encoded by a teacher that loads in milliseconds."""
+    race on files and the lock."""
     return tiny_teacher_root
 
 
 def _start(*args: str, fifo: Path | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    """`tandem index ARGS` in a child process, paused before it publishes where `fifo` is given.
+
+    The children write no agreement sample (TANDEM_AGREEMENT_SAMPLE=0): every change here is a deletion, a
+    metadata-only change or imported vectors, so a sample would be the only reason a child imports torch and loads
+    the teacher, seconds a child, while what races (the lock, CURRENT, the pause in indexer.publish) comes after
+    the sample and is the same without it. Samples are tested in tests/indexer/test_agreement_check.py."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), SAMPLE_SETTING: "0"}
     env.pop(PAUSE_ENV, None)
     if fifo is not None:
         env[PAUSE_ENV] = str(fifo)

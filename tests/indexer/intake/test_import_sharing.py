@@ -23,8 +23,12 @@ from models.bundle.manifest import BundleManifest
 from models.bundle.version import Bundle
 from models.embeddings.store import EmbeddingStore
 from models.errors import ContractMismatch
+from tests.fixtures.tiny_home import TINY_DIM
 
-pytestmark = pytest.mark.usefixtures("no_agreement_sample")  # synthetic vectors: tests/fixtures/tiny_home.py
+# Synthetic vectors in the tiny teacher's width (tests/fixtures/tiny_home.py): how an import is stored (a hard link
+# or a scatter, by rows) is the same at any width, and at 128 dims each of these builds, exports and parses moves
+# a sixth of the bytes the real teacher's 768 would. No agreement sample: the texts mean nothing to a teacher.
+pytestmark = pytest.mark.usefixtures("tiny_home", "no_agreement_sample")
 
 N = CHUNK_ROWS + 808  # two import chunks: the first may be in corpus order and the second not
 
@@ -32,7 +36,8 @@ N = CHUNK_ROWS + 808  # two import chunks: the first may be in corpus order and 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str], np.ndarray]:
     rng = np.random.default_rng(3)
-    vecs = rng.standard_normal((N, 768)).astype(np.float32) + 0.5 * rng.standard_normal(768).astype(np.float32)
+    vecs = rng.standard_normal((N, TINY_DIM)).astype(np.float32) + 0.5 * rng.standard_normal(TINY_DIM).astype(
+        np.float32)
     vecs = (vecs / np.linalg.norm(vecs, axis=1, keepdims=True)).astype(np.float16)
     directory = tmp_path_factory.mktemp("sharing")
     ids = [f"doc-{i}" for i in range(N)]
@@ -50,7 +55,7 @@ def _build(corpus: tuple[Path, list[str], np.ndarray], work: Path, order: np.nda
     np.save(work / "e.npy", vecs[order])
     (work / "ids.json").write_text(json.dumps([ids[i] for i in order]))
     manifest = build(BuildRequest(corpus=path, embeddings=work / "e.npy", ids=work / "ids.json", store=work / "store",
-                                  dim=256, quantization="int8", index="flat", **options))  # type: ignore[arg-type]
+                                  dim=64, quantization="int8", index="flat", **options))  # type: ignore[arg-type]
     return manifest, work / "e.npy"
 
 
@@ -73,7 +78,7 @@ def _data_files(work: Path, entry: Path) -> list[str]:
 
 
 def test_an_in_order_import_is_shared_by_a_hard_link_and_builds_the_shuffled_bundle(
-        tandem_home: Path, corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
+        corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
     _, ids, vecs = corpus
     linked, imported = _build(corpus, tmp_path / "a", np.arange(N), out=tmp_path / "a" / "b")
     entry = _entry(tmp_path / "a", linked)
@@ -95,7 +100,7 @@ def test_an_in_order_import_is_shared_by_a_hard_link_and_builds_the_shuffled_bun
 
 
 def test_an_import_leaving_corpus_order_after_its_first_chunk_keeps_that_chunk(
-        tandem_home: Path, corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
+        corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
     _, _, vecs = corpus
     order = np.r_[np.arange(CHUNK_ROWS), CHUNK_ROWS + np.random.default_rng(9).permutation(N - CHUNK_ROWS)]
     manifest, imported = _build(corpus, tmp_path, order, out=tmp_path / "b")
@@ -106,7 +111,7 @@ def test_an_import_leaving_corpus_order_after_its_first_chunk_keeps_that_chunk(
     assert _data_files(tmp_path, entry) == ["shard-00000.npy"]
 
 
-def test_a_refused_link_copies_the_import(tandem_home: Path, corpus: tuple[Path, list[str], np.ndarray],
+def test_a_refused_link_copies_the_import(corpus: tuple[Path, list[str], np.ndarray],
                                           tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def other_filesystem(src: object, dst: object, **_: object) -> None:
         raise OSError(errno.EXDEV, "Invalid cross-device link")
@@ -123,7 +128,7 @@ def test_a_refused_link_copies_the_import(tandem_home: Path, corpus: tuple[Path,
 
 
 def test_an_import_rewritten_in_place_is_refused_not_served(
-        tandem_home: Path, corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
+        corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
     _, _, vecs = corpus
     manifest, imported = _build(corpus, tmp_path, np.arange(N), out=tmp_path / "b")
     store, key = EmbeddingStore(tmp_path / "store"), manifest.embeddings.store_key or ""
@@ -138,7 +143,7 @@ def test_an_import_rewritten_in_place_is_refused_not_served(
 
 
 def test_deleting_the_import_after_a_shared_build_is_safe(
-        tandem_home: Path, corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
+        corpus: tuple[Path, list[str], np.ndarray], tmp_path: Path) -> None:
     _, ids, vecs = corpus
     manifest, imported = _build(corpus, tmp_path, np.arange(N), root=tmp_path / "root", version="v1")
     imported.unlink()

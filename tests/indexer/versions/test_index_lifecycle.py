@@ -117,8 +117,11 @@ def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Pa
     assert np.array_equal(resumed_vectors, reference_vectors)
 
 
-def test_publish_into_root_current_rollback_and_prune(tiny_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
-    """Mechanics of versions under a root: the tiny teacher (tests/fixtures/tiny_home.py) encodes."""
+def test_publish_into_root_current_rollback_and_prune(tiny_home: Path, no_agreement_sample: None, tiny_corpus: Path,
+                                                      tmp_path: Path) -> None:
+    """Mechanics of versions under a root: the tiny teacher (tests/fixtures/tiny_home.py) encodes, once (the store
+    keeps its vectors for the later builds), and no build loads it again for an agreement sample, which nothing here
+    reads (samples: tests/indexer/test_agreement_check.py)."""
     root = tmp_path / "root"
     for version in ("v1", "v2", "v3"):
         manifest = build(BuildRequest(corpus=tiny_corpus, root=root, version=version, keep=1))
