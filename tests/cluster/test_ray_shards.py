@@ -219,7 +219,9 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
     `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
-    answer is a 503 of a shard or the single box's answer for the version it names, and both versions answer."""
+    answer is the single box's answer for the version it names, both versions answer, and a request not answered is
+    refused whole with a retryable error: 503 `shard_unavailable` (a shard), or, where the busy machine's queue runs
+    past even the opened limits below, 429 `overloaded` (admission, before any search) or 503 `deadline_exceeded`."""
     import ray
 
     from cluster.service import ClusterRetrieval
@@ -249,7 +251,7 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=TIMEOUT_S, cpus_per_replica=0.1, prefix="live")
     retrieve_remotely(ClusterRetrieval(sharded))
     try:
-        # admission that sheds nothing (a 429 is the busy machine's, not the shards'): every request is searched
+        # admission opened wide (a 429 is the busy machine's, not the shards'): nearly every request is searched
         settings = ServiceSettings(index=live, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
                                    request_timeout_ms=60_000, max_pending=10_000)
         with serve_app(create_app(settings)) as app:
@@ -268,7 +270,8 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
         retrieve_remotely(None)
         sharded.close()
     refused = [r for r in records if r.status != 200]
-    assert all(r.status == 503 and r.answer and r.answer.json()["error"] == "shard_unavailable" for r in refused), [
+    retryable = {(503, "shard_unavailable"), (503, "deadline_exceeded"), (429, "overloaded")}
+    assert all(r.answer and (r.status, r.answer.json()["error"]) in retryable for r in refused), [
         (r.status, r.error, r.answer and r.answer.body[:200]) for r in refused]
     named = {name for r in records if (name := version(r)) is not None}
     assert named == {before.name, "v5"}
