@@ -8,8 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from hypothesis import strategies as st
 
 from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
+from tests.fixtures import service_fast
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import LiveServer, serve_app
 from tests.fixtures.tiny_service import build_mini
@@ -252,8 +251,7 @@ def test_a_malformed_key_file_refuses_to_start_naming_the_line(mini_bundle: Path
     keys = tmp_path / "keys.toml"
     keys.write_text(text)
     env = {**os.environ, "TANDEM_KEYS_FILE": str(keys), "TANDEM_PORT": "0"}
-    done = subprocess.run([sys.executable, "-m", "tandem", "serve", "--index", str(mini_bundle),
-                           "--student", str(mini_student)], env=env, capture_output=True, text=True, timeout=120)
+    done = service_fast.run(["serve", "--index", str(mini_bundle), "--student", str(mini_student)], env=env)
     assert done.returncode != 0
     assert f"line {line}" in done.stderr + done.stdout, done.stderr[-2000:]
     assert "bbbbbbbbbbbb" not in done.stderr + done.stdout
