@@ -61,7 +61,7 @@ def test_reloads_share_loaded_segments_and_load_only_new_ones(tiny_corpus: Path,
         assert _lexical(server, "kite beach")[0] == "kites"
         assert "git" not in _lexical(server, "git rebase replays commits")
 
-        compact(VersionRequest(root=root, version="v3"), MergePolicy(full=True))
+        compact(VersionRequest(root=root, version="v3", teacher=mini_teacher), MergePolicy(full=True))
         assert _reloaded(server) == ("v3", 1, 0, 0)
         assert _lexical(server, "kite beach")[0] == "kites"
 
