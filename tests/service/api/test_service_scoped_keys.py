@@ -262,7 +262,7 @@ def test_keys_rotate_under_load_with_no_failed_request(two: LiveServer, keys_pat
     then removed) while it searches: every request answers 200, and the new key works only while it is there."""
     source = _app_of(two).state.keys
     statuses: list[int] = []
-    stop = threading.Event()
+    stop, answered = threading.Event(), threading.Event()
 
     def steady() -> None:
         with httpx.Client(base_url=two.url, timeout=30.0, trust_env=False) as client:
@@ -272,11 +272,15 @@ def test_keys_rotate_under_load_with_no_failed_request(two: LiveServer, keys_pat
                 response = client.post("/collections/docs/search", json={"query": "tides", "top_k": 3},
                                        headers=_auth("globex"))
                 statuses.append(response.status_code)
+                answered.set()
 
     thread = threading.Thread(target=steady)
     thread.start()
     new = "new-key-0123456789"
     try:
+        # the rotations start once the steady client searches (on a loaded machine its first answer may otherwise
+        # come after the last rotation, and the test would check nothing)
+        assert answered.wait(timeout=60), "the steady client never got an answer"
         for round_ in range(6):
             extra = f'\n[[key]]\nid = "new"\nkey = "{new}"\ncollections = ["plain"]\n' if round_ % 2 == 0 else ""
             before = source.reloads
