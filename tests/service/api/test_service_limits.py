@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ import pytest
 from models.errors import InputError
 from service.http.app import create_app
 from service.settings import ServiceSettings
+from tests.fixtures import service_fast
 from tests.fixtures.server import LiveServer, serve_app
 
 pytestmark = pytest.mark.slow
@@ -36,12 +36,9 @@ def test_api_keys_set_but_empty_refuses_to_start(mini_bundle: Path, mini_student
 
 def test_serve_with_empty_api_keys_exits_naming_the_variable(mini_bundle: Path, mini_student: Path) -> None:
     """What an unset `${VAR}` in a compose file does: `tandem serve` must exit, not serve an open API."""
-    env = {**os.environ, "TANDEM_API_KEYS": ",", "PYTHONPATH": os.pathsep.join(sys.path)}
-    done = subprocess.run(
-        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(mini_bundle),
-         "--student", str(mini_student), "--port", "0"],
-        env=env, capture_output=True, text=True, timeout=120, check=False,
-    )
+    env = {**os.environ, "TANDEM_API_KEYS": ","}
+    done = service_fast.run(["serve", "--index", str(mini_bundle), "--student", str(mini_student), "--port", "0"],
+                            env=env)
     assert done.returncode == 2, done.stderr
     assert "error: TANDEM_API_KEYS is set but holds no key" in done.stderr
 
@@ -187,12 +184,9 @@ def test_tandem_serve_applies_the_timeouts(mini_bundle: Path, mini_student: Path
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {**os.environ, "TANDEM_HEADER_TIMEOUT_S": "1", "PYTHONPATH": os.pathsep.join(sys.path)}
-    server = subprocess.Popen(
-        [sys.executable, "-c", "from tandem.cli import main; main()", "serve", "--index", str(mini_bundle),
-         "--student", str(mini_student), "--port", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    env = {**os.environ, "TANDEM_HEADER_TIMEOUT_S": "1"}
+    server = service_fast.start(["serve", "--index", str(mini_bundle), "--student", str(mini_student), "--port",
+                                 str(port)], env, Path(os.devnull))
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
@@ -209,5 +203,4 @@ def test_tandem_serve_applies_the_timeouts(mini_bundle: Path, mini_student: Path
         with sock:
             assert _closed_by_server(sock)
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        service_fast.stop(server, signal.SIGTERM)

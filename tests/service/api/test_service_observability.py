@@ -6,10 +6,7 @@ import io
 import json
 import logging
 import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.http.app import create_app
 from service.runtime.logs import make_handler
 from service.settings import ServiceSettings
+from tests.fixtures import service_fast
 from tests.fixtures.corpus import LONG_BATCH
 from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, post_together, serve_app
 from tests.fixtures.tiny_service import MINI_DIM, build_mini
@@ -154,15 +152,15 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def test_tandem_serve_logs_json_by_default(mini_bundle: Path, mini_student: Path, tandem_home: Path) -> None:
+def test_tandem_serve_logs_json_by_default(mini_bundle: Path, mini_student: Path, tandem_home: Path,
+                                           tmp_path: Path) -> None:
     """The real command: JSON lines on stderr, access lines tagged with the request id, keys from the env."""
     port = _free_port()
     env = {**os.environ, "TANDEM_API_KEYS": "cli-key-0123456789", "OMP_NUM_THREADS": "1"}
     env.pop("TANDEM_LOG_FORMAT", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tandem", "serve", "--index", str(mini_bundle), "--student", str(mini_student),
-         "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
+    stderr = tmp_path / "stderr"
+    proc = service_fast.start(["serve", "--index", str(mini_bundle), "--student", str(mini_student), "--port",
+                               str(port)], env, tmp_path / "stdout", stderr=stderr)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
             deadline = time.monotonic() + READY_TIMEOUT_S
@@ -178,9 +176,8 @@ def test_tandem_serve_logs_json_by_default(mini_bundle: Path, mini_student: Path
                              headers={"Authorization": "Bearer cli-key-0123456789", "X-Request-ID": "cli-1"})
             assert ok.status_code == 200
     finally:
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
-    lines = [line for line in stderr.splitlines() if line.strip()]
+        service_fast.stop(proc)
+    lines = [line for line in stderr.read_text().splitlines() if line.strip()]
     entries = [json.loads(line) for line in lines]  # every line is JSON, uvicorn's own included
     assert any(e["logger"].startswith("uvicorn") for e in entries)
     access = [e for e in entries if e["logger"] == "tandem.access" and e["request_id"] == "cli-1"]

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from models.encoders.student_manifest import STUDENT_MANIFEST
 from models.errors import ContractMismatch
 from service.core.loader import check_compatible
 from service.settings import ServiceSettings
+from tests.fixtures import service_fast
 
 CLI_TIMEOUT_S = 120
 
@@ -41,10 +41,9 @@ def altered_student(
 
 
 def serve_cli(index: Path, student: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tandem", "serve", "--index", str(index), "--student", str(student), "--port", "0"],
-        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env={**os.environ, **(env or {})},
-    )
+    """`tandem serve` run to its end in a process of its own (forked warm: tests/fixtures/service_fast.py)."""
+    return service_fast.run(["serve", "--index", str(index), "--student", str(student), "--port", "0"],
+                            env={**os.environ, **(env or {})}, timeout=CLI_TIMEOUT_S)
 
 
 def test_matching_pair_is_accepted(mini_bundle: Path, mini_student: Path) -> None:

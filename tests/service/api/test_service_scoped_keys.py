@@ -8,8 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ from hypothesis import strategies as st
 
 from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
+from tests.fixtures import service_fast
 from tests.fixtures.corpus import DOCS
 from tests.fixtures.server import LiveServer, serve_app
 from tests.fixtures.tiny_service import build_mini
@@ -252,8 +251,7 @@ def test_a_malformed_key_file_refuses_to_start_naming_the_line(mini_bundle: Path
     keys = tmp_path / "keys.toml"
     keys.write_text(text)
     env = {**os.environ, "TANDEM_KEYS_FILE": str(keys), "TANDEM_PORT": "0"}
-    done = subprocess.run([sys.executable, "-m", "tandem", "serve", "--index", str(mini_bundle),
-                           "--student", str(mini_student)], env=env, capture_output=True, text=True, timeout=120)
+    done = service_fast.run(["serve", "--index", str(mini_bundle), "--student", str(mini_student)], env=env)
     assert done.returncode != 0
     assert f"line {line}" in done.stderr + done.stdout, done.stderr[-2000:]
     assert "bbbbbbbbbbbb" not in done.stderr + done.stdout
@@ -264,7 +262,7 @@ def test_keys_rotate_under_load_with_no_failed_request(two: LiveServer, keys_pat
     then removed) while it searches: every request answers 200, and the new key works only while it is there."""
     source = _app_of(two).state.keys
     statuses: list[int] = []
-    stop = threading.Event()
+    stop, answered = threading.Event(), threading.Event()
 
     def steady() -> None:
         with httpx.Client(base_url=two.url, timeout=30.0, trust_env=False) as client:
@@ -274,11 +272,15 @@ def test_keys_rotate_under_load_with_no_failed_request(two: LiveServer, keys_pat
                 response = client.post("/collections/docs/search", json={"query": "tides", "top_k": 3},
                                        headers=_auth("globex"))
                 statuses.append(response.status_code)
+                answered.set()
 
     thread = threading.Thread(target=steady)
     thread.start()
     new = "new-key-0123456789"
     try:
+        # the rotations start once the steady client searches (on a loaded machine its first answer may otherwise
+        # come after the last rotation, and the test would check nothing)
+        assert answered.wait(timeout=60), "the steady client never got an answer"
         for round_ in range(6):
             extra = f'\n[[key]]\nid = "new"\nkey = "{new}"\ncollections = ["plain"]\n' if round_ % 2 == 0 else ""
             before = source.reloads

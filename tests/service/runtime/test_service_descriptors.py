@@ -12,11 +12,8 @@ import json
 import os
 import resource
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +24,9 @@ import pytest
 from indexer.follow import FollowRequest, follow
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
+from tests.fixtures import service_fast
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.server import free_port, wait_until
+from tests.fixtures.server import free_port
 from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
 pytestmark = pytest.mark.slow
@@ -48,6 +46,35 @@ def root(mini_bundle: Path, tmp_path: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class Many:
+    """A root as `root` is, beside a version of FILES + 1 segments that `tandem index follow` published in it and
+    CURRENT set back to v1: a test copies it and publishes that version again (CURRENT, as follow does) to a server
+    started on v1. Following FILES files once for the module, not once per test."""
+
+    root: Path
+    version: str
+
+
+@pytest.fixture(scope="module")
+def many(mini_bundle: Path, mini_teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> Many:
+    work = tmp_path_factory.mktemp("many")
+    root = work / "bundles"
+    shutil.copytree(mini_bundle, root / "v1")
+    set_current(root, "v1")
+    version = _follow_many(root, mini_teacher, work)
+    set_current(root, "v1")
+    return Many(root, version)
+
+
+def _many_root(many: Many, tmp_path: Path) -> Path:
+    """The test's own copy of `many`'s root, CURRENT naming v1 (links kept as links: the layout follow left)."""
+    root = tmp_path / "bundles"
+    shutil.copytree(many.root, root, symlinks=True)
+    assert read_current(root).name == "v1"
+    return root
+
+
+@dataclass(frozen=True)
 class Served:
     client: httpx.Client
     log: Path
@@ -56,29 +83,19 @@ class Served:
 
 @contextmanager
 def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Iterator[Served]:
-    """`tandem serve` on `root` with RLIMIT_NOFILE (soft, hard) from its first instruction, watching CURRENT."""
-
-    def limit() -> None:  # in the child, before exec: the server starts with these limits
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
+    """`tandem serve` on `root` with RLIMIT_NOFILE (soft, hard) from its first instruction (set in the child before
+    it runs the command), watching CURRENT; forked warm (tests/fixtures/service_fast.py)."""
     port = free_port()
     env = {**os.environ, "TANDEM_ADMIN_TOKEN": TOKEN, "TANDEM_LOG_FORMAT": "text", "TANDEM_WORKERS": "1",
            "TANDEM_WATCH_INTERVAL_S": "0.2", "OMP_NUM_THREADS": "1"}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "tandem", "serve", "--index", str(root), "--student",
-                                 str(student), "--port", str(port)], env=env, stdout=out, stderr=out,
-                                preexec_fn=limit, start_new_session=True)
+    proc = service_fast.start(["serve", "--index", str(root), "--student", str(student), "--port", str(port)], env,
+                              log, nofile=(soft, hard))
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
-            wait_until(proc, log, lambda: client.get("/readyz").status_code == 200)
+            service_fast.wait_until(proc, log, lambda: client.get("/readyz").status_code == 200)
             yield Served(client=client, log=log, pid=proc.pid)
     finally:
-        proc.send_signal(signal.SIGINT)
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=30)
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        service_fast.stop(proc)
 
 
 def _follow_many(root: Path, teacher: Path, tmp_path: Path) -> str:
@@ -111,15 +128,16 @@ def _served_version(served: Served) -> str:
 
 
 def test_a_version_past_the_descriptor_limit_is_refused_by_name_and_the_old_one_serves(
-        root: Path, mini_student: Path, mini_teacher: Path, tmp_path: Path) -> None:
+        many: Many, mini_student: Path, tmp_path: Path) -> None:
+    root = _many_root(many, tmp_path)
     with serving(root, mini_student, tmp_path / "serve.log", LIMIT, LIMIT) as served:
         assert f"file descriptor limit: {LIMIT} (hard {LIMIT})" in served.log.read_text()
-        many = _follow_many(root, mini_teacher, tmp_path)
+        set_current(root, many.version)  # published, as follow publishes it
         wait_for(lambda: _status(served)["last_reload"] is not None, "the watcher tried the new version")
         status = _status(served)
         last = status["last_reload"]
-        assert last["outcome"] == "rejected" and last["path"].endswith(many), last
-        assert f"{many}: too many open files: {FILES + 1} segments" in last["error"], last
+        assert last["outcome"] == "rejected" and last["path"].endswith(many.version), last
+        assert f"{many.version}: too many open files: {FILES + 1} segments" in last["error"], last
         assert "raise the descriptor limit" in last["error"] and "compact" in last["error"]
         assert status["current"]["version"] == "v1"
         assert _served_version(served) == "v1"  # the old version keeps serving, its files still open
@@ -129,18 +147,19 @@ def test_a_version_past_the_descriptor_limit_is_refused_by_name_and_the_old_one_
 
 
 def test_serve_raises_its_soft_limit_to_the_hard_one_and_loads_the_version(
-        root: Path, mini_student: Path, mini_teacher: Path, tmp_path: Path) -> None:
+        many: Many, mini_student: Path, tmp_path: Path) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     if hard != resource.RLIM_INFINITY and hard < 4 * LIMIT:
         pytest.fail(f"this machine's hard descriptor limit ({hard}) is too low for the test")
     raised = 4 * LIMIT
+    root = _many_root(many, tmp_path)
     with serving(root, mini_student, tmp_path / "serve.log", LIMIT, raised) as served:
         assert f"file descriptor limit raised from {LIMIT} to {raised}" in served.log.read_text()
         with open(f"/proc/{served.pid}/limits") as fh:
             assert any(line.startswith("Max open files") and line.split()[3] == str(raised) for line in fh)
-        many = _follow_many(root, mini_teacher, tmp_path)
-        wait_for(lambda: _status(served)["current"]["version"] == many, "the new version in service")
-        assert _served_version(served) == many
+        set_current(root, many.version)  # published, as follow publishes it
+        wait_for(lambda: _status(served)["current"]["version"] == many.version, "the new version in service")
+        assert _served_version(served) == many.version
 
 
 def _descriptors() -> int:
