@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fixtures.install import install_clean
-from tests.fixtures.top_fast import server_wheel  # noqa: F401  (a fixture: built once per run)
+from tests.fixtures.install import (
+    install_clean,
+    server_wheel,  # noqa: F401  (a fixture: built once per run)
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DOCKERFILES = [REPO / "docker/Dockerfile.service", REPO / "docker/Dockerfile.indexer"]

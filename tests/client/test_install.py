@@ -15,9 +15,17 @@ import pytest
 from packaging.requirements import Requirement
 
 from tests.fixtures.corpus import PROBES
-from tests.fixtures.install import CLIENT, CLIENT_SOURCES, REPO, build_wheel, clean_env, new_venv, pip_install
+from tests.fixtures.install import (
+    CLIENT,
+    CLIENT_SOURCES,
+    REPO,
+    build_wheel,
+    clean_env,
+    new_venv,
+    pip_install,
+    server_wheel,  # noqa: F401  (a fixture: built once per run)
+)
 from tests.fixtures.server import LiveServer
-from tests.fixtures.top_fast import server_wheel  # noqa: F401  (a fixture: built once per run)
 
 SERVER_PACKAGES = ["indexer", "models", "service", "tandem"]
 HEAVY = ["numpy", "faiss-cpu", "faiss", "onnxruntime", "torch", "tokenizers", "fastapi", "uvicorn"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,10 +23,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from models.bundle.versions import set_current
-from tests.fixtures import service_fast
 from tests.fixtures.corpus import LONG_BATCH, PROBES
-from tests.fixtures.server import Served, free_port, post_together
-from tests.fixtures.service_fast import serve_process
+from tests.fixtures.server import Served, free_port, post_together, serve_process
 from tests.fixtures.tiny_service import versions_root
 from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
@@ -242,7 +242,9 @@ def test_a_new_current_and_admin_changes_reach_every_process(watched: tuple[Serv
 def test_a_mismatched_student_is_refused_before_any_worker_starts(mini_bundle: Path, mini_student: Path,
                                                                   tmp_path: Path) -> None:
     student = altered_student(mini_student, tmp_path / "student", {"fingerprint": "0" * 64})
-    result = service_fast.run(["serve", *_serve_args(mini_bundle, student), "--port", str(free_port())], env=_env())
+    result = subprocess.run([sys.executable, "-m", "tandem", "serve", *_serve_args(mini_bundle, student), "--port",
+                             str(free_port())], env=_env(), capture_output=True,
+                            text=True, timeout=120, start_new_session=True)
     assert result.returncode == 2, result.stderr
     assert "fingerprint" in result.stderr
     assert "Traceback" not in result.stderr

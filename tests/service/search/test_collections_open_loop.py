@@ -25,8 +25,7 @@ import pytest
 
 from tandem.loadclient import Request
 from tandem.openloop import OpenLoop, Record, Target
-from tests.fixtures.server import Served
-from tests.fixtures.service_fast import serve_process
+from tests.fixtures.server import Served, serve_process
 
 
 @pytest.fixture
