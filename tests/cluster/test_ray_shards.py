@@ -54,7 +54,8 @@ def student(root: Path, tiny_models: TinyModels) -> Path:
 
 
 TIMEOUT_S = 20.0
-RPS = 20.0  # the kill test's open loop
+RPS = 5.0  # the kill test's open loop: a rate the module's tiny cluster keeps up with beside a full test run (the
+# issue's 20 rps runs in bench/cluster/shard_live.py); above what it can answer, every search times out into a 503
 
 
 @pytest.fixture(scope="module")
