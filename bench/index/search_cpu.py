@@ -35,11 +35,12 @@ from models.bundle.version import Bundle
 from models.bundle.versions import resolve_bundle
 from models.search import SearchOptions, search
 from models.search.query import documents
+from models.contract import truncate
 index, vectors_file, texts_file, out_file = sys.argv[1:5]
 faiss.omp_set_num_threads(1)
 threadpool_limits(limits=1, user_api="blas")
 bundle = Bundle(resolve_bundle(Path(index)))
-vectors = np.load(vectors_file)
+vectors = truncate(np.load(vectors_file), bundle.manifest.dim)  # MRL, as the service's encoder hands them over
 texts = json.loads(Path(texts_file).read_text())
 opts = SearchOptions(top_k=10)
 for i in range(min(100, len(vectors))):
