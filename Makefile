@@ -85,7 +85,7 @@ TANDEM_REQUIRE_BROWSER ?= 1
 # one worker, so a module-scoped fixture (a server, a bundle) is built once, not once per worker that runs a test of
 # it. The session fixtures that cost most are built once per run across workers (tests/fixtures/shared.py).
 TEST_WORKERS ?= 2
-PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope
+PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: models browser compose-tool
 	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) \
 	TANDEM_REQUIRE_COMPOSE=$$(if [ "$$(id -u)" = 0 ]; then echo 1; fi) $(BIN)/python -m pytest $(PYTEST_XDIST)

@@ -23,6 +23,8 @@ import anyio
 import anyio.abc
 import pytest
 
+from tests.durations import load_record, longest_first
+
 pytest_plugins = [
     "tests.fixtures.corpus",
     "tests.fixtures.bundle",
@@ -81,10 +83,12 @@ MODEL_FIXTURES = frozenset({"tandem_home", "teacher_dir", "tiny_bundle", "tiny_s
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark model-backed tests slow before `-m` deselects (tryfirst: ahead of pytest's own mark filter)."""
+    """Mark model-backed tests slow before `-m` deselects (tryfirst: ahead of pytest's own mark filter); order
+    the modules longest first for the xdist workers (tests/durations.py)."""
     for item in items:
         if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    longest_first(items, load_record())
 
 
 def pytest_configure(config: pytest.Config) -> None:
