@@ -60,9 +60,15 @@ def _rewrite(path: Path, text: str) -> None:
 
 
 def _search(name: str, collection: str, key: str, body: dict[str, Any] | None = None) -> Target:
+    """A search is replayable: one written on a keep-alive connection just as the server closed it, idle (a worker
+    replaced by SIGHUP closes its idle connections after the shutdown grace; any worker after the keep-alive
+    time), met a reset with no byte of answer and was read by no one, so the client sends it again
+    (tandem.loadclient), as browsers and Go's net/http do. One that met a new connection's failure, or got part of
+    an answer, is never sent again: it fails the test. That a request already on its way to a worker as it stops
+    is answered is tests/service/api/test_service_limits.py's."""
     payload = json.dumps(body or {"query": "ocean tides", "top_k": 3}).encode()
     return Target(name, Request("POST", f"/collections/{collection}/search", payload,
-                                headers=(("Authorization", f"Bearer {KEYS[key]}"),)))
+                                headers=(("Authorization", f"Bearer {KEYS[key]}"),), replayable=True))
 
 
 def _status(client: httpx.Client) -> dict[str, Any]:
