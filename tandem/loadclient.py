@@ -7,6 +7,14 @@ multidicts and a stream reader per request. Here a request is its bytes, written
 parsed in C (httptools, which uvicorn also uses) straight into an `Answer`
 (docs/decisions.md#the-load-generator). It speaks just what a load test needs: one request in flight per
 connection, bodies with a Content-Length or chunked, and a connection reused while the server keeps it alive.
+
+A server closes an idle keep-alive connection when its keep-alive ends or it shuts down (a worker replaced by
+`kill -HUP` closes its idle connections after `TANDEM_SHUTDOWN_GRACE_S`), and a request written as that close is
+on its way meets a reset or an end of stream with no byte of answer: the keep-alive race every HTTP/1.1 client
+has (RFC 9112, section 9.3.1). The server read none of it, so a `Request` marked `replayable` is sent again, on
+another connection, as browsers and Go's net/http do; `Answer.replays` counts it. A server that died with the
+request read looks the same to the client, which is why only a request with no effect to repeat (a search) may be
+marked so. A failure on a new connection, or once some of the answer came, is never retried.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -31,6 +39,7 @@ class Answer:
     status: int
     headers: Mapping[str, str]
     body: bytes
+    replays: int = 0  # sent again this many times after a reused connection closed before any of its answer
 
     @property
     def ok(self) -> bool:
@@ -49,6 +58,7 @@ class Request:
     body: bytes = b""
     content_type: str = "application/json"
     headers: tuple[tuple[str, str], ...] = ()  # more header lines, e.g. ("Authorization", "Bearer KEY")
+    replayable: bool = False  # safe to send twice: sent again after the keep-alive race (see the module's doc)
 
 
 class ServerDisconnected(ConnectionError):
@@ -65,6 +75,8 @@ class _Connection(asyncio.Protocol):
         self._parser: httptools.HttpResponseParser | None = None
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
+        self.answered = 0  # answers read whole: a connection with one is a reused keep-alive connection
+        self.heard = False  # some byte of the answer in flight came
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
@@ -77,6 +89,7 @@ class _Connection(asyncio.Protocol):
         if self._parser is None:
             self._close(ServerDisconnected("the server sent bytes no request asked for"))
             return
+        self.heard = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -84,7 +97,7 @@ class _Connection(asyncio.Protocol):
 
     def send(self, head: bytes, body: bytes, waiter: asyncio.Future[Answer]) -> None:
         assert self.transport is not None and self._waiter is None
-        self._waiter, self._headers, self._body = waiter, {}, []
+        self._waiter, self._headers, self._body, self.heard = waiter, {}, [], False
         self._parser = httptools.HttpResponseParser(self)
         self.transport.write(head + body)
 
@@ -103,6 +116,7 @@ class _Connection(asyncio.Protocol):
         parser, waiter = self._parser, self._waiter
         assert parser is not None
         self._parser = self._waiter = None
+        self.answered += 1
         if not parser.should_keep_alive():
             self._close(None)
         if waiter is not None and not waiter.done():
@@ -199,13 +213,27 @@ class ConnectionPool:
                 return
 
     async def request(self, request: Request) -> Answer:
-        """The answer, read whole; TimeoutError after timeout_s (connecting included), ServerDisconnected or
-        OSError when the connection fails."""
+        """The answer, read whole; TimeoutError after timeout_s (connecting and a replay included),
+        ServerDisconnected or OSError when the connection fails (for a `replayable` request: unless it was the
+        keep-alive race, which sends it again)."""
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        replays = 0
+        while True:
+            connection = self._idle_connection()  # the usual case, without a task for the deadline
+            if connection is None:
+                remaining = deadline - asyncio.get_running_loop().time()
+                connection = await asyncio.wait_for(self._acquire(), max(remaining, 0.0))
+            try:
+                answer = await self._exchange(connection, request, deadline)
+            except ServerDisconnected:
+                if not (request.replayable and connection.answered and not connection.heard):
+                    raise
+                replays += 1  # the keep-alive race: the server closed this idle connection and read none of it
+                continue
+            return replace(answer, replays=replays) if replays else answer
+
+    async def _exchange(self, connection: _Connection, request: Request, deadline: float) -> Answer:
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout_s
-        connection = self._idle_connection()  # the usual case, without a task for the deadline
-        if connection is None:
-            connection = await asyncio.wait_for(self._acquire(), self.timeout_s)
         waiter: asyncio.Future[Answer] = loop.create_future()
         timer = loop.call_at(deadline, connection.abort, TimeoutError())
         try:

@@ -4,6 +4,8 @@ chunked bodies, `Connection: close`, a server that hangs, one that hangs up, and
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -133,3 +135,58 @@ def test_no_server_is_an_os_error_and_a_bad_url_is_refused() -> None:
     asyncio.run(client())
     with pytest.raises(ValueError, match="plain http"):
         ConnectionPool("https://example.org", timeout_s=1.0)
+
+
+def test_the_keep_alive_race_sends_a_replayable_request_again_and_only_that() -> None:
+    """The server closes an idle keep-alive connection (its keep-alive ended, or it shut down) while the client's
+    next request is on its way: the client saw no close when it wrote, and gets a reset or an end of stream with
+    no byte of answer. A replayable request goes again on a new connection; any other is an error, and so is a
+    new connection closed without an answer. The server runs in a thread of its own, so that the client's loop
+    can be held (not reading the close) until the server has closed."""
+    closed = threading.Event()
+    connections: list[int] = []
+
+    def serve(listener: socket.socket) -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # the listener closed: the test is over
+                return
+            with conn:
+                connections.append(1)
+                request = conn.recv(65536)
+                if b"/hang-up" in request:  # a new connection closed with no answer
+                    continue
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")  # kept alive ...
+                if b"/idle-close" in request:
+                    conn.close()  # ... and then closed, idle, as a keep-alive timeout or a shutdown does
+                    closed.set()
+                    continue
+                while conn.recv(65536):  # kept alive until the client closes
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async def client(url: str) -> None:
+        search = Request("POST", "/search", b"{}", replayable=True)
+        async with ConnectionPool(url, timeout_s=10.0) as pool:
+            assert (await pool.request(Request("GET", "/idle-close"))).replays == 0
+            closed.wait(10)  # the loop held: the client has not seen the close when it writes
+            answer = await pool.request(search)
+            assert (answer.status, answer.body, answer.replays) == (200, b"ok", 1)
+            assert (await pool.request(search)).replays == 0  # the new connection is kept
+        closed.clear()
+        async with ConnectionPool(url, timeout_s=10.0) as pool:
+            await pool.request(Request("GET", "/idle-close"))
+            closed.wait(10)
+            with pytest.raises(ServerDisconnected):  # not replayable: the caller decides
+                await pool.request(Request("POST", "/search", b"{}"))
+        async with ConnectionPool(url, timeout_s=10.0) as pool:
+            with pytest.raises(ServerDisconnected):  # a new connection: the server may have read it
+                await pool.request(Request("POST", "/hang-up", b"{}", replayable=True))
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        thread = threading.Thread(target=serve, args=(listener,), daemon=True)
+        thread.start()
+        asyncio.run(client(f"http://127.0.0.1:{listener.getsockname()[1]}"))
+        listener.shutdown(socket.SHUT_RDWR)
+    thread.join(10)
+    assert len(connections) == 4  # idle-close and the replay's; idle-close (the refused one's); hang-up

@@ -60,9 +60,15 @@ def _rewrite(path: Path, text: str) -> None:
 
 
 def _search(name: str, collection: str, key: str, body: dict[str, Any] | None = None) -> Target:
+    """A search is replayable: one written on a keep-alive connection just as the server closed it, idle (a worker
+    replaced by SIGHUP closes its idle connections after the shutdown grace; any worker after the keep-alive
+    time), met a reset with no byte of answer and was read by no one, so the client sends it again
+    (tandem.loadclient), as browsers and Go's net/http do. One that met a new connection's failure, or got part of
+    an answer, is never sent again: it fails the test. That a request already on its way to a worker as it stops
+    is answered is tests/service/api/test_service_limits.py's."""
     payload = json.dumps(body or {"query": "ocean tides", "top_k": 3}).encode()
     return Target(name, Request("POST", f"/collections/{collection}/search", payload,
-                                headers=(("Authorization", f"Bearer {KEYS[key]}"),)))
+                                headers=(("Authorization", f"Bearer {KEYS[key]}"),), replayable=True))
 
 
 def _status(client: httpx.Client) -> dict[str, Any]:
@@ -125,17 +131,45 @@ def _top(record: Record) -> str:
     return str(record.answer.json()["results"][0]["id"])
 
 
-@pytest.mark.parametrize(("processes", "trigger"), [(1, "sighup"), (2, "sighup"), (2, "file")])
+def _meta_added(load: OpenLoop, changed: float, complete: float, steady: str = "docs") -> None:
+    """`steady` (a search of docs) never failed; meta answered 404 until the change, and once complete the one it was
+    added with."""
+    meta = _by(load, "meta")
+    _only(_by(load, steady), 200, "to docs")
+    _only([r for r in meta if r.answered < changed], 404, "to meta before the reload")
+    after = [r for r in meta if r.sent > complete]
+    _only(after, 200, "to meta once added")
+    assert {_top(r) for r in after} == {"rome"}
+    assert {r.status for r in meta} <= {404, 503, 200}, load.statuses("meta")  # 503: listed, still loading
+
+
+def _key_rotated(load: OpenLoop, changed: float, complete: float) -> None:
+    """'stay' never failed; 'gone' answered 200 until the change and 403 once it was complete, 'new' the other way."""
+    _only(_by(load, "stay"), 200, "with the key that stays")
+    for key, old, new in (("gone", 200, 403), ("new", 403, 200)):
+        records = _by(load, key)
+        _only([r for r in records if r.answered < changed], old, f"with key {key} before the rotation")
+        _only([r for r in records if r.sent > complete], new, f"with key {key} after the rotation")
+        assert {r.status for r in records} == {old, new}, load.statuses(key)
+
+
+def _pids(client: httpx.Client) -> set[int]:
+    return {p["pid"] for p in _status(client)["docs"]["processes"] or []}
+
+
+META_SEARCH = {"query": "Odoacer", "mode": "lexical", "top_k": 1}
+
+
+@pytest.mark.parametrize(("processes", "trigger"), [(1, "sighup"), (2, "file")])
 def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Path, mini_bundle: Path,
                                                                     mini_student: Path, mini_meta_bundle: Path,
                                                                     processes: int, trigger: str) -> None:
-    """SIGHUP re-reads --config (with several processes: the supervisor replaces each, and the new one reads it);
-    so does the file's change, seen by each process's watch."""
+    """SIGHUP re-reads --config in one process; the file's change is seen by each process's watch. (SIGHUP to
+    several processes: test_sighup_replaces_every_process_with_the_new_config_and_keys_under_open_loop_load.)"""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
     config.write_text(_config(docs=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay"))
-    targets = [_search("docs", "docs", "stay"),
-               _search("meta", "meta", "stay", {"query": "Odoacer", "mode": "lexical", "top_k": 1})]
+    targets = [_search("docs", "docs", "stay"), _search("meta", "meta", "stay", META_SEARCH)]
     watch_s = 0.05 if trigger == "file" else 0.0
     with _serving(tmp_path, config, keys, processes, watch_s) as server, OpenLoop(server.url, targets, RPS) as load:
         load.wait_answered(SETTLE)
@@ -145,13 +179,33 @@ def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Pa
             os.kill(server.pid, signal.SIGHUP)
         complete = _until(lambda: _everywhere(server.client, processes, {"docs", "meta"}), "meta served everywhere")
         load.wait_answered(SETTLE, "meta")
-    meta = _by(load, "meta")
-    _only(_by(load, "docs"), 200, "to docs")
-    _only([r for r in meta if r.answered < changed], 404, "to meta before the reload")
-    after = [r for r in meta if r.sent > complete]
-    _only(after, 200, "to meta once added")
-    assert {_top(r) for r in after} == {"rome"}
-    assert {r.status for r in meta} <= {404, 503, 200}, load.statuses("meta")  # 503: listed, still loading
+    _meta_added(load, changed, complete)
+
+
+def test_sighup_replaces_every_process_with_the_new_config_and_keys_under_open_loop_load(
+        tmp_path: Path, mini_bundle: Path, mini_student: Path, mini_meta_bundle: Path) -> None:
+    """With several processes SIGHUP has the supervisor replace each by one that reads both files as they are now:
+    a collection added to --config and key 'gone' replaced by 'new' in the key file, in one replacement (this was
+    two tests, each starting two processes and replacing them; they assert the same together)."""
+    config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
+    config.write_text(_config(docs=(mini_bundle, mini_student)))
+    keys.write_text(_keys("stay", "gone"))
+    targets = [_search("meta", "meta", "stay", META_SEARCH), *(_search(key, "docs", key) for key in KEYS)]
+    with _serving(tmp_path, config, keys, 2, 0.0) as server, OpenLoop(server.url, targets, RPS) as load:
+        load.wait_answered(SETTLE)
+        before = _pids(server.client)
+        changed = time.monotonic()
+        _rewrite(config, _config(docs=(mini_bundle, mini_student), meta=(mini_meta_bundle, mini_student)))
+        _rewrite(keys, _keys("stay", "new"))
+        os.kill(server.pid, signal.SIGHUP)
+
+        def replaced() -> bool:  # every process replaced by one that read both files
+            return _everywhere(server.client, 2, {"docs", "meta"}) and not _pids(server.client) & before
+
+        complete = _until(replaced, "every process replaced, serving meta")
+        load.wait_answered(SETTLE * len(targets))  # the targets take turns: SETTLE of each, give or take
+    _meta_added(load, changed, complete, steady="stay")
+    _key_rotated(load, changed, complete)
 
 
 @pytest.mark.parametrize("processes", [1, 2])
@@ -186,38 +240,23 @@ def test_one_collection_reloaded_and_rolled_back_under_open_loop_load(tmp_path: 
     assert versions(plain) == {mini_bundle.name}
 
 
-@pytest.mark.parametrize("processes", [1, 2])
-def test_the_key_file_rotated_under_open_loop_load(tmp_path: Path, mini_bundle: Path, mini_student: Path,
-                                                   processes: int) -> None:
-    """Key 'gone' is replaced by 'new' (one process: the file's change is seen by its watch; several: SIGHUP, the
-    supervisor replacing each process by one that reads the file). 'stay' never fails; 'gone' answers 200 until the
-    change and 403 once it is complete, 'new' the other way round."""
+def test_the_key_file_rotated_under_open_loop_load(tmp_path: Path, mini_bundle: Path, mini_student: Path) -> None:
+    """Key 'gone' is replaced by 'new', the file's change seen by the process's watch (several processes: SIGHUP,
+    test_sighup_replaces_every_process_with_the_new_config_and_keys_under_open_loop_load)."""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
     config.write_text(_config(docs=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay", "gone"))
     targets = [_search(key, "docs", key) for key in ("stay", "gone", "new")]
-    watch_s = 0.05 if processes == 1 else 0.0
-    with _serving(tmp_path, config, keys, processes, watch_s) as server, OpenLoop(server.url, targets, RPS) as load:
+    with _serving(tmp_path, config, keys, 1, 0.05) as server, OpenLoop(server.url, targets, RPS) as load:
         load.wait_answered(SETTLE)
-        before = {p["pid"] for p in _status(server.client)["docs"]["processes"] or []}
         changed = time.monotonic()
         _rewrite(keys, _keys("stay", "new"))
-        if processes > 1:
-            os.kill(server.pid, signal.SIGHUP)
 
-        def rotated() -> bool:
-            if processes == 1:  # one process swaps its keyring at once: one answer shows it
-                probe = server.client.post("/collections/docs/search", json={"query": "tides"},
-                                           headers={"Authorization": f"Bearer {KEYS['new']}"})
-                return probe.status_code == 200
-            now = {p["pid"] for p in _status(server.client)["docs"]["processes"] or []}
-            return len(now) == processes and not now & before  # every process replaced, each read the new file
+        def rotated() -> bool:  # one process swaps its keyring at once: one answer shows it
+            probe = server.client.post("/collections/docs/search", json={"query": "tides"},
+                                       headers={"Authorization": f"Bearer {KEYS['new']}"})
+            return probe.status_code == 200
 
         complete = _until(rotated, "the key file rotated")
         load.wait_answered(SETTLE, "new")
-    _only(_by(load, "stay"), 200, "with the key that stays")
-    for key, old, new in (("gone", 200, 403), ("new", 403, 200)):
-        records = _by(load, key)
-        _only([r for r in records if r.answered < changed], old, f"with key {key} before the rotation")
-        _only([r for r in records if r.sent > complete], new, f"with key {key} after the rotation")
-        assert {r.status for r in records} == {old, new}, load.statuses(key)
+    _key_rotated(load, changed, complete)
