@@ -4,9 +4,10 @@ Exactness rules (docs/operations.md#sharded-serving-on-ray-serve):
 - a request is pinned to one version: it takes the coordinator in service once, and every call it makes (statistics,
   search, documents) names that version, which a shard holds or refuses;
 - the coordinator moves to a new version only once every shard has loaded it: `deploy` starts the new version's
-  shard applications beside the old ones (`serve.run` returns once every replica of one has loaded its segments),
-  and only after every shard's has, the new version is put in service; the version before keeps its deployments
-  for the requests still pinned to it, and the one before that is deleted;
+  shard applications beside the old ones, all at once (`serve.run_many` returns once every replica of each has
+  loaded its segments), and only then is the new version put in service (a shard application that already runs the
+  version's segments as this process deployed them is kept: its replicas are not started again); the version before
+  keeps its deployments for the requests still pinned to it, and the one before that is deleted;
 - a shard with no live replica (or no answer within the timeout) fails the whole request with ShardUnavailable
   (a 503), never a partial answer.
 """
@@ -60,6 +61,7 @@ class ClusterSearch:
         self.coordinator: Coordinator | None = None
         self.served: dict[Path, list[Path]] = {}  # per root, its versions with deployments, oldest first
         self._lock = threading.Lock()  # one deploy at a time
+        self._deployed: dict[str, tuple[tuple[int, ...], int, float]] = {}  # application → (segments, replicas, cpus)
 
     def app(self, version: Path, shard: int) -> str:
         """A shard's application: named by its version's name and path (two collections' roots may both hold a
@@ -80,15 +82,17 @@ class ClusterSearch:
             raise ValueError(f"a plan of {len(plan)} shards for {self.shards} shard deployments")
         pinned = ShardedVersion(version.name, manifest, tuple(tuple(p) for p in plan))
         with self._lock:
-            handles = []
-            for i, segments in enumerate(plan):
-                deployment: Any = serve.deployment(ShardReplica, name="shard", num_replicas=self.replicas[i],
-                                                   ray_actor_options={"num_cpus": self.cpus},
-                                                   health_check_period_s=2, health_check_timeout_s=10)
-                # blocks until the application runs: every replica has loaded its segments
-                handles.append(serve.run(deployment.bind(str(version), list(segments)),
-                                         name=self.app(version, i), route_prefix=None))
-            clients = [ServeShard(h, self.app(version, i), self.timeout_s) for i, h in enumerate(handles)]
+            specs = {self.app(version, i): (tuple(segments), self.replicas[i], self.cpus)
+                     for i, segments in enumerate(plan)}
+            running = self._running(specs)
+            targets = [serve.RunTarget(self._deployment(i).bind(str(version), list(spec[0])), name=name,
+                                       route_prefix=None)
+                       for i, (name, spec) in enumerate(specs.items()) if name not in running]
+            # every shard's at once; returns once each application runs (each replica has loaded its segments)
+            started = dict(zip([t.name for t in targets], serve.run_many(targets), strict=True)) if targets else {}
+            self._deployed.update({name: spec for name, spec in specs.items() if name in started})
+            clients = [ServeShard(started[name] if name in started else serve.get_app_handle(name), name,
+                                  self.timeout_s) for name in specs]
             coordinator = self.coordinator = Coordinator(pinned, clients)
             served = self.served.setdefault(version.parent, [])
             if version not in served:
@@ -99,9 +103,27 @@ class ClusterSearch:
                  self.replicas, plan)
         return coordinator
 
+    def _deployment(self, shard: int) -> Any:
+        return serve.deployment(ShardReplica, name="shard", num_replicas=self.replicas[shard],
+                                ray_actor_options={"num_cpus": self.cpus}, health_check_period_s=2,
+                                health_check_timeout_s=10)
+
+    def _running(self, specs: dict[str, tuple[tuple[int, ...], int, float]]) -> set[str]:
+        """The applications of `specs` that run already as this object deployed them (the same segments, replicas
+        and slots): deploying a version again keeps them. Ray Serve would otherwise replace every replica of an
+        application run again (a Python application has no code version: each run is a new one), seconds each and
+        that deployment's capacity down meanwhile."""
+        same = [name for name, spec in specs.items() if self._deployed.get(name) == spec]
+        if not same:
+            return set()
+        applications = serve.status().applications
+        return {name for name in same if name in applications and applications[name].status == "RUNNING"}
+
     def _delete(self, version: Path) -> None:
         for i in range(self.shards):
-            serve.delete(self.app(version, i))
+            name = self.app(version, i)
+            self._deployed.pop(name, None)
+            serve.delete(name)
 
     @property
     def version(self) -> str:
