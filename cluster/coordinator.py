@@ -7,7 +7,8 @@ Exactness rules (docs/operations.md#sharded-serving-on-ray-serve):
   shard applications beside the old ones, all at once (`serve.run_many` returns once every replica of each has
   loaded its segments), and only then is the new version put in service (a shard application that already runs the
   version's segments as this process deployed them is kept: its replicas are not started again); the version before
-  keeps its deployments for the requests still pinned to it, and the one before that is deleted;
+  keeps its deployments for the requests still pinned to it, and the one before that is deleted (its deletion not
+  waited for: the move does not wait for its replicas to drain);
 - a shard with no live replica (or no answer within the timeout) fails the whole request with ShardUnavailable
   (a 503), never a partial answer.
 """
@@ -98,7 +99,8 @@ class ClusterSearch:
             if version not in served:
                 served.append(version)
             while len(served) > KEEP:  # the version before the one before: no request is pinned to it now
-                self._delete(served.pop(0))
+                # not waited for: its replicas drain (Serve's graceful shutdown, seconds) while the new version serves
+                self._delete(served.pop(0), wait=False)
         log.info("version %s in service on %d shards (%s replicas), segments %s", version.name, self.shards,
                  self.replicas, plan)
         return coordinator
@@ -119,11 +121,11 @@ class ClusterSearch:
         applications = serve.status().applications
         return {name for name in same if name in applications and applications[name].status == "RUNNING"}
 
-    def _delete(self, version: Path) -> None:
+    def _delete(self, version: Path, wait: bool = True) -> None:
         for i in range(self.shards):
             name = self.app(version, i)
             self._deployed.pop(name, None)
-            serve.delete(name)
+            serve.delete(name, _blocking=wait)  # Serve's own switch (ray is pinned: pyproject's `ray` extra)
 
     @property
     def version(self) -> str:

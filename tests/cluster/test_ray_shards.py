@@ -12,7 +12,6 @@ fixtures."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -56,8 +55,6 @@ def student(root: Path, tiny_models: TinyModels) -> Path:
 
 
 TIMEOUT_S = 20.0
-RPS = 5.0  # the kill test's open loop: a rate the module's tiny cluster keeps up with beside a full test run (the
-# issue's 20 rps runs in bench/cluster/shard_live.py); above what it can answer, every search times out into a 503
 
 
 @pytest.fixture(scope="module")
@@ -156,63 +153,6 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
         retrieve_remotely(None)
 
 
-def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: ClusterSearch, root: Path) -> None:
-    """One of the first shard's two replicas is killed under an open loop (a search started every 1 / RPS s in a
-    thread of its own, whatever became of those before): every answer is the single box's or ShardUnavailable (a
-    503), and answers keep coming from the replica left."""
-    import ray
-
-    current = (root / V4).resolve()
-    coordinator = _in_service(cluster, current, PLAN)
-    opts = SearchOptions(top_k=10, mode=Mode.HYBRID)
-    vectors = _vectors(64)
-    box = Bundle(current)
-    try:
-        want = _answer(search(box, vectors, QUERIES, opts, OVERSAMPLE).hits)
-    finally:
-        box.close()
-    replicas = _replicas(cluster, current, shards=[0])
-    assert len(replicas) == 2, replicas
-    outcomes: dict[int, str] = {}  # by the order the searches were sent
-    stop = threading.Event()
-    searches: list[threading.Thread] = []
-
-    def one(i: int) -> None:
-        try:
-            outcomes[i] = ("exact" if _answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == want
-                           else "WRONG")
-        except ShardUnavailable:
-            outcomes[i] = "503"
-
-    def load() -> None:
-        start = time.monotonic()
-        while not stop.wait(max(0.0, start + len(searches) / RPS - time.monotonic())):
-            searches.append(threading.Thread(target=one, args=(len(searches),), daemon=True))
-            searches[-1].start()
-
-    thread = threading.Thread(target=load, daemon=True)
-    thread.start()
-    try:
-        _wait_for(lambda: len(outcomes) >= 10)
-        ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
-        after = len(searches)  # sent after the kill: their answers are counted below
-
-        def answered_after() -> list[str]:
-            return [outcomes[i] for i in range(after, len(searches)) if i in outcomes]
-
-        # on until the replica left has answered one sent after the kill (Serve's router may take a while to drop the
-        # killed one on a busy machine: what it sends there meanwhile is a 503), and 30 were sent
-        _wait_for(lambda: len(searches) >= after + 30 and "exact" in answered_after())
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        for search_thread in list(searches):
-            search_thread.join(timeout=TIMEOUT_S + 30)
-    assert len(outcomes) == len(searches)  # every search sent was answered
-    assert set(outcomes.values()) <= {"exact", "503"}, outcomes
-    assert "exact" in [outcomes[i] for i in range(after, len(searches))]  # from the replica left
-
-
 def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
     deadline = time.monotonic() + limit_s
     while not done():
@@ -226,9 +166,11 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
     `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
-    answer is the single box's answer for the version it names, both versions answer, and a request not answered is
-    refused whole with a retryable error: 503 `shard_unavailable` (a shard), or, where the busy machine's queue runs
-    past even the opened limits below, 429 `overloaded` (admission, before any search) or 503 `deadline_exceeded`.
+    answer is the single box's answer for the version it names, both versions answer, v4 after the kill too (from
+    the replica left), and a request not answered is refused whole with a retryable error: 503 `shard_unavailable`
+    (a shard), or, where the busy machine's queue runs past even the opened limits below, 429 `overloaded`
+    (admission, before any search) or 503 `deadline_exceeded`. (This is also the test of a replica killed under
+    load: every answer exact or a 503, and answers from the replica left.)
     It serves the module's root on the module's deployments: v4's, if a test before left them running, are kept
     (the service's deploy of a running version starts no replica), and v5 is published in that root."""
     import ray
@@ -272,8 +214,12 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
                 load.wait_answered(len(bodies))
                 replicas = _replicas(cluster, before, shards=[0])
                 assert len(replicas) == 2, replicas
+                killed_at = time.monotonic()
                 ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
+                # on until the replica left has answered a search sent after the kill (Serve's router may take a
+                # while to drop the killed one on a busy machine: what it sends there meanwhile is a 503)
                 load.wait_answered(len(bodies))
+                _wait_for(lambda: any(r.sent > killed_at and version(r) == V4 for r in list(load.records)))
                 update(UpdateRequest(changes=changes, root=root, version="v5", teacher=tiny_models.st(StSpec())))
                 _wait_for(lambda: any(version(r) == "v5" for r in list(load.records)))
                 load.wait_answered(len(bodies))
@@ -286,6 +232,7 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
         (r.status, r.error, r.answer and r.answer.body[:200]) for r in refused]
     named = {name for r in records if (name := version(r)) is not None}
     assert named == {before.name, "v5"}
+    assert any(r.sent > killed_at and version(r) == V4 for r in records)  # v4 answered after its replica's kill
     wrong = []
     for name in sorted(named):
         with serve_app(create_app(ServiceSettings(index=root / name, student=student, port=0))) as box:
