@@ -27,7 +27,6 @@ from models.bundle.versions import read_current
 from models.search import Mode, SearchOptions, search
 from models.search.shards import Coordinator, ShardUnavailable
 from tests.fixtures.server import serve_app
-from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
 from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _options, _segmented, _vectors
 
@@ -43,15 +42,11 @@ def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 @pytest.fixture(scope="module")
-def student(root: Path, tiny_models: TinyModels) -> Path:
-    """A student distilled against the root's teacher (tiny: a 32-d backbone), for `tandem serve`."""
-    from models.distill.pipeline import DistillRequest, run_distill
-
-    out = root.parent / "student"
-    run_distill(DistillRequest(corpus=root.parent / "corpus.jsonl", index=root, out=out, preset=TEST_PRESET,
-                               seed=TEST_SEED, teacher=tiny_models.st(StSpec()),
-                               backbone=tiny_models.st(StSpec(hidden=32))))
-    return out
+def student(mini_student: Path) -> Path:
+    """The run's tiny student (tests/fixtures/tiny_service.py), for `tandem serve`: distilled from the root's teacher
+    (the same tiny BERT) on another corpus, which these tests never ask about (each compares two services with the
+    same student); shared by every module of the run, where a student of this root cost a distillation here."""
+    return mini_student
 
 
 TIMEOUT_S = 20.0
