@@ -35,6 +35,7 @@ from models.search.shards import Coordinator, ShardedVersion, plan_shards
 log = logging.getLogger(__name__)
 APP_PREFIX = "tandem-shard"
 KEEP = 2  # versions with deployments: the one in service and the one before, for the requests still pinned to it
+Spec = tuple[tuple[int, ...], int, float]  # a shard application as deployed: its segments, replicas and CPUs each
 
 
 def connect(address: str, num_cpus: int | None = None) -> None:
@@ -62,7 +63,7 @@ class ClusterSearch:
         self.coordinator: Coordinator | None = None
         self.served: dict[Path, list[Path]] = {}  # per root, its versions with deployments, oldest first
         self._lock = threading.Lock()  # one deploy at a time
-        self._deployed: dict[str, tuple[tuple[int, ...], int, float]] = {}  # application → (segments, replicas, cpus)
+        self._deployed: dict[str, Spec] = {}  # by application, what this object deployed there
 
     def app(self, version: Path, shard: int) -> str:
         """A shard's application: named by its version's name and path (two collections' roots may both hold a
@@ -110,7 +111,7 @@ class ClusterSearch:
                                 ray_actor_options={"num_cpus": self.cpus}, health_check_period_s=2,
                                 health_check_timeout_s=10)
 
-    def _running(self, specs: dict[str, tuple[tuple[int, ...], int, float]]) -> set[str]:
+    def _running(self, specs: dict[str, Spec]) -> set[str]:
         """The applications of `specs` that run already as this object deployed them (the same segments, replicas
         and slots): deploying a version again keeps them. Ray Serve would otherwise replace every replica of an
         application run again (a Python application has no code version: each run is a new one), seconds each and
