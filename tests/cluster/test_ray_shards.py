@@ -3,15 +3,15 @@ replicas, answers as the single box does (same ids, order, float32 scores and ve
 once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
 fails the request whole; under open-loop load a replica's kill and an `index update` give only the box's answers
 for the version each names, or 503s. The process's one local Ray (tests/fixtures/ray_cluster.py: starting Ray costs
-seconds), with Serve started on it for the module; a test that needs the version in service on the module's plan takes
-the deployment a test before it left running (`_in_service`: replicas start in seconds each) or deploys it. Marked
-slow by its fixtures."""
+seconds), with Serve started on it for the module; a test that needs v4 in service on the module's plan takes the
+deployment a test before it left running (`_in_service`, and `ClusterSearch.deploy` keeps the applications that run
+it: replicas start in seconds each) or deploys it. Every test names v4, the module root's version before the update
+test publishes v5 in it (on the module's deployments: no second set of v4's replicas). Marked slow by its
+fixtures."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,11 +27,11 @@ from models.bundle.versions import read_current
 from models.search import Mode, SearchOptions, search
 from models.search.shards import Coordinator, ShardUnavailable
 from tests.fixtures.server import serve_app
-from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
 from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _options, _segmented, _vectors
 
-PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48
+PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48 (plan_shards' own for v4: the plan the service deploys)
+V4 = "v4"  # the version the tests search; the update test publishes v5 after it
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +42,14 @@ def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 @pytest.fixture(scope="module")
-def student(root: Path, tiny_models: TinyModels) -> Path:
-    """A student distilled against the root's teacher (tiny: a 32-d backbone), for `tandem serve`."""
-    from models.distill.pipeline import DistillRequest, run_distill
-
-    out = root.parent / "student"
-    run_distill(DistillRequest(corpus=root.parent / "corpus.jsonl", index=root, out=out, preset=TEST_PRESET,
-                               seed=TEST_SEED, teacher=tiny_models.st(StSpec()),
-                               backbone=tiny_models.st(StSpec(hidden=32))))
-    return out
+def student(mini_student: Path) -> Path:
+    """The run's tiny student (tests/fixtures/tiny_service.py), for `tandem serve`: distilled from the root's teacher
+    (the same tiny BERT) on another corpus, which these tests never ask about (each compares two services with the
+    same student); shared by every module of the run, where a student of this root cost a distillation here."""
+    return mini_student
 
 
 TIMEOUT_S = 20.0
-RPS = 5.0  # the kill test's open loop: a rate the module's tiny cluster keeps up with beside a full test run (the
-# issue's 20 rps runs in bench/cluster/shard_live.py); above what it can answer, every search times out into a 503
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +57,8 @@ def cluster(root: Path, ray_cluster: str) -> Iterator[ClusterSearch]:
     from ray import serve
 
     connect(ray_cluster)  # joins the running Ray: starts Serve on it
-    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=TIMEOUT_S, cpus_per_replica=0.5)
+    # three versions' replicas (v3, v4 and the update test's v5) fit in the cluster's slots beside a build's actors
+    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=TIMEOUT_S, cpus_per_replica=0.25)
     try:
         yield sharded
     finally:
@@ -80,6 +75,15 @@ def _in_service(cluster: ClusterSearch, version: Path, plan: list[list[int]]) ->
             and coordinator.version.plan == tuple(tuple(p) for p in plan)):
         return coordinator
     return cluster.deploy(version, plan)
+
+
+def _replicas(cluster: ClusterSearch, version: Path, shards: tuple[int, ...] | list[int] = (0, 1)) -> list[str]:
+    """The live replica actors of `version`'s applications for `shards` (Serve names them after the application)."""
+    import ray
+
+    apps = [cluster.app(version, i) for i in shards]
+    return sorted(a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                  if a["name"].startswith("SERVE_REPLICA") and any(f"{app}#" in a["name"] for app in apps))
 
 
 def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
@@ -99,9 +103,9 @@ def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(clust
     before = root / "v3"  # three segments: the plan of v4 less its last
     assert cluster.deploy(before, [[0], [1, 2]]).version.version == "v3"
     _same_as_box(cluster, before)
-    current = read_current(root)
+    current = root / V4
     pinned = cluster.coordinator  # a request that took the coordinator before the move
-    assert cluster.deploy(current, PLAN).version.version == current.name == "v4"
+    assert cluster.deploy(current, PLAN).version.version == "v4"
     _same_as_box(cluster, current)
     assert pinned is not None  # it still answers for v3: the replicas keep the version before
     hits = pinned.search(_vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
@@ -121,13 +125,17 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
     from service.http.app import create_app
     from service.settings import ServiceSettings
 
-    settings = ServiceSettings(index=root, student=student, port=0)
+    v4 = (root / V4).resolve()
+    _in_service(cluster, v4, PLAN)
+    replicas = _replicas(cluster, v4)
+    settings = ServiceSettings(index=v4, student=student, port=0)
     bodies = [{"query": q, "top_k": 10, "mode": mode, "offset": offset, **extra}
               for q in ("river stone", "zebra harbor") for mode in ("dense", "lexical", "hybrid")
               for offset in (0, 20) for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
     retrieve_remotely(ClusterRetrieval(cluster))
     try:
         with serve_app(create_app(settings)) as sharded:
+            assert _replicas(cluster, v4) == replicas  # the service's deploy of the version in service kept them
             retrieve_remotely(None)
             with serve_app(create_app(settings)) as box:
                 for body in bodies:
@@ -140,84 +148,11 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
         retrieve_remotely(None)
 
 
-def test_killing_a_replica_under_load_gives_only_exact_answers_or_503s(cluster: ClusterSearch, root: Path) -> None:
-    """One of the first shard's two replicas is killed under an open loop (a search started every 1 / RPS s in a
-    thread of its own, whatever became of those before): every answer is the single box's or ShardUnavailable (a
-    503), and answers keep coming from the replica left."""
-    import ray
-
-    current = read_current(root).resolve()
-    coordinator = _in_service(cluster, current, PLAN)
-    opts = SearchOptions(top_k=10, mode=Mode.HYBRID)
-    vectors = _vectors(64)
-    box = Bundle(current)
-    try:
-        want = _answer(search(box, vectors, QUERIES, opts, OVERSAMPLE).hits)
-    finally:
-        box.close()
-    replicas = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                if "SERVE_REPLICA" in a["name"] and cluster.app(current, 0) in a["name"]]
-    assert len(replicas) == 2, replicas
-    outcomes: dict[int, str] = {}  # by the order the searches were sent
-    stop = threading.Event()
-    searches: list[threading.Thread] = []
-
-    def one(i: int) -> None:
-        try:
-            outcomes[i] = ("exact" if _answer(coordinator.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == want
-                           else "WRONG")
-        except ShardUnavailable:
-            outcomes[i] = "503"
-
-    def load() -> None:
-        start = time.monotonic()
-        while not stop.wait(max(0.0, start + len(searches) / RPS - time.monotonic())):
-            searches.append(threading.Thread(target=one, args=(len(searches),), daemon=True))
-            searches[-1].start()
-
-    thread = threading.Thread(target=load, daemon=True)
-    thread.start()
-    try:
-        _wait_for(lambda: len(outcomes) >= 10)
-        ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
-        after = len(searches)  # sent after the kill: their answers are counted below
-
-        def answered_after() -> list[str]:
-            return [outcomes[i] for i in range(after, len(searches)) if i in outcomes]
-
-        # on until the replica left has answered one sent after the kill (Serve's router may take a while to drop the
-        # killed one on a busy machine: what it sends there meanwhile is a 503), and 30 were sent
-        _wait_for(lambda: len(searches) >= after + 30 and "exact" in answered_after())
-    finally:
-        stop.set()
-        thread.join(timeout=60)
-        for search_thread in list(searches):
-            search_thread.join(timeout=TIMEOUT_S + 30)
-    assert len(outcomes) == len(searches)  # every search sent was answered
-    assert set(outcomes.values()) <= {"exact", "503"}, outcomes
-    assert "exact" in [outcomes[i] for i in range(after, len(searches))]  # from the replica left
-
-
 def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
     deadline = time.monotonic() + limit_s
     while not done():
         assert time.monotonic() < deadline, "the load thread stopped making progress"
         time.sleep(0.05)
-
-
-def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
-    from ray import serve
-
-    current = read_current(root).resolve()
-    coordinator = _in_service(cluster, current, PLAN)
-    try:
-        for client in coordinator.shards:
-            client.timeout_s = 3.0  # type: ignore[attr-defined]
-        serve.delete(cluster.app(current, 1))  # every replica of the second shard gone
-        with pytest.raises(ShardUnavailable):
-            cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
-    finally:  # the version has a shard less: a test after deploys it again (serve.shutdown deletes what is left)
-        cluster.coordinator = None
 
 
 def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versions_box(
@@ -226,10 +161,15 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
     `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
-    answer is the single box's answer for the version it names, both versions answer, and a request not answered is
-    refused whole with a retryable error: 503 `shard_unavailable` (a shard), or, where the busy machine's queue runs
-    past even the opened limits below, 429 `overloaded` (admission, before any search) or 503 `deadline_exceeded`."""
+    answer is the single box's answer for the version it names, both versions answer, v4 after the kill too (from
+    the replica left), and a request not answered is refused whole with a retryable error: 503 `shard_unavailable`
+    (a shard), or, where the busy machine's queue runs past even the opened limits below, 429 `overloaded`
+    (admission, before any search) or 503 `deadline_exceeded`. (This is also the test of a replica killed under
+    load: every answer exact or a 503, and answers from the replica left.)
+    It serves the module's root on the module's deployments: v4's, if a test before left them running, are kept
+    (the service's deploy of a running version starts no replica), and v5 is published in that root."""
     import ray
+    from ray import serve
 
     from cluster.service import ClusterRetrieval
     from indexer.versions.request import UpdateRequest
@@ -241,9 +181,8 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     from tandem.openloop import OpenLoop, Record, Target
     from tests.models.search.test_shards import _doc, _lines
 
-    live = tmp_path / "root"
-    shutil.copytree(root, live)
-    before = read_current(live).resolve()
+    before = read_current(root).resolve()
+    assert before.name == V4, f"the module's root is updated once, here: {before}"
     bodies = [{"query": q, "top_k": 10, "mode": mode, **extra} for q in QUERIES for mode in ("dense", "hybrid")
               for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
     targets = [Target(str(i), Request("POST", "/search", json.dumps(b).encode())) for i, b in enumerate(bodies)]
@@ -251,40 +190,47 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     def version(record: Record) -> str | None:
         return record.answer.json()["index"]["version"] if record.answer and record.status == 200 else None
 
+    def settled() -> bool:  # v4's applications that run have every replica up (a test before may have killed one)
+        applications = serve.status().applications
+        return all(applications[app].status == "RUNNING" for app in (cluster.app(before, i) for i in range(2))
+                   if app in applications)
+
     rng = np.random.default_rng(11)
     changes = _lines(tmp_path / "changes.jsonl", [_doc(rng, f"live{i}") for i in range(8)] + [_doc(rng, "d5")]
                      + [{"_id": "d6", "delete": True}, {"_id": "u3", "delete": True}])
-    # replicas of their own (0.1 of a slot each, two versions' beside the module's), deleted at the end
-    sharded = ClusterSearch(shards=2, replicas=[2, 1], timeout_s=TIMEOUT_S, cpus_per_replica=0.1, prefix="live")
-    retrieve_remotely(ClusterRetrieval(sharded))
+    _wait_for(settled)
+    retrieve_remotely(ClusterRetrieval(cluster))
     try:
         # admission opened wide (a 429 is the busy machine's, not the shards'): nearly every request is searched
-        settings = ServiceSettings(index=live, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
+        settings = ServiceSettings(index=root, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
                                    request_timeout_ms=60_000, max_pending=10_000)
         with serve_app(create_app(settings)) as app:
             with OpenLoop(app.url, targets, rps=10.0, timeout_s=90.0) as load:
                 load.wait_answered(len(bodies))
-                replicas = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-                            if "SERVE_REPLICA" in a["name"] and sharded.app(before, 0) in a["name"]]
+                replicas = _replicas(cluster, before, shards=[0])
                 assert len(replicas) == 2, replicas
+                killed_at = time.monotonic()
                 ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
+                # on until the replica left has answered a search sent after the kill (Serve's router may take a
+                # while to drop the killed one on a busy machine: what it sends there meanwhile is a 503)
                 load.wait_answered(len(bodies))
-                update(UpdateRequest(changes=changes, root=live, version="v5", teacher=tiny_models.st(StSpec())))
+                _wait_for(lambda: any(r.sent > killed_at and version(r) == V4 for r in list(load.records)))
+                update(UpdateRequest(changes=changes, root=root, version="v5", teacher=tiny_models.st(StSpec())))
                 _wait_for(lambda: any(version(r) == "v5" for r in list(load.records)))
                 load.wait_answered(len(bodies))
             records = list(load.records)
     finally:
         retrieve_remotely(None)
-        sharded.close()
     refused = [r for r in records if r.status != 200]
     retryable = {(503, "shard_unavailable"), (503, "deadline_exceeded"), (429, "overloaded")}
     assert all(r.answer and (r.status, r.answer.json()["error"]) in retryable for r in refused), [
         (r.status, r.error, r.answer and r.answer.body[:200]) for r in refused]
     named = {name for r in records if (name := version(r)) is not None}
     assert named == {before.name, "v5"}
+    assert any(r.sent > killed_at and version(r) == V4 for r in records)  # v4 answered after its replica's kill
     wrong = []
     for name in sorted(named):
-        with serve_app(create_app(ServiceSettings(index=live / name, student=student, port=0))) as box:
+        with serve_app(create_app(ServiceSettings(index=root / name, student=student, port=0))) as box:
             want = {i: box.client.post("/search", json=body).json() for i, body in enumerate(bodies)}
         for r in records:
             if version(r) == name:
@@ -292,3 +238,18 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
                 if got["results"] != expected["results"] or got["index"] != expected["index"]:
                     wrong.append((name, bodies[int(r.target)]))
     assert not wrong, wrong
+
+
+def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
+    from ray import serve
+
+    current = (root / V4).resolve()
+    coordinator = _in_service(cluster, current, PLAN)
+    try:
+        for client in coordinator.shards:
+            client.timeout_s = 3.0  # type: ignore[attr-defined]
+        serve.delete(cluster.app(current, 1))  # every replica of the second shard gone
+        with pytest.raises(ShardUnavailable):
+            cluster.search(np.asarray(_vectors(64)), QUERIES, SearchOptions(top_k=5), OVERSAMPLE)
+    finally:  # the version has a shard less: a test after deploys it again (serve.shutdown deletes what is left)
+        cluster.coordinator = None

@@ -1,12 +1,13 @@
 """`--engine ray` on a real local Ray (127.0.0.1, no dashboard): the local engine's bundle, resumable.
 
 The builds assert the engine's mechanics (the local engine's vectors, each shard encoded once across a killed driver
-or a lost actor, a bad line named), which any teacher shows, so the tiny teacher encodes (tests/fixtures/tiny_home.py):
+and a lost actor, a bad line named), which any teacher shows, so the tiny teacher encodes (tests/fixtures/tiny_home.py):
 every actor loads it in milliseconds where the real teacher took seconds per actor and per driver. The cluster is
-the process's one (tests/fixtures/ray_cluster.py). The parity build runs two actors (shards come back from two
-processes, in any order) and writes its agreement sample; the killed and the lost-worker builds run one actor (its
-loss stops the build until Ray replaces it) and no sample (tests/indexer/test_agreement_check.py tests samples; here
-it would only import torch into each driver)."""
+the process's one (tests/fixtures/ray_cluster.py). Each `tandem index build` driver costs seconds before its first
+shard (Ray Data's import, its actors' torch), so one build goes through both failures and its published version is
+the one compared with the local engine's: its first driver runs two actors (shards come back from two processes, in
+any order), its second one actor (its loss stops the build until Ray replaces it) and a small agreement sample (a
+Ray build's sample is encoded here, in fp32; tests/indexer/test_agreement_check.py tests what samples hold)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,16 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.sample import SAMPLE_SETTING
+from models.bundle.sample import has_sample
 from models.bundle.version import Bundle
 from models.bundle.versions import list_versions, read_current
 from models.embeddings.shard_log import SHARD_LOG, ShardLog
@@ -62,58 +66,6 @@ def _tandem(args: list[str], home: Path) -> subprocess.Popen[str]:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
-def test_ray_engine_builds_the_local_bundle(ray_address: str, tiny_corpus: Path, tmp_path: Path,
-                                            tiny_teacher: Path) -> None:
-    local = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "local", store=tmp_path / "s1", shard_size=3,
-                               teacher=tiny_teacher))
-    remote = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "ray", store=tmp_path / "s2", shard_size=3,
-                                teacher=tiny_teacher, engine="ray", ray_address=ray_address, ray_actors=2))
-    assert (remote.embeddings.engine, remote.embeddings.precision, remote.embeddings.device) == ("ray", "fp32", "cpu")
-    assert local.embeddings.engine == "local"
-    a, b = Bundle(tmp_path / "local"), Bundle(tmp_path / "ray")
-    assert a.ids() == b.ids() == [d[0] for d in DOCS]
-    n = len(DOCS)
-    first, second = a.segments[0].vectors.index, b.segments[0].vectors.index
-    cosine = (first.reconstruct_n(0, n) * second.reconstruct_n(0, n)).sum(axis=1)
-    assert cosine.min() >= 0.9999
-    records = ShardLog(tmp_path / "s2" / (remote.embeddings.store_key or "")).read()
-    assert sorted(r.shard for r in records) == list(range(7))  # ceil(20 / 3) shards, each encoded once
-
-
-def test_killed_ray_build_resumes_each_shard_once(
-    ray_address: str, tmp_path: Path, tiny_teacher: Path
-) -> None:
-    corpus = _corpus(tmp_path / "corpus.jsonl", copies=3)
-    n = 3 * len(DOCS)
-    home, root = _home(tmp_path / "home", tiny_teacher), tmp_path / "root"
-    args = ["index", "build", "--corpus", str(corpus), "--root", str(root), "--version", "v1", "--shard-size", "2",
-            "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address, "--ray-actors", "1"]
-    proc = _tandem(args, home)
-    deadline = time.monotonic() + 300
-    logged = 0
-    while logged < 3:
-        assert proc.poll() is None, f"build ended before the kill: {proc.communicate()[1][-2000:]}"
-        assert time.monotonic() < deadline, "build too slow"
-        logs = list((home / "embeddings").glob(f"*/{SHARD_LOG}"))
-        logged = len(logs[0].read_text().splitlines()) if logs else 0
-        time.sleep(0.005)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate()
-    assert not root.exists() or not list_versions(root)  # a killed build publishes nothing
-    [entry] = list((home / "embeddings").iterdir())
-    before = len(ShardLog(entry).read())
-    assert 3 <= before < n // 2, before
-
-    resumed = _tandem(args, home)
-    assert resumed.wait(timeout=300) == 0, resumed.communicate()[1][-2000:]
-    records = ShardLog(entry).read()
-    assert sorted(r.shard for r in records) == list(range(n // 2))  # each shard encoded exactly once
-    assert {r.event for r in records} <= {"encoded", "adopted"}
-    assert len({r.pid for r in records}) == 2  # the killed driver and the resumed one
-    bundle = Bundle(read_current(root))
-    assert bundle.segments[0].docs.count() == n and bundle.manifest.embeddings.engine == "ray"
-
-
 def _actor_pids() -> list[int]:
     """Processes of this cluster's teacher actors (Ray names them after the class): children of a raylet this test
     process started, never another cluster's on the same machine."""
@@ -133,29 +85,96 @@ def _parent(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_a_lost_worker_is_replaced_and_no_shard_is_encoded_twice(
-    ray_address: str, tmp_path: Path, tiny_teacher: Path
+def _until(done: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> None:
+    """Wait for `done` while the build `proc` runs (it must not end first)."""
+    deadline = time.monotonic() + 300
+    while not done():
+        assert proc.poll() is None, f"build ended before {what}: {proc.communicate()[1][-2000:]}"
+        assert time.monotonic() < deadline, f"build too slow: no {what}"
+        time.sleep(0.005)
+
+
+def test_killed_driver_and_lost_worker_resume_each_shard_once_into_the_local_bundle(
+    ray_address: str, tmp_path: Path, tiny_teacher: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """One build through both failures: its first driver, a `tandem index build` (two actors: shards come back from
+    two processes, in any order), is killed after 3 shards; the second, `build` in this process, resumes, and its one
+    actor is killed mid-build, so it ends only once Ray has replaced it. The version published is the local engine's
+    (same ids, cosine >= 0.9999) with its agreement sample, and each shard was encoded exactly once across both."""
     corpus = _corpus(tmp_path / "corpus.jsonl", copies=3)
     n = 3 * len(DOCS)
-    home = _home(tmp_path / "home", tiny_teacher)
-    proc = _tandem(["index", "build", "--corpus", str(corpus), "--out", str(tmp_path / "out"), "--shard-size", "2",
-                    "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address, "--ray-actors", "1"], home)
-    deadline = time.monotonic() + 300
-    while not list((home / "embeddings").glob(f"*/{SHARD_LOG}")) or not _actor_pids():
-        assert proc.poll() is None, f"build ended before the kill: {proc.communicate()[1][-2000:]}"
-        assert time.monotonic() < deadline, "build too slow"
-        time.sleep(0.01)
-    [actor] = _actor_pids()
-    os.kill(actor, signal.SIGKILL)
+    home, root = _home(tmp_path / "home", tiny_teacher), tmp_path / "root"
+    args = ["index", "build", "--corpus", str(corpus), "--root", str(root), "--version", "v1", "--shard-size", "2",
+            "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address]
+
+    def logged() -> int:
+        logs = list((home / "embeddings").glob(f"*/{SHARD_LOG}"))
+        return len(logs[0].read_text().splitlines()) if logs else 0
+
+    killed = _tandem([*args, "--ray-actors", "2"], home)
+    _until(lambda: logged() >= 3, killed, "3 shards")
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate()
+    assert not root.exists() or not list_versions(root)  # a killed build publishes nothing
     [entry] = list((home / "embeddings").iterdir())
-    at_kill = len(ShardLog(entry).read())
-    assert at_kill < n // 2, at_kill  # the actor died mid-build: shards were left for its replacement
-    assert proc.wait(timeout=300) == 0, proc.communicate()[1][-2000:]
-    records = ShardLog(entry).read()
-    assert sorted(r.shard for r in records) == list(range(n // 2))
+    before = len(ShardLog(entry).read())
+    assert 3 <= before < n // 2, before
+    gone = set(_actor_pids())  # the killed driver's actors (Ray ends them with its job): never the one killed below
+
+    # the resumed build runs here, as the parity build of the local engine did (Ray Data and torch are imported once
+    # per process: here already), while a thread kills its one actor once it has encoded a shard of its own
+    killed_actors: list[int] = []
+    at_kill: list[int] = []
+    ended = threading.Event()
+
+    def kill_its_actor() -> None:
+        deadline = time.monotonic() + 300
+        while not ended.is_set() and time.monotonic() < deadline:
+            mine = set(_actor_pids()) - gone if logged() > before else set()
+            if mine:
+                for actor in mine:
+                    os.kill(actor, signal.SIGKILL)
+                killed_actors.extend(mine)
+                at_kill.append(len(ShardLog(entry).read()))
+                return
+            time.sleep(0.01)  # /proc read gently: the build runs in this process
+
+    killer = threading.Thread(target=kill_its_actor, daemon=True)
+    killer.start()
+    try:
+        resumed = build(BuildRequest(corpus=corpus, root=root, version="v1", store=home / "embeddings", shard_size=2,
+                                     batch_size=1, teacher=tiny_teacher, engine="ray", ray_address=ray_address,
+                                     ray_actors=1))
+    finally:
+        ended.set()
+        killer.join(timeout=60)
+    assert len(killed_actors) == 1, f"the resumed build's one actor, killed mid-build: {killed_actors}"
+    [actor] = killed_actors
+    assert at_kill[0] < n // 2, at_kill  # the actor died mid-build: shards were left for its replacement
     assert actor not in _actor_pids()
-    assert Bundle(tmp_path / "out").count == n
+    embeddings = resumed.embeddings
+    assert (embeddings.engine, embeddings.precision, embeddings.device) == ("ray", "fp32", "cpu")
+
+    records = ShardLog(entry).read()
+    assert sorted(r.shard for r in records) == list(range(n // 2))  # each shard encoded exactly once
+    assert {r.event for r in records} <= {"encoded", "adopted"}
+    assert len({r.pid for r in records}) == 2  # the killed driver and the resumed one
+    ray_built = Bundle(read_current(root))
+    monkeypatch.setenv(SAMPLE_SETTING, "0")  # the reference needs its vectors only
+    local = build(BuildRequest(corpus=corpus, out=tmp_path / "local", store=tmp_path / "local-store", shard_size=2,
+                               teacher=tiny_teacher))
+    try:
+        assert local.embeddings.engine == "local"
+        assert has_sample(ray_built.manifest, ray_built.manifest.parts[0])  # a Ray build's sample, in fp32
+        box = Bundle(tmp_path / "local")
+        assert ray_built.segments[0].docs.count() == n and ray_built.ids() == box.ids() == [
+            f"{d[0]}-{c}" for c in range(3) for d in DOCS]
+        first, second = box.segments[0].vectors.index, ray_built.segments[0].vectors.index
+        cosine = (first.reconstruct_n(0, n) * second.reconstruct_n(0, n)).sum(axis=1)
+        assert cosine.min() >= 0.9999
+        box.close()
+    finally:
+        ray_built.close()
 
 
 def test_ray_build_of_a_bad_corpus_names_the_line(ray_address: str, tmp_path: Path, tiny_teacher: Path) -> None:
