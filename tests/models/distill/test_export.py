@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import onnxruntime as ort
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.corpus import read_corpus
@@ -23,7 +25,7 @@ from models.distill.exporting.export import (
 )
 from models.distill.model import StudentModel
 from models.distill.texts.tokens import Tokens, embed
-from models.distill.training.int8_emulation import int8_emulation
+from models.distill.training.int8_emulation import activation_uint8, channel_int8, int8_emulation
 from models.encoders.encoder_setup import POOLING_MODES
 from models.encoders.registry import load_card, resolve
 from models.encoders.student import StudentEncoder, read_student_manifest
@@ -65,8 +67,14 @@ def exported(backbone_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
     return model, out
 
 
+@functools.cache
+def _tokens(backbone_dir: Path) -> Tokens:
+    """Loaded once: the emulation test below embeds one text per call."""
+    return Tokens(backbone_dir / "tokenizer.json", 256)
+
+
 def _torch_vectors(model: StudentModel, backbone_dir: Path, texts: list[str]) -> np.ndarray:
-    tokens = Tokens(backbone_dir / "tokenizer.json", 256)
+    tokens = _tokens(backbone_dir)
     return embed(model, tokens, tokens.encode(texts), model.forward, torch.device("cpu"))
 
 
@@ -122,6 +130,34 @@ def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> No
     assert type(model.backbone.embeddings.LayerNorm) is nn.LayerNorm
     with int8_emulation(model, enabled=False) as swapped:
         assert swapped == 0
+
+
+def test_int8_emulation_rounds_a_weight_again_only_once_it_changed() -> None:
+    """The rounded weights are kept per weight version: passes between optimizer steps (validation, one query per
+    call) reuse them, a step rounds again, and values and gradients are those of rounding on every pass."""
+    torch.manual_seed(0)
+    first, second, x = nn.Linear(8, 16), nn.Linear(16, 4), torch.randn(3, 8)
+    model = nn.Sequential(first, nn.ReLU(), second)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+
+    def every_pass() -> torch.Tensor:  # the emulation spelled out, rounding afresh
+        hidden = F.linear(activation_uint8(x), channel_int8(first.weight), first.bias).relu()
+        return F.linear(activation_uint8(hidden), channel_int8(second.weight), second.bias)
+
+    for _ in range(3):
+        with int8_emulation(model):
+            out, again, reference = model(x), model(x), every_pass()
+            assert torch.equal(out, reference) and torch.equal(again, reference)
+            out.sum().backward()
+            grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+            optimizer.zero_grad()
+            reference.sum().backward()
+            after = [p.grad for p in model.parameters()]
+            assert len(grads) == 4
+            assert all(b is not None and torch.equal(a, b) for a, b in zip(grads, after, strict=True))
+            optimizer.step()  # in place: the next pass rounds the new weights
+            optimizer.zero_grad()
+        assert not [m for m in model if "_int8_rounded" in m.__dict__]  # nothing kept past the block
 
 
 def test_fast_attention_computes_the_same_and_restores_eager(tiny_models: TinyModels) -> None:

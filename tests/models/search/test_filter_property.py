@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from indexer.writer import write_bundle
 from models.bundle.manifest import EmbeddingSource
-from models.bundle.payload.fields import declared_fields
+from models.bundle.payload.fields import FieldType, declared_fields
 from models.bundle.vectors.index_spec import Quantization
 from models.bundle.version import Bundle
 from models.corpus import Document
@@ -96,14 +96,18 @@ def _drawn(corpus: list[tuple[list[str], dict]], seed: int) -> tuple[list[Docume
     return docs, vectors, q / np.linalg.norm(q)
 
 
+ASKS = 3  # filters searched over each drawn bundle
+
+
 @pytest.mark.usefixtures("tandem_home")
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(corpus=documents, flt=filters, k=st.integers(1, 50), seed=st.integers(0, 2**16),
-       query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
-def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None:
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=documents, seed=st.integers(0, 2**16), asks=st.lists(
+    st.tuples(filters, st.integers(1, 50), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)),
+    min_size=ASKS, max_size=ASKS))
+def test_filtered_search_equals_brute_force(corpus, seed, asks) -> None:
+    """Several filters (with their k and query) over each drawn bundle: writing the bundle is most of an example's
+    cost, so a bundle answers ASKS of them rather than one."""
     docs, vectors, q = _drawn(corpus, seed)
-    parsed = parse_filter(flt, frozenset(FIELDS))
-    as_json = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta)]
     with tempfile.TemporaryDirectory() as tmp:
         bundle = _write(Path(tmp) / "b", docs, vectors)
         try:
@@ -111,37 +115,46 @@ def test_filtered_search_equals_brute_force(corpus, flt, k, seed, query) -> None
             types = bundle.manifest.payload.types()
             assert types["tags"] == "keyword-list" and types["when"] == "datetime"
             assert types.get("n") in (None, "integer")
-            allowed = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta, types)]
-            assert matching_rows(bundle, parsed).tolist() == allowed  # payload index ≡ Python, typed
-            docs_sql = bundle.segments[0].docs.rows_where(*parsed.sql())
-            assert docs_sql.tolist() == as_json  # SQL ≡ Python, untyped
-            text = " ".join(query)
-            assert bundle.lexical is not None
-            bm25 = np.zeros(len(docs), dtype=np.float32)
-            [(hit_scores, hit_rows)] = bundle.lexical.search(text, len(docs), [None])
-            bm25[hit_rows] = hit_scores
-            for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):  # the exact pass, then FAISS's selector
-
-                def run(mode: Mode, plan: Planner = plan) -> list[tuple[int, float]]:
-                    found = search(bundle, q[None, :], [text], SearchOptions(top_k=k, mode=mode, filter=parsed), 4,
-                                   plan)
-                    return [(h.row, h.score) for h in found.hits[0]]
-
-                dense = run(Mode.DENSE)
-                reference = np.sort(vectors[allowed] @ q)[::-1][:k]
-                assert len(dense) == min(k, len(allowed))  # top_k fills whenever k documents match
-                assert {r for r, _ in dense} <= set(allowed)
-                np.testing.assert_allclose([s for _, s in dense], reference, atol=1e-4)
-
-                lexical_ref = np.sort(bm25[allowed][bm25[allowed] > 0])[::-1][:k]
-                lexical = run(Mode.LEXICAL)
-                assert {r for r, _ in lexical} <= set(allowed)
-                np.testing.assert_allclose([s for _, s in lexical], lexical_ref, rtol=1e-5)
-
-                hybrid = run(Mode.HYBRID)
-                assert len(hybrid) == min(k, len(allowed)) and {r for r, _ in hybrid} <= set(allowed)
+            for flt, k, query in asks:
+                _filtered_search_equals_brute_force(bundle, corpus, types, vectors, q, flt, k, query)
         finally:
             bundle.close()
+
+
+def _filtered_search_equals_brute_force(bundle: Bundle, corpus: list[tuple[list[str], dict]],
+                                        types: dict[str, FieldType], vectors: np.ndarray, q: np.ndarray, flt: dict,
+                                        k: int, query: list[str]) -> None:
+    parsed = parse_filter(flt, frozenset(FIELDS))
+    as_json = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta)]
+    allowed = [i for i, (_, meta) in enumerate(corpus) if parsed.matches(meta, types)]
+    assert matching_rows(bundle, parsed).tolist() == allowed  # payload index ≡ Python, typed
+    docs_sql = bundle.segments[0].docs.rows_where(*parsed.sql())
+    assert docs_sql.tolist() == as_json  # SQL ≡ Python, untyped
+    text = " ".join(query)
+    assert bundle.lexical is not None
+    bm25 = np.zeros(len(corpus), dtype=np.float32)
+    [(hit_scores, hit_rows)] = bundle.lexical.search(text, len(corpus), [None])
+    bm25[hit_rows] = hit_scores
+    for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):  # the exact pass, then FAISS's selector
+
+        def run(mode: Mode, plan: Planner = plan) -> list[tuple[int, float]]:
+            found = search(bundle, q[None, :], [text], SearchOptions(top_k=k, mode=mode, filter=parsed), 4,
+                           plan)
+            return [(h.row, h.score) for h in found.hits[0]]
+
+        dense = run(Mode.DENSE)
+        reference = np.sort(vectors[allowed] @ q)[::-1][:k]
+        assert len(dense) == min(k, len(allowed))  # top_k fills whenever k documents match
+        assert {r for r, _ in dense} <= set(allowed)
+        np.testing.assert_allclose([s for _, s in dense], reference, atol=1e-4)
+
+        lexical_ref = np.sort(bm25[allowed][bm25[allowed] > 0])[::-1][:k]
+        lexical = run(Mode.LEXICAL)
+        assert {r for r, _ in lexical} <= set(allowed)
+        np.testing.assert_allclose([s for _, s in lexical], lexical_ref, rtol=1e-5)
+
+        hybrid = run(Mode.HYBRID)
+        assert len(hybrid) == min(k, len(allowed)) and {r for r, _ in hybrid} <= set(allowed)
 
 
 # --- segmented versions -------------------------------------------------------------------------------------------
@@ -199,18 +212,16 @@ def _segmented(directory: Path, docs: list[Document], vectors: dict[str, np.ndar
 
 
 @pytest.mark.usefixtures("tandem_home")
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(corpus=typed_documents, flt=filters, k=st.integers(1, 30), seed=st.integers(0, 2**16), data=st.data(),
-       query=st.lists(st.sampled_from(WORDS), min_size=1, max_size=3))
-def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(corpus, flt, k, seed, data,
-                                                                              query) -> None:
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=typed_documents, seed=st.integers(0, 2**16), data=st.data(), asks=st.lists(
+    st.tuples(filters, st.integers(1, 30), st.lists(st.sampled_from(WORDS), min_size=1, max_size=3)),
+    min_size=ASKS, max_size=ASKS))
+def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(corpus, seed, data, asks) -> None:
     """Three segments with deleted and replaced rows, against one bundle of the same live documents, on both plans:
     the same hits, in every mode, with every filter; and the dense hits are the brute force over the allowed live
-    documents."""
+    documents. ASKS filters (with their k and query) over each pair of versions drawn, as above."""
     docs, matrix, q = _drawn(corpus, seed)
     vectors = {d.id: v for d, v in zip(docs, matrix, strict=True)}
-    parsed = parse_filter(flt, frozenset(FIELDS))
-    text = " ".join(query)
     with tempfile.TemporaryDirectory() as tmp:
         live = _segmented(Path(tmp), docs, vectors, data)
         by_id = {d.id: d for d in docs}
@@ -220,20 +231,23 @@ def test_a_segmented_version_searches_as_a_fresh_build_of_its_live_documents(cor
             assert segmented.ids() == whole.ids() == live
             assert segmented.manifest.payload is not None
             types = segmented.manifest.payload.types()
-            allowed = [i for i in live if parsed.matches(by_id[i].meta(), types)]
-            assert [live[r] for r in matching_rows(whole, parsed)] == allowed
-            got_rows = matching_rows(segmented, parsed)
-            assert sorted(d.id for d in documents_at(segmented, got_rows)) == sorted(allowed)
-            for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):
-                for mode in Mode:
-                    options = SearchOptions(top_k=k, mode=mode, filter=parsed)
-                    a = search(segmented, q[None, :], [text], options, 4, plan).hits[0]
-                    b = search(whole, q[None, :], [text], options, 4, plan).hits[0]
-                    assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, plan)
-                    np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-6, atol=1e-6)
-                    if mode is Mode.DENSE:
-                        reference = np.sort(np.array([vectors[i] @ q for i in allowed]))[::-1][:k]
-                        np.testing.assert_allclose([h.score for h in a], reference, atol=1e-4)
+            for flt, k, query in asks:
+                parsed = parse_filter(flt, frozenset(FIELDS))
+                text = " ".join(query)
+                allowed = [i for i in live if parsed.matches(by_id[i].meta(), types)]
+                assert [live[r] for r in matching_rows(whole, parsed)] == allowed
+                got_rows = matching_rows(segmented, parsed)
+                assert sorted(d.id for d in documents_at(segmented, got_rows)) == sorted(allowed)
+                for plan in (Planner(exact_share=1.0), Planner(exact_share=0.0)):
+                    for mode in Mode:
+                        options = SearchOptions(top_k=k, mode=mode, filter=parsed)
+                        a = search(segmented, q[None, :], [text], options, 4, plan).hits[0]
+                        b = search(whole, q[None, :], [text], options, 4, plan).hits[0]
+                        assert [h.doc.id for h in a] == [h.doc.id for h in b], (mode, plan)
+                        np.testing.assert_allclose([h.score for h in a], [h.score for h in b], rtol=1e-6, atol=1e-6)
+                        if mode is Mode.DENSE:
+                            reference = np.sort(np.array([vectors[i] @ q for i in allowed]))[::-1][:k]
+                            np.testing.assert_allclose([h.score for h in a], reference, atol=1e-4)
         finally:
             segmented.close()
             whole.close()
