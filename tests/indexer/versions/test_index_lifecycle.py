@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -152,7 +153,7 @@ def test_publish_into_root_current_rollback_and_prune(tiny_home: Path, no_agreem
     assert list_versions(root) == ["v4"]
 
 
-def _write(path: Path, lines: list[object]) -> Path:
+def _write(path: Path, lines: Sequence[object]) -> Path:
     path.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
     return path
 
@@ -191,7 +192,9 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
     assert [h[0].doc.id for h in dense_hits(new, teacher.encode_queries(["what lifts a kite"]), k=1)] == ["kites"]
     assert [h[0].doc.id for h in dense_hits(new, teacher.encode_queries(["French defence"]), k=1)] == ["chess"]
     assert [h[0].doc.id for h in dense_hits(base, teacher.encode_queries(["French defence"]), k=1)] == ["chess"]
-    stored = EmbeddingStore().load(manifest.parts[1].embeddings.store_key or "")  # compaction finds its vectors
+    source = manifest.parts[1].embeddings
+    assert source is not None
+    stored = EmbeddingStore().load(source.store_key or "")  # compaction finds its vectors
     assert stored is not None and np.allclose(stored, new_vecs, atol=1e-2)
     base.close()
     new.close()
