@@ -135,9 +135,9 @@ def test_compaction_is_a_fresh_build_of_the_live_documents(tiny_home: Path, work
 def test_sigkill_anywhere_in_an_update_or_a_compaction(tiny_home: Path, work: Path, kill_dir: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The changes here need no teacher (a deletion and a metadata-only change), so each run is short; so does no
-    agreement sample (torch in a forked child of a process that ran it hangs). The roots live in `kill_dir` and
-    each point restores and checks them as tests/fixtures/kill_points.py says: every version still verified,
-    the untouched ones by identity with the pristine copy."""
+    agreement sample (torch in a forked child of a process that ran it hangs). The roots live in `kill_dir`; each job
+    runs once from the pristine root and every point is checked as tests/fixtures/kill_points.py says: every
+    version still verified, the untouched ones by identity with the pristine copy."""
     monkeypatch.setenv(SAMPLE_SETTING, "0")
     _segmented(kill_dir / "pristine", work)
     pristine = Pristine(kill_dir / "pristine")
