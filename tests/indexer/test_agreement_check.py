@@ -34,15 +34,11 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def drift_root(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the tiny root (the tiny student's home) plus one update of standard-library docstrings."""
-    import time; t0 = time.perf_counter()
     work = tmp_path_factory.mktemp("drift")
     root = work / "root"
     shutil.copytree(tiny_root, root)
-    t1 = time.perf_counter(); write_demo_corpus(work / "demo.jsonl", max_docs=DEMO_DOCS)
-    t2 = time.perf_counter(); import cProfile; pr = cProfile.Profile(); pr.enable()
+    write_demo_corpus(work / "demo.jsonl", max_docs=DEMO_DOCS)
     update(UpdateRequest(changes=work / "demo.jsonl", root=root, version="v2"))
-    pr.disable(); import pstats; pstats.Stats(pr).sort_stats("cumulative").print_stats(25)
-    print("DRIFT copy", t1 - t0, "demo", t2 - t1, "update", time.perf_counter() - t2)
     return root
 
 
