@@ -82,21 +82,21 @@ def channel_int8(weight: torch.Tensor) -> torch.Tensor:
 _CACHE = "_int8_rounded"  # a swapped module's rounded weights, by weight version (dropped when the swap ends)
 
 
-def _once_per_version(module: nn.Module, weight: torch.Tensor, rounding: Callable[[torch.Tensor], torch.Tensor],
-                      ) -> torch.Tensor:
-    """`rounding(weight)`'s values, computed again only when the weight changed since the last forward pass.
+def _once_per_version(module: nn.Module, name: str, rounding: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """`rounding` of the module's parameter `name`, computed again only when it changed since the last forward pass.
 
     An optimizer step changes a weight in place, which bumps its version counter; until then every pass (a
     validation's batches, a query encoded alone) rounds the same values, and re-rounding all of them cost more than
-    the quantized activations. What comes back is the rounded values with a straight-through gradient to `weight`,
-    as `rounding` gives them.
+    the quantized activations. What comes back is the rounded values with a straight-through gradient to the
+    parameter, as `rounding` gives them.
     """
+    weight: torch.Tensor = getattr(module, name)
     key = (weight._version, weight.data_ptr())
     cached: dict[str, tuple[tuple[int, int], torch.Tensor]] = module.__dict__.setdefault(_CACHE, {})
-    hit = cached.get(rounding.__name__)
+    hit = cached.get(name)
     if hit is None or hit[0] != key:
         with torch.no_grad():
-            hit = cached[rounding.__name__] = key, rounding(weight.detach())
+            hit = cached[name] = key, rounding(weight.detach())
     return _StraightThrough.apply(weight, hit[1])
 
 
@@ -104,7 +104,7 @@ class Int8Linear(nn.Linear):
     """DynamicQuantizeLinear on the input, int8 per-channel weights, fp32 bias."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(activation_uint8(x), _once_per_version(self, self.weight, channel_int8), self.bias)
+        return F.linear(activation_uint8(x), _once_per_version(self, "weight", channel_int8), self.bias)
 
 
 class Int8Embedding(nn.Embedding):
@@ -115,17 +115,12 @@ class Int8Embedding(nn.Embedding):
         return _uint8(super().forward(ids), table.amin(), table.amax())
 
 
-def _bias_uint8(b: torch.Tensor) -> torch.Tensor:
-    """tensor_uint8 under a name of its own: the cache keys a module's roundings by their function's name."""
-    return tensor_uint8(b)
-
-
 class Int8LayerNorm(nn.LayerNorm):
     """LayerNorm with per-tensor uint8 gain and bias (QEmbedLayerNormalization stores them so)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = None if self.weight is None else _once_per_version(self, self.weight, tensor_uint8)
-        bias = None if self.bias is None else _once_per_version(self, self.bias, _bias_uint8)
+        weight = None if self.weight is None else _once_per_version(self, "weight", tensor_uint8)
+        bias = None if self.bias is None else _once_per_version(self, "bias", tensor_uint8)
         return F.layer_norm(x, self.normalized_shape, weight, bias, self.eps)
 
 
