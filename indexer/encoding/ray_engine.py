@@ -105,6 +105,11 @@ class TeacherActor:
         return {"row": batch["row"], "vector": vectors.astype(np.float16)}
 
 
+def read_concurrency(actors: int) -> int:
+    """Read tasks run at once: `READ_CONCURRENCY`, or fewer for fewer actors (one reader feeds an actor)."""
+    return max(1, min(READ_CONCURRENCY, actors))
+
+
 def connect(address: str | None) -> Any:
     """Join `address` (or RAY_ADDRESS), else start a local Ray on this machine; returns the ray module."""
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -156,9 +161,10 @@ def ray_runner(run: TeacherRun, precision: str, card: ModelCard, corpus: Ingeste
         ctx.enable_progress_bars = False  # the store's one bar counts docs/s across the cluster
         # Reading a slice of text is light: its tasks take no CPU slot, so the actors that hold every
         # slot cannot starve the reads that feed them; a few at a time, or Ray would start a worker
-        # process for every shard at once.
+        # process for every shard at once, and no more than the actors they feed (a reader keeps an
+        # actor busy: each more is a worker process started for nothing).
         ds = ray.data.read_datasource(_datasource(corpus.path, corpus.offsets, shards), num_cpus=0,
-                                      concurrency=READ_CONCURRENCY)
+                                      concurrency=read_concurrency(actors))
         encoded = ds.map_batches(
             TeacherActor, batch_size=None, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
             fn_constructor_kwargs={"model_dir": str(card.path), "device": device, "precision": precision,

@@ -4,10 +4,11 @@ The builds assert the engine's mechanics (the local engine's vectors, each shard
 and a lost actor, a bad line named), which any teacher shows, so the tiny teacher encodes (tests/fixtures/tiny_home.py):
 every actor loads it in milliseconds where the real teacher took seconds per actor and per driver. The cluster is
 the process's one (tests/fixtures/ray_cluster.py). Each `tandem index build` driver costs seconds before its first
-shard (Ray Data's import, its actors' torch), so one build goes through both failures and its published version is
-the one compared with the local engine's: its first driver runs two actors (shards come back from two processes, in
-any order), its second one actor (its loss stops the build until Ray replaces it) and a small agreement sample (a
-Ray build's sample is encoded here, in fp32; tests/indexer/test_agreement_check.py tests what samples hold)."""
+shard (Ray Data's import, its actors' torch), and so does every actor Ray starts, so one build goes through both
+failures on one actor a driver (the second one's loss stops the build until Ray replaces it) and its published
+version is the one compared with the local engine's, with a small agreement sample (a Ray build's sample is encoded
+here, in fp32; tests/indexer/test_agreement_check.py tests what samples hold). Shards that come back from several
+actors, in any order and any batching, are regrouped by `_assemble`, tested here without a cluster."""
 
 from __future__ import annotations
 
@@ -21,14 +22,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
+from indexer.encoding.ray_engine import _assemble, read_concurrency
 from indexer.sample import SAMPLE_SETTING
 from models.bundle.sample import has_sample
 from models.bundle.version import Bundle
 from models.bundle.versions import list_versions, read_current
 from models.embeddings.shard_log import SHARD_LOG, ShardLog
+from models.embeddings.store import Shard
 from tests.fixtures.corpus import DOCS
 
 LOOPBACK = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}  # Ray's switch for a loopback-only local cluster,
@@ -97,21 +101,22 @@ def _until(done: Callable[[], bool], proc: subprocess.Popen[str], what: str) -> 
 def test_killed_driver_and_lost_worker_resume_each_shard_once_into_the_local_bundle(
     ray_address: str, tmp_path: Path, tiny_teacher: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One build through both failures: its first driver, a `tandem index build` (two actors: shards come back from
-    two processes, in any order), is killed after 3 shards; the second, `build` in this process, resumes, and its one
-    actor is killed mid-build, so it ends only once Ray has replaced it. The version published is the local engine's
-    (same ids, cosine >= 0.9999) with its agreement sample, and each shard was encoded exactly once across both."""
-    corpus = _corpus(tmp_path / "corpus.jsonl", copies=3)
-    n = 3 * len(DOCS)
+    """One build through both failures: its first driver, a `tandem index build`, is killed after 3 shards; the second,
+    `build` in this process, resumes, and its one actor is killed mid-build, so it ends only once Ray has replaced it.
+    The version published is the local engine's (same ids, cosine >= 0.9999) with its agreement sample, and each
+    shard was encoded exactly once across both."""
+    copies = 2  # 20 shards of 2: room for the kill after 3 and for the resumed actor's kill mid-build
+    corpus = _corpus(tmp_path / "corpus.jsonl", copies=copies)
+    n = copies * len(DOCS)
     home, root = _home(tmp_path / "home", tiny_teacher), tmp_path / "root"
     args = ["index", "build", "--corpus", str(corpus), "--root", str(root), "--version", "v1", "--shard-size", "2",
-            "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address]
+            "--batch-size", "1", "--engine", "ray", "--ray-address", ray_address, "--ray-actors", "1"]
 
     def logged() -> int:
         logs = list((home / "embeddings").glob(f"*/{SHARD_LOG}"))
         return len(logs[0].read_text().splitlines()) if logs else 0
 
-    killed = _tandem([*args, "--ray-actors", "2"], home)
+    killed = _tandem(args, home)
     _until(lambda: logged() >= 3, killed, "3 shards")
     killed.send_signal(signal.SIGKILL)
     killed.communicate()
@@ -168,7 +173,7 @@ def test_killed_driver_and_lost_worker_resume_each_shard_once_into_the_local_bun
         assert has_sample(ray_built.manifest, ray_built.manifest.parts[0])  # a Ray build's sample, in fp32
         box = Bundle(tmp_path / "local")
         assert ray_built.segments[0].docs.count() == n and ray_built.ids() == box.ids() == [
-            f"{d[0]}-{c}" for c in range(3) for d in DOCS]
+            f"{d[0]}-{c}" for c in range(copies) for d in DOCS]
         first, second = box.segments[0].vectors.index, ray_built.segments[0].vectors.index
         cosine = (first.reconstruct_n(0, n) * second.reconstruct_n(0, n)).sum(axis=1)
         assert cosine.min() >= 0.9999
@@ -187,3 +192,25 @@ def test_ray_build_of_a_bad_corpus_names_the_line(ray_address: str, tmp_path: Pa
     assert proc.returncode == 2
     assert f"{corpus}:3: 'text' must be a string" in err
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]
+
+
+def test_shards_come_back_whole_from_rows_in_any_order_and_any_batching() -> None:
+    """Actors return blocks in the order they finish, and Ray Data may split or merge them: each shard is yielded
+    once, as soon as its last row is in, with every row in its place; every row counts as progress; a shard left
+    short is an error, never a hole in the store."""
+    shards = [Shard(0, 0, 2), Shard(1, 2, 5), Shard(2, 5, 6)]
+    rows = [[5, 3], [0], [4, 1], [2]]  # shard 2 first, shard 1 across three batches, shard 0 across two
+    batches = [{"row": np.array(r), "vector": np.array([[float(x), -float(x)] for x in r])} for r in rows]
+    progress: list[int] = []
+    done = list(_assemble(shards, iter(batches), progress.append))
+    assert [shard.index for shard, _ in done] == [2, 0, 1]
+    for shard, vectors in done:
+        assert vectors.dtype == np.float16
+        assert vectors.tolist() == [[float(x), -float(x)] for x in range(shard.start, shard.end)]
+    assert progress == [2, 1, 2, 1]
+    with pytest.raises(RuntimeError, match="incomplete shards"):
+        list(_assemble(shards, iter(batches[:3]), progress.append))
+
+
+def test_a_build_reads_with_no_more_tasks_than_its_actors_feed_on() -> None:
+    assert [read_concurrency(actors) for actors in (1, 2, 8)] == [1, 2, 2]
