@@ -1,10 +1,12 @@
 """`tandem index check` (issue 45) with real models: the samples the indexer writes per segment, the student's
 agreement on each, a segment of another domain (the demo corpus's standard-library docstrings) told apart from the
-student's own, compaction, bundles without samples, and refusals."""
+student's own, compaction, bundles without samples, and refusals. The grown root is the run's `drift_root`
+(tests/fixtures/bundle.py), built once for this module, tests/tandem/test_agreement_trigger.py and the service's."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -23,23 +25,12 @@ from models.bundle.sample import SAMPLE_FILES, read_sample
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import read_current
 from models.errors import ContractMismatch
-from tandem.demo_corpus import write_demo_corpus
+from tandem.cli import main
+from tests.fixtures.bundle import DRIFT_DOCS as DEMO_DOCS
 from tests.fixtures.corpus import DOCS
 
 pytestmark = pytest.mark.slow
-DEMO_DOCS = 40
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def drift_root(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the tiny root (the tiny student's home) plus one update of standard-library docstrings."""
-    work = tmp_path_factory.mktemp("drift")
-    root = work / "root"
-    shutil.copytree(tiny_root, root)
-    write_demo_corpus(work / "demo.jsonl", max_docs=DEMO_DOCS)
-    update(UpdateRequest(changes=work / "demo.jsonl", root=root, version="v2"))
-    return root
 
 
 def test_every_segment_written_keeps_a_sample_listed_and_checksummed(drift_root: Path) -> None:
@@ -73,18 +64,45 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, env={**os.environ, "TANDEM_LOG_LEVEL": "WARNING"}, timeout=120)
 
 
+def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int | str | None, str, str]:
+    """`tandem index check` through the CLI's own entry point (tandem.cli.main: its exit codes and error lines) in
+    this process, which has imported what the command imports already (a process of its own spends ~1 s on that).
+    The loggers' levels and the root's handlers the command sets are put back, so the tests after it in this worker
+    log as before."""
+    manager, root = logging.Logger.manager, logging.getLogger()
+    levels = {name: lg.level for name, lg in manager.loggerDict.items() if isinstance(lg, logging.Logger)}
+    root_level, root_handlers = root.level, list(root.handlers)
+    capsys.readouterr()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(sys, "argv", ["tandem", "index", "check", *args])
+            with pytest.raises(SystemExit) as done:
+                main()
+    finally:
+        for name, lg in list(manager.loggerDict.items()):
+            if isinstance(lg, logging.Logger):
+                lg.setLevel(levels.get(name, logging.NOTSET))
+        root.setLevel(root_level)
+        for handler in [h for h in root.handlers if h not in root_handlers]:
+            root.removeHandler(handler)
+    out = capsys.readouterr()
+    return done.value.code, out.out, out.err
+
+
 def test_the_command_prints_json_and_refuses_a_bad_root_or_student(drift_root: Path, tiny_student: Path,
-                                                                   tmp_path: Path) -> None:
-    done = _cli("--root", str(drift_root), "--student", str(tiny_student), "--json")
+                                                                   tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    done = _cli("--root", str(drift_root), "--student", str(tiny_student), "--json")  # `python -m tandem` itself
     assert done.returncode == 0, done.stderr
     body = json.loads(done.stdout)
-    assert [s["segment"] for s in body["segments"]] == ["base", "v2"] and body["overall"]["queries"] == 60
-    text = _cli("--root", str(drift_root), "--student", str(tiny_student))
-    assert text.returncode == 0 and "overlap@10" in text.stdout and "threshold" in text.stdout
-    no_student = _cli("--root", str(drift_root), "--student", str(tmp_path))
-    assert no_student.returncode == 2 and "student.json is missing" in no_student.stderr
-    no_root = _cli("--root", str(tmp_path / "nowhere"), "--student", str(tiny_student))
-    assert no_root.returncode == 2 and "manifest.json is missing" in no_root.stderr
+    assert [s["segment"] for s in body["segments"]] == ["base", "v2"]
+    assert body["overall"]["queries"] == len(DOCS) + DEMO_DOCS
+    code, out, err = _in_process(capsys, "--root", str(drift_root), "--student", str(tiny_student))
+    assert code == 0 and "overlap@10" in out and "threshold" in out, err
+    code, _, err = _in_process(capsys, "--root", str(drift_root), "--student", str(tmp_path))
+    assert code == 2 and "student.json is missing" in err
+    code, _, err = _in_process(capsys, "--root", str(tmp_path / "nowhere"), "--student", str(tiny_student))
+    assert code == 2 and "manifest.json is missing" in err
 
 
 def test_a_bundle_without_samples_loads_and_its_agreement_is_unknown(tiny_root: Path, tiny_student: Path,

@@ -1,20 +1,20 @@
 """The follower's refresh trigger is the student's agreement with the teacher (models.agreement): a segment of another
 domain (the demo corpus's standard-library docstrings) below the threshold triggers it, a segment of the student's
 own domain does not, and a segment without an agreement sample falls back to the count of unseen documents. Real
-models throughout (the tiny student, the teacher), as tests/indexer/test_agreement_check.py."""
+models throughout (the tiny student, the teacher), as tests/indexer/test_agreement_check.py, whose grown root
+(the run's `drift_root`, tests/fixtures/bundle.py) is the segment of another domain here too."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from indexer.check import check
-from indexer.follow import FollowRequest, follow
-from indexer.versions.request import UpdateRequest
-from indexer.versions.update import update
+from indexer.follow import FollowReport, FollowRequest, follow
 from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.sample import SAMPLE_FILES
 from models.bundle.version import read_bundle_manifest
@@ -24,18 +24,9 @@ from models.distill.refresh import RefreshRequest, new_segments, run_refresh
 from models.encoders.student import read_student_manifest
 from models.encoders.student_root import current_student
 from models.errors import InputError
-from tandem.demo_corpus import write_demo_corpus
 from tandem.student_refresh import StudentRefresher, below_agreement
+from tests.fixtures.bundle import DRIFT_DOCS as DEMO_DOCS
 from tests.fixtures.corpus import DOCS
-
-DEMO_DOCS = 40
-
-
-def _grown(tiny_root: Path, work: Path, changes: Path) -> Path:
-    root = work / "root"
-    shutil.copytree(tiny_root, root, symlinks=True)
-    update(UpdateRequest(changes=changes, root=root, version="v2"))
-    return root
 
 
 def _in_domain() -> list[dict[str, str]]:
@@ -43,18 +34,43 @@ def _in_domain() -> list[dict[str, str]]:
     return [{"_id": f"{doc_id}-again", "title": title, "text": text} for doc_id, title, text in DOCS]
 
 
-@pytest.fixture(scope="module")
-def other_root(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    work = tmp_path_factory.mktemp("other")
-    write_demo_corpus(work / "demo.jsonl", max_docs=DEMO_DOCS)
-    return _grown(tiny_root, work, work / "demo.jsonl")
+@pytest.fixture
+def other_root(drift_root: Path) -> Path:
+    """The tiny root grown by a segment of standard-library docstrings, shared by the run: the tests only read it."""
+    return drift_root
+
+
+@dataclass(frozen=True)
+class Followed:
+    """A copy of the tiny root after a follower applied the student's own documents again (one change file), with a
+    refresher over a students directory holding the tiny student (`first`) watching the agreement after publishing."""
+
+    root: Path
+    students: Path
+    report: FollowReport
 
 
 @pytest.fixture(scope="module")
-def own_root(tiny_root: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def followed(tiny_root: Path, tiny_student: Path, tmp_path_factory: pytest.TempPathFactory) -> Followed:
+    """Built once for the module: the segment of the student's own domain costs a teacher load (its sample's
+    queries), which the follower's test and the tests of the trigger and of distill --from on that segment share.
+    They only read it."""
     work = tmp_path_factory.mktemp("own")
-    (work / "own.jsonl").write_text("".join(json.dumps(line) + "\n" for line in _in_domain()))
-    return _grown(tiny_root, work, work / "own.jsonl")
+    root, students, changes = work / "root", work / "students", work / "changes"
+    shutil.copytree(tiny_root, root, symlinks=True)
+    shutil.copytree(tiny_student, students / "first")
+    (students / "CURRENT").write_text("first\n")
+    changes.mkdir()
+    (changes / "0001.jsonl").write_text("".join(json.dumps(line) + "\n" for line in _in_domain()))
+    refresher = StudentRefresher(students, below_agreement(min_documents=1))
+    refresher.check()
+    report = follow(FollowRequest(root=root, changes_dir=changes, once=True, after_publish=refresher))
+    return Followed(root=root, students=students, report=report)
+
+
+@pytest.fixture
+def own_root(followed: Followed) -> Path:
+    return followed.root
 
 
 def test_the_trigger_fires_on_a_segment_of_another_domain_below_the_threshold(other_root: Path,
@@ -76,18 +92,9 @@ def test_the_trigger_stays_quiet_on_a_segment_of_the_students_own_domain(own_roo
     assert below_agreement(min_documents=1)(version, tiny_student) == []
 
 
-def test_a_follower_adding_the_students_own_domain_leaves_it_in_service(tiny_root: Path, tiny_student: Path,
-                                                                        tmp_path: Path) -> None:
-    root, students, changes = tmp_path / "root", tmp_path / "students", tmp_path / "changes"
-    shutil.copytree(tiny_root, root, symlinks=True)
-    shutil.copytree(tiny_student, students / "first")
-    (students / "CURRENT").write_text("first\n")
-    changes.mkdir()
-    (changes / "0001.jsonl").write_text("".join(json.dumps(line) + "\n" for line in _in_domain()))
-    refresher = StudentRefresher(students, below_agreement(min_documents=1))
-    refresher.check()
-    report = follow(FollowRequest(root=root, changes_dir=changes, once=True, after_publish=refresher))
-    assert report.applied == 1
+def test_a_follower_adding_the_students_own_domain_leaves_it_in_service(followed: Followed) -> None:
+    students = followed.students
+    assert followed.report.applied == 1
     assert current_student(students) == students / "first"
     assert sorted(p.name for p in students.iterdir()) == ["CURRENT", "first"]
 

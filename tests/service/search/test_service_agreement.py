@@ -1,6 +1,7 @@
 """The service scores the student's agreement with the teacher per segment in the background (issue 45): at load
 and after a reload (the new segment only), exported as gauges, shown in /admin/status, and one warning naming the
-segments below the threshold. Real models, a real server."""
+segments below the threshold. Real models, a real server. The update it reloads is the run's `drift_root`'s v2
+(tests/fixtures/bundle.py: the tiny root grown by standard-library docstrings), published into a copy."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from indexer.versions.update import UpdateRequest, update
-from tandem.demo_corpus import write_demo_corpus
+from models.bundle.versions import set_current
+from tests.fixtures.bundle import DRIFT_DOCS
 from tests.fixtures.server import LiveServer
 from tests.service.reload.test_service_reload import admin_status, reload, serving, wait_for
 
@@ -31,10 +32,10 @@ def _scored(server: LiveServer, segments: int) -> dict[str, Any]:
 
 
 def test_agreement_is_scored_at_load_and_for_a_reloads_new_segment_and_warned_of(
-        tiny_root: Path, tiny_student: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        drift_root: Path, tiny_student: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "root"
-    shutil.copytree(tiny_root, root)
-    write_demo_corpus(tmp_path / "demo.jsonl", max_docs=40)
+    shutil.copytree(drift_root, root)
+    set_current(root, "v1")  # served before the update: v2 is published (CURRENT moved to it) while it serves
     with caplog.at_level(logging.INFO, logger="service.core.agreement"), \
             serving(root, tiny_student, metrics_names=True) as server:
         first = _scored(server, 1)
@@ -42,13 +43,13 @@ def test_agreement_is_scored_at_load_and_for_a_reloads_new_segment_and_warned_of
         assert home["home"] and home["queries"] == 20 and home["below"] is False
         assert first["home"]["overlap"] == home["overlap"] and first["threshold"] == 0.80
 
-        update(UpdateRequest(changes=tmp_path / "demo.jsonl", root=root, version="v2"))
+        set_current(root, "v2")  # what `tandem index update` does last, the update built once for the run
         assert reload(server).status_code == 200
         after = _scored(server, 2)
         assert after["version"] == "v2"
         assert after["segments"][0] == home  # kept, not scored again
         other = after["segments"][1]
-        assert other["segment"] == "v2" and not other["home"] and other["queries"] == 40
+        assert other["segment"] == "v2" and not other["home"] and other["queries"] == DRIFT_DOCS
         assert other["below"] is True and after["below"] == ["v2"]
 
         metrics = server.client.get("/metrics").text
