@@ -29,13 +29,6 @@ from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
 from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
-
-@pytest.fixture
-def root(mini_v1_v2_root: Path) -> Path:
-    """The mini bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
-    return mini_v1_v2_root
-
-
 pytestmark = pytest.mark.slow
 
 PROCESSES = 2
@@ -134,14 +127,21 @@ def watched(request: pytest.FixtureRequest, mini_bundle: Path, mini_v2_bundle: P
     """`tandem serve --processes 2` over a root of the mini bundle (v1) and its v2, each process watching CURRENT; one
     per TANDEM_WORKERS for the module's tests that leave it as they found it or set what they need first (starting
     two worker interpreters costs more than what those tests do with them). Its query limit and read deadlines are
-    set (MAX_QUERY_CHARS over every probe): test_settings_and_hardening_reach_every_worker finds them in each."""
+    set (MAX_QUERY_CHARS over every probe): test_settings_and_hardening_reach_every_worker finds them in each.
+
+    Once the supervisor has stopped, its runtime directory (every worker's metrics and status files, those of the
+    workers test_replaced_workers_catch_up_and_totals_keep_adding_up killed and replaced included) is gone."""
     assert max(map(len, PROBES)) <= MAX_QUERY_CHARS
     folder = tmp_path_factory.mktemp(f"watched-{request.param}")
     root = versions_root(folder / "bundles", mini_bundle, mini_v2_bundle)
-    with serving(root, mini_student, folder / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
+    log = folder / "serve.log"
+    with serving(root, mini_student, log, TANDEM_WATCH_INTERVAL_S="0.2",
                  TANDEM_WORKERS=request.param, TANDEM_MAX_QUERY_CHARS=str(MAX_QUERY_CHARS),
                  TANDEM_HEADER_TIMEOUT_S="1", TANDEM_BODY_TIMEOUT_S="1") as server:
         yield server, root
+    found = re.search(r"runtime directory (\S+)\)", log.read_text())
+    assert found is not None, log.read_text()
+    assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
 
 
 def _settled_count(client: httpx.Client, name: str, **labels: str) -> float:
@@ -262,46 +262,49 @@ def test_a_mismatched_student_is_refused_before_any_worker_starts(mini_bundle: P
     assert "server processes" not in result.stderr and "Started parent process" not in result.stderr
 
 
-def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, mini_student: Path,
-                                                                tmp_path: Path) -> None:
-    """...and once the supervisor stops, the runtime directory (every worker's metrics and status files, the killed
-    and the replaced ones' included) is gone with it."""
-    log = tmp_path / "serve.log"
-    with serving(root, mini_student, log, TANDEM_WATCH_INTERVAL_S="0") as server:
-        response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
-        assert response.status_code == 200, response.text
-        made, pids = _search_everywhere(server.url, version="v2")
-        assert len(pids) == PROCESSES
-        ok = {"route": "/search", "method": "POST", "status": "200"}
-        # Counted just after each answer is sent: wait for that before killing the worker that sent it.
-        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
-        victim = int(sorted(pids)[0])
-        os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
-        # From here on, a fresh connection each time: the shared client's may have been the victim's.
+@pytest.mark.parametrize("watched", ["1"], indirect=True)  # the supervisor's part: one TANDEM_WORKERS is enough
+def test_replaced_workers_catch_up_and_totals_keep_adding_up(watched: tuple[Served, Path]) -> None:
+    """CURRENT says v1 and an admin reload serves v2: a worker that replaces a killed one, and every worker SIGHUP
+    brings in, starts on the admin's v2 (not on CURRENT's v1), and the killed worker's requests still count.
+    The runtime directory's removal with the supervisor: the `watched` fixture's end."""
+    server, root = watched
+    set_current(root, "v1")  # where this test starts, whatever ran on this server before
+    wait_for(lambda: {s["version"] for s in _processes(server.client)} == {"v1"}, "v1 in every process")
+    ok = {"route": "/search", "method": "POST", "status": "200"}
+    counted = _settled_count(server.client, "tandem_http_requests_total", **ok)
+    response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    made, pids = _search_everywhere(server.url, version="v2")
+    assert len(pids) == PROCESSES
+    # Counted just after each answer is sent: wait for that before killing the worker that sent it.
+    wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == counted + made,
+             "all requests counted")
+    victim = int(sorted(pids)[0])
+    os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
+    # From here on, a fresh connection each time: the shared client's may have been the victim's.
 
-        wait_for(lambda: _replaced(server.url, {victim}), "a replacement worker serving the admin's v2")
-        more, pids = _search_everywhere(server.url, version="v2")
-        assert len(pids) == PROCESSES and str(victim) not in pids
-        wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [made + more] * SCRAPES,
-                 "the dead worker's requests still counted, by every worker")
-        # The dead worker's live gauge is gone: the two live ones serve v2.
-        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
-        assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
+    wait_for(lambda: _replaced(server.url, {victim}), "a replacement worker serving the admin's v2")
+    more, pids = _search_everywhere(server.url, version="v2")
+    assert len(pids) == PROCESSES and str(victim) not in pids
+    wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [counted + made + more] * SCRAPES,
+             "the dead worker's requests still counted, by every worker")
+    # The dead worker's live gauge is gone: the two live ones serve v2.
+    assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+    assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
 
-        # SIGHUP: uvicorn's supervisor replaces every worker, one by one; the new ones start on v2 as well. Clients
-        # searching all along get every answer: none is dropped by a worker as it stops.
-        with under_load(server.url) as answers:
-            for _ in range(2):
-                old = {s["pid"] for s in _fresh_processes(server.url)}
-                os.kill(server.pid, signal.SIGHUP)
-                wait_for(lambda: _replaced(server.url, old), "every worker replaced, serving v2")  # noqa: B023
-        assert answers, "the load ran"
-        assert _failed(answers) == []
-        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
-        _search_everywhere(server.url, version="v2")
-    found = re.search(r"runtime directory (\S+)\)", log.read_text())
-    assert found is not None, log.read_text()
-    assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
+    # SIGHUP: uvicorn's supervisor replaces every worker, one by one; the new ones start on v2 as well. Clients
+    # searching all along get every answer: none is dropped by a worker as it stops.
+    with under_load(server.url) as answers:
+        for _ in range(2):
+            old = {s["pid"] for s in _fresh_processes(server.url)}
+            os.kill(server.pid, signal.SIGHUP)
+            wait_for(lambda: _replaced(server.url, old), "every worker replaced, serving v2")  # noqa: B023
+    assert answers, "the load ran"
+    assert _failed(answers) == []
+    assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+    _search_everywhere(server.url, version="v2")
+    # Left as found: CURRENT names what every process serves (a later set_current(root, "v1") is a change again).
+    set_current(root, "v2")
 
 
 def test_settings_and_hardening_reach_every_worker(watched: tuple[Served, Path]) -> None:
