@@ -1,8 +1,8 @@
 """`tandem serve --processes 2` (issue 27): the real command, two real worker processes sharing one port.
 
 Every answer is checked, answers come from both processes (X-Tandem-Process), /metrics adds the
-processes up, a new CURRENT and an admin reload or rollback reach every process, and a mismatched
-student is refused before any worker starts.
+processes up, a new CURRENT and an admin reload or rollback reach every process, the settings and the
+read deadlines hold in every worker, and a mismatched student is refused before any worker starts.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,6 +21,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from models.bundle.versions import set_current
+from tests.fixtures import service_fast
 from tests.fixtures.corpus import LONG_BATCH, PROBES
 from tests.fixtures.server import Served, free_port, post_together, serve_process
 from tests.fixtures.tiny_service import versions_root
@@ -30,19 +29,13 @@ from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
 from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
-
-@pytest.fixture
-def root(mini_v1_v2_root: Path) -> Path:
-    """The mini bundle (v1) and its v2 under a root of the test's own (tests/fixtures/tiny_service.py)."""
-    return mini_v1_v2_root
-
-
 pytestmark = pytest.mark.slow
 
 PROCESSES = 2
 SCRAPES = 3 * PROCESSES  # scrapes on fresh connections: several land on each process
 ROUNDS = 10  # concurrent rounds of every probe, at most, until both processes have answered
 BURSTS = 5  # bursts, at most, until one is shed
+MAX_QUERY_CHARS = 64  # the watched servers' limit: every probe is shorter
 
 
 def _serve_args(index: Path, student: Path) -> list[str]:
@@ -133,12 +126,22 @@ def watched(request: pytest.FixtureRequest, mini_bundle: Path, mini_v2_bundle: P
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
     """`tandem serve --processes 2` over a root of the mini bundle (v1) and its v2, each process watching CURRENT; one
     per TANDEM_WORKERS for the module's tests that leave it as they found it or set what they need first (starting
-    two worker interpreters costs more than what those tests do with them)."""
+    two worker interpreters costs more than what those tests do with them). Its query limit and read deadlines are
+    set (MAX_QUERY_CHARS over every probe): test_settings_and_hardening_reach_every_worker finds them in each.
+
+    Once the supervisor has stopped, its runtime directory (every worker's metrics and status files, those of the
+    workers test_replaced_workers_catch_up_and_totals_keep_adding_up killed and replaced included) is gone."""
+    assert max(map(len, PROBES)) <= MAX_QUERY_CHARS
     folder = tmp_path_factory.mktemp(f"watched-{request.param}")
     root = versions_root(folder / "bundles", mini_bundle, mini_v2_bundle)
-    with serving(root, mini_student, folder / "serve.log", TANDEM_WATCH_INTERVAL_S="0.2",
-                 TANDEM_WORKERS=request.param) as server:
+    log = folder / "serve.log"
+    with serving(root, mini_student, log, TANDEM_WATCH_INTERVAL_S="0.2",
+                 TANDEM_WORKERS=request.param, TANDEM_MAX_QUERY_CHARS=str(MAX_QUERY_CHARS),
+                 TANDEM_HEADER_TIMEOUT_S="1", TANDEM_BODY_TIMEOUT_S="1") as server:
         yield server, root
+    found = re.search(r"runtime directory (\S+)\)", log.read_text())
+    assert found is not None, log.read_text()
+    assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
 
 
 def _settled_count(client: httpx.Client, name: str, **labels: str) -> float:
@@ -249,74 +252,82 @@ def test_a_new_current_and_admin_changes_reach_every_process(watched: tuple[Serv
 
 def test_a_mismatched_student_is_refused_before_any_worker_starts(mini_bundle: Path, mini_student: Path,
                                                                   tmp_path: Path) -> None:
+    """Forked warm (tests/fixtures/service_fast.py): the check runs in the process `tandem serve` starts in, before it
+    starts a worker, so no worker is spawned from the fork either way."""
     student = altered_student(mini_student, tmp_path / "student", {"fingerprint": "0" * 64})
-    result = subprocess.run([sys.executable, "-m", "tandem", "serve", *_serve_args(mini_bundle, student), "--port",
-                             str(free_port())], env=_env(), capture_output=True,
-                            text=True, timeout=120, start_new_session=True)
+    result = service_fast.run(["serve", *_serve_args(mini_bundle, student), "--port", str(free_port())], env=_env())
     assert result.returncode == 2, result.stderr
     assert "fingerprint" in result.stderr
     assert "Traceback" not in result.stderr
     assert "server processes" not in result.stderr and "Started parent process" not in result.stderr
 
 
-def test_replaced_workers_catch_up_and_totals_keep_adding_up(root: Path, mini_student: Path,
-                                                                tmp_path: Path) -> None:
-    with serving(root, mini_student, tmp_path / "serve.log", TANDEM_WATCH_INTERVAL_S="0") as server:
-        response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
-        assert response.status_code == 200, response.text
-        made, pids = _search_everywhere(server.url, version="v2")
-        assert len(pids) == PROCESSES
-        ok = {"route": "/search", "method": "POST", "status": "200"}
-        # Counted just after each answer is sent: wait for that before killing the worker that sent it.
-        wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == made, "all requests counted")
-        victim = int(sorted(pids)[0])
-        os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
-        # From here on, a fresh connection each time: the shared client's may have been the victim's.
+@pytest.mark.parametrize("watched", ["1"], indirect=True)  # the supervisor's part: one TANDEM_WORKERS is enough
+def test_replaced_workers_catch_up_and_totals_keep_adding_up(watched: tuple[Served, Path]) -> None:
+    """CURRENT says v1 and an admin reload serves v2: a worker that replaces a killed one, and every worker SIGHUP
+    brings in, starts on the admin's v2 (not on CURRENT's v1), and the killed worker's requests still count.
+    The runtime directory's removal with the supervisor: the `watched` fixture's end."""
+    server, root = watched
+    set_current(root, "v1")  # where this test starts, whatever ran on this server before
+    wait_for(lambda: {s["version"] for s in _processes(server.client)} == {"v1"}, "v1 in every process")
+    ok = {"route": "/search", "method": "POST", "status": "200"}
+    counted = _settled_count(server.client, "tandem_http_requests_total", **ok)
+    response = server.client.post("/admin/reload", json={"path": str(root / "v2")}, headers=AUTH)
+    assert response.status_code == 200, response.text
+    made, pids = _search_everywhere(server.url, version="v2")
+    assert len(pids) == PROCESSES
+    # Counted just after each answer is sent: wait for that before killing the worker that sent it.
+    wait_for(lambda: _metric(server.client, "tandem_http_requests_total", **ok) == counted + made,
+             "all requests counted")
+    victim = int(sorted(pids)[0])
+    os.kill(victim, signal.SIGKILL)  # the supervisor replaces it; the new one starts on the admin's v2
+    # From here on, a fresh connection each time: the shared client's may have been the victim's.
 
-        wait_for(lambda: _replaced(server.url, {victim}), "a replacement worker serving the admin's v2")
-        more, pids = _search_everywhere(server.url, version="v2")
-        assert len(pids) == PROCESSES and str(victim) not in pids
-        wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [made + more] * SCRAPES,
-                 "the dead worker's requests still counted, by every worker")
-        # The dead worker's live gauge is gone: the two live ones serve v2.
-        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
-        assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
+    wait_for(lambda: _replaced(server.url, {victim}), "a replacement worker serving the admin's v2")
+    more, pids = _search_everywhere(server.url, version="v2")
+    assert len(pids) == PROCESSES and str(victim) not in pids
+    wait_for(lambda: _scrape_each(server.url, "tandem_http_requests_total", **ok) == [counted + made + more] * SCRAPES,
+             "the dead worker's requests still counted, by every worker")
+    # The dead worker's live gauge is gone: the two live ones serve v2.
+    assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+    assert _scrape_each(server.url, "tandem_index_info", version="v1") == [0] * SCRAPES
 
-        # SIGHUP: uvicorn's supervisor replaces every worker, one by one; the new ones start on v2 as well. Clients
-        # searching all along get every answer: none is dropped by a worker as it stops.
-        with under_load(server.url) as answers:
-            for _ in range(2):
-                old = {s["pid"] for s in _fresh_processes(server.url)}
-                os.kill(server.pid, signal.SIGHUP)
-                wait_for(lambda: _replaced(server.url, old), "every worker replaced, serving v2")  # noqa: B023
-        assert answers, "the load ran"
-        assert _failed(answers) == []
-        assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
-        _search_everywhere(server.url, version="v2")
+    # SIGHUP: uvicorn's supervisor replaces every worker, one by one; the new ones start on v2 as well. Clients
+    # searching all along get every answer: none is dropped by a worker as it stops.
+    with under_load(server.url) as answers:
+        for _ in range(2):
+            old = {s["pid"] for s in _fresh_processes(server.url)}
+            os.kill(server.pid, signal.SIGHUP)
+            wait_for(lambda: _replaced(server.url, old), "every worker replaced, serving v2")  # noqa: B023
+    assert answers, "the load ran"
+    assert _failed(answers) == []
+    assert _scrape_each(server.url, "tandem_index_info", version="v2") == [PROCESSES] * SCRAPES
+    _search_everywhere(server.url, version="v2")
+    # Left as found: CURRENT names what every process serves (a later set_current(root, "v1") is a change again).
+    set_current(root, "v2")
 
 
-def test_settings_and_hardening_reach_every_worker(mini_bundle: Path, mini_student: Path, tmp_path: Path) -> None:
-    log = tmp_path / "serve.log"
-    with serving(mini_bundle, mini_student, log, TANDEM_MAX_QUERY_CHARS="64", TANDEM_HEADER_TIMEOUT_S="1",
-                 TANDEM_BODY_TIMEOUT_S="1") as server:
-        too_long: dict[str, object] = {"query": "ocean tides " * 10}
-        pids: set[str] = set()
-        for _ in range(ROUNDS):
-            for response in post_together(server.url, [too_long] * 10):
-                assert response.status_code == 422, response.text
-                pids.add(response.headers["X-Tandem-Process"])
-            if len(pids) == PROCESSES:
-                break
-        assert len(pids) == PROCESSES
-        socks = [_trickler(server.url, body=i % 2 == 1) for i in range(4 * PROCESSES)]
-        try:
-            assert all(_closed_by_server(sock) for sock in socks)  # the guarded protocol, in whichever worker
-        finally:
-            for sock in socks:
-                sock.close()
-    found = re.search(r"runtime directory (\S+)\)", log.read_text())
-    assert found is not None, log.read_text()
-    assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
+def test_settings_and_hardening_reach_every_worker(watched: tuple[Served, Path]) -> None:
+    """The watched servers' query limit and header and body deadlines (set in their environment, pickled into each
+    worker with the rest of the settings) hold in every worker: each refuses a query over the limit, and cuts off a
+    client trickling its headers or its body, whichever worker took the connection."""
+    server, _ = watched
+    too_long: dict[str, object] = {"query": "ocean tides " * 10}
+    assert len(str(too_long["query"])) > MAX_QUERY_CHARS
+    pids: set[str] = set()
+    for _ in range(ROUNDS):
+        for response in post_together(server.url, [too_long] * 10):
+            assert response.status_code == 422, response.text
+            pids.add(response.headers["X-Tandem-Process"])
+        if len(pids) == PROCESSES:
+            break
+    assert len(pids) == PROCESSES
+    socks = [_trickler(server.url, body=i % 2 == 1) for i in range(4 * PROCESSES)]
+    try:
+        assert all(_closed_by_server(sock) for sock in socks)  # the guarded protocol, in whichever worker
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 @pytest.mark.parametrize("workers", ["1", "0"])

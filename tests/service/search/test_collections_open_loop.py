@@ -25,7 +25,8 @@ import pytest
 
 from tandem.loadclient import Request
 from tandem.openloop import OpenLoop, Record, Target
-from tests.fixtures.server import Served, serve_process
+from tests.fixtures import service_fast
+from tests.fixtures.server import Served, popen, serve_process
 
 
 @pytest.fixture
@@ -107,8 +108,11 @@ def _serving(tmp_path: Path, config: Path, keys: Path, processes: int, watch_s: 
     args = ["--config", str(config), "--keys-file", str(keys), "--processes", str(processes)]
     names = set(_config_names(config))
     ready = partial(_everywhere, processes=processes, names=names)
-    # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0
-    with serve_process(args, env, tmp_path / "serve.log", ready, exits=(0, 130) if processes == 1 else (0,)) as server:
+    # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0. One process is
+    # forked warm (tests/fixtures/service_fast.py); a supervisor starts as users start it, and spawns its workers.
+    one = processes == 1
+    with serve_process(args, env, tmp_path / "serve.log", ready, exits=(0, 130) if one else (0,),
+                       start=service_fast.start if one else popen) as server:
         yield server
 
 
