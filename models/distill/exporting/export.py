@@ -140,7 +140,8 @@ def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[
     quantized; the worst are excluded one by one until the whole graph passes. Returns the
     excluded node names (empty for a graph that passes as is, such as MiniLM's). The graph is
     quantized once: every graph the search scores is that one with some MatMuls put back in fp32
-    (mixed_precision.with_fp32_nodes); only the one kept is quantized again, as `out`.
+    (mixed_precision.with_fp32_nodes), and the one kept is written as `out` the same way (the graph
+    quantize_dynamic writes excluding those nodes computes the same: test_mixed_precision.py).
     """
     reference = onnx_vectors(fp32, tokens, texts)
     quantize_onnx(fp32, out)
@@ -163,7 +164,7 @@ def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[
         if score >= INT8_MIN_COSINE:
             excluded = sensitivity[:n]
             break
-    quantize_onnx(fp32, out, excluded)
+    onnx.save(with_fp32_nodes(quantized, original, excluded), str(out))  # what quantizing again would write
     return excluded
 
 

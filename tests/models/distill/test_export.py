@@ -48,17 +48,23 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def backbone_dir(tandem_home: Path) -> Path:
-    return resolve("backbone")
+def backbone_dir(tiny_models: TinyModels) -> Path:
+    """The tiny BERT (tests/fixtures/tiny_models.py): tracing, fusing, quantizing, the parity gate and the int8
+    emulation are mechanics, the same for any BERT-family backbone. The real backbone's export (and its parity
+    gate) is the tiny student's (tests/fixtures/student.py), checked by the manifest tests below."""
+    return load_card(tiny_models.st(StSpec(arch="bert", pooling="mean"))).hf_dir
 
 
 @pytest.fixture(scope="module")
-def exported(backbone_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[StudentModel, Path]:
-    """An untrained student (projection = the backbone's own space, twice) exported for parity checks."""
+def exported(backbone_dir: Path, tandem_home: Path,
+             tmp_path_factory: pytest.TempPathFactory) -> tuple[StudentModel, Path]:
+    """An untrained student (projection = the backbone's own space, repeated into the real teacher's 768) exported
+    for parity checks."""
     teacher = load_card(resolve("teacher")).teacher_ref()
+    torch.manual_seed(0)
     model = StudentModel(backbone_dir, teacher.dim)
     dim = model.backbone_dim
-    model.set_projection(torch.cat([torch.eye(dim), torch.eye(dim)])[: teacher.dim], torch.zeros(teacher.dim))
+    model.set_projection(torch.eye(dim).repeat(-(-teacher.dim // dim), 1)[: teacher.dim], torch.zeros(teacher.dim))
     card = load_card(backbone_dir)
     manifest = StudentManifest(teacher=teacher, backbone=card.name, backbone_fingerprint=card.fingerprint,
                                max_seq_length=card.max_seq_length)
@@ -70,7 +76,7 @@ def exported(backbone_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
 @functools.cache
 def _tokens(backbone_dir: Path) -> Tokens:
     """Loaded once: the emulation test below embeds one text per call."""
-    return Tokens(backbone_dir / "tokenizer.json", 256)
+    return Tokens(backbone_dir / "tokenizer.json", MAX_SEQ_LENGTH)
 
 
 def _torch_vectors(model: StudentModel, backbone_dir: Path, texts: list[str]) -> np.ndarray:
@@ -94,7 +100,7 @@ def test_parity_gate_rejects_a_graph_that_differs(exported: tuple[StudentModel, 
     _, out = exported
     other = StudentModel(backbone_dir, 768)  # default projection: another function entirely
     with pytest.raises(ContractMismatch, match="does not reproduce the PyTorch student"):
-        check_parity(other, Tokens(backbone_dir / "tokenizer.json", 256), out, TEXTS)
+        check_parity(other, _tokens(backbone_dir), out, TEXTS)
 
 
 def test_int8_emulation_predicts_the_int8_graph(exported: tuple[StudentModel, Path], backbone_dir: Path) -> None:
@@ -116,10 +122,11 @@ def test_int8_emulation_predicts_the_int8_graph(exported: tuple[StudentModel, Pa
 def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> None:
     model = StudentModel(backbone_dir, 768)
     keys = set(model.state_dict())
-    input_ids = torch.tensor([[101, 7592, 2088, 2003, 102, 0], [101, 7592, 2088, 2003, 2172, 102]])
+    input_ids = torch.tensor([[2, 70, 80, 90, 3, 0], [2, 70, 80, 90, 100, 3]])  # [CLS] … [SEP] [PAD] in its vocab
     with int8_emulation(model) as swapped:
-        # MiniLM-L6: six Linear per layer and the projection; three embedding tables and their LayerNorm
-        assert swapped == 6 * 6 + 1 + 4
+        # the tiny BERT's 3 layers: six Linear per layer and the projection; three embedding tables and their
+        # LayerNorm (MiniLM-L6's would be 6 * 6 + 1 + 4)
+        assert swapped == 3 * 6 + 1 + 4
         assert set(model.state_dict()) == keys
         model(input_ids, (input_ids != 0).long()).sum().backward()
     assert type(model.projection) is nn.Linear and set(model.state_dict()) == keys

@@ -64,7 +64,8 @@ def test_teacher_layers_of_a_bert_or_mpnet_teacher_keep_its_pooling_and_head(
                                     prompts=(("query", "query: "), ("passage", "passage: "))))
     bundle = tmp_path / "bundle"
     build(BuildRequest(corpus=tiny_corpus, out=bundle, dim=64, teacher=teacher))
-    preset = TEST_PRESET.model_copy(update={"name": "layers", "student": "teacher-layers", "teacher_layers": 1})
+    preset = TEST_PRESET.model_copy(update={"name": "layers", "student": "teacher-layers", "teacher_layers": 1,
+                                            "epochs": 1, "int8_epochs": 0})  # what is kept, not how it trains
     manifest = run_distill(DistillRequest(corpus=tiny_corpus, index=bundle, out=tmp_path / "student", preset=preset,
                                           seed=TEST_SEED, teacher=teacher))
     card = load_card(teacher)
