@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -145,9 +146,9 @@ def test_sigkill_anywhere_in_an_update_or_a_compaction(tiny_home: Path, work: Pa
     bake = DOCS[0]
     changes = _lines(work / "changes.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "de"},
                                              {"_id": "tides", "delete": True}])
-    jobs = {"update": lambda: update(UpdateRequest(changes=changes, root=root, version="v5")),
-            "compact": lambda: compact(VersionRequest(root=root, version="v5"), MergePolicy(full=True)),
-            "merge": lambda: compact(VersionRequest(root=root, version="v5"))}  # the policy: v1 kept, the rest merged
+    jobs = {"update": partial(update, UpdateRequest(changes=changes, root=root, version="v5")),
+            "compact": partial(compact, VersionRequest(root=root, version="v5"), MergePolicy(full=True)),
+            "merge": partial(compact, VersionRequest(root=root, version="v5"))}  # the policy: v1 kept, the rest merged
 
     def check() -> None:
         current = read_current(root)
@@ -189,7 +190,7 @@ def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Pat
         # each batch whole or not at all (max_segments 2: a batch of one file, then a compaction)
         assert state is None or (state.last, state.files) in {(f"000{n}.jsonl", n) for n in (1, 2, 3)}
 
-    points = kill_everywhere(lambda: follow(request), check, reset)
+    points = kill_everywhere(partial(follow, request), check, reset)
     assert points > 10
     for n in (points // 3, 2 * points // 3):  # killed part way, then started again: each file once
         reset()
