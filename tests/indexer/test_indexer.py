@@ -64,7 +64,7 @@ VARIANTS = [(256, "int8"), (256, "binary"), (128, "binary"), (512, "float")]
 
 @pytest.mark.parametrize(("dim", "quantization"), VARIANTS)
 def test_other_dims_and_quantizations_reuse_embeddings(
-    tiny_bundle: Path, tiny_corpus: Path, bundles_dir: Path, probe_vectors: np.ndarray,
+    tiny_bundle: Path, tiny_corpus: Path, bundles_dir: Path, probe_vectors: np.ndarray, no_agreement_sample: None,
     dim: int, quantization: str, caplog: pytest.LogCaptureFixture,
 ) -> None:
     out = bundles_dir / f"tiny-{dim}-{quantization}"
@@ -110,7 +110,8 @@ def test_bad_options_fail_before_encoding(tiny_corpus: Path, tmp_path: Path) -> 
         build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "x", dim=1000))
 
 
-def test_import_checks_shape_norm_and_ids(tandem_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+def test_import_checks_shape_norm_and_ids(tandem_home: Path, no_agreement_sample: None, tiny_corpus: Path,
+                                         tmp_path: Path) -> None:
     docs = read_corpus(tiny_corpus)
     rng = np.random.default_rng(0)
     vecs = rng.standard_normal((len(docs), 768)).astype(np.float32)
@@ -204,8 +205,11 @@ def test_auto_precision_records_what_this_cpu_picks(tiny_home: Path, tiny_corpus
     assert read_bundle_manifest(tmp_path / "auto").embeddings.precision == expected
 
 
-def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: Path, tmp_path: Path) -> None:
-    """bf16 vectors get their own store entry and say so in the manifest; fp32 stays the reference."""
+def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: Path, no_agreement_sample: None,
+                                               tmp_path: Path) -> None:
+    """bf16 vectors get their own store entry and say so in the manifest; fp32 stays the reference. No agreement
+    sample, which nothing here reads (its queries would load and run the real teacher in bf16 once more; samples:
+    tests/indexer/test_agreement_check.py)."""
     manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "bf16", precision="bf16"))
     reference = read_bundle_manifest(tiny_bundle).embeddings
     assert (manifest.embeddings.precision, manifest.embeddings.device, manifest.embeddings.engine) == \

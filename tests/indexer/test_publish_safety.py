@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from indexer.publish import Target, publish
 from indexer.rootlock import root_lock
 from indexer.verify import verify_one
+from indexer.versions.update import UpdateRequest, update
 from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
@@ -54,6 +56,18 @@ def _copy_into(source: Path, staging: Path) -> None:
             shutil.copyfile(path, staging / path.name)
 
 
+def _republish(out: Path, source: Path) -> None:
+    """A kill loop's job (module level, so it pickles: tests/fixtures/kill_points.py): `source` forced over `out`."""
+    with staged(out, force=True) as staging:
+        _copy_into(source, staging)
+
+
+def _publish_pruning(root: Path, source: Path) -> None:
+    """A kill loop's job: `source` published as v3 into `root`, every other version pruned."""
+    with publish(Target(root=root, version="v3", keep=0)) as (staging, _):
+        _copy_into(source, staging)
+
+
 def test_sigkill_anywhere_in_a_force_republish_leaves_a_valid_bundle(tiny_bundle: Path, v2_bundle: Path,
                                                                      kill_dir: Path) -> None:
     served = kill_dir / "served"
@@ -61,16 +75,12 @@ def test_sigkill_anywhere_in_a_force_republish_leaves_a_valid_bundle(tiny_bundle
     shutil.copytree(tiny_bundle, kill_dir / "pristine" / "bundle")
     pristine = Pristine(kill_dir / "pristine")
 
-    def job() -> None:
-        with staged(out, force=True) as staging:
-            _copy_into(v2_bundle, staging)
-
     def check() -> None:
         assert out.is_dir(), "nothing under the final name"
         pristine.verify(out)  # the old bundle untouched, or the new one verified whole
         assert read_bundle_manifest(out).count in {20, 19}
 
-    points = kill_everywhere(job, check, lambda: pristine.restore(served))
+    points = kill_everywhere(partial(_republish, out, v2_bundle), check, lambda: pristine.restore(served))
     assert points > 3
     assert read_bundle_manifest(out).count == 19  # the finished run replaced it
     assert [p.name for p in out.parent.iterdir()] == ["bundle"]  # the old version was removed
@@ -85,16 +95,12 @@ def test_sigkill_anywhere_in_a_publish_with_prune_leaves_a_valid_current(tiny_bu
     set_current(kill_dir / "pristine", "v1")
     pristine = Pristine(kill_dir / "pristine")
 
-    def job() -> None:
-        with publish(Target(root=root, version="v3", keep=0)) as (staging, _):
-            _copy_into(v2_bundle, staging)
-
     def check() -> None:
         current = read_current(root)
         pristine.verify(current)
         assert current.name in {"v1", "v3"}
 
-    kill_everywhere(job, check, lambda: pristine.restore(root))
+    kill_everywhere(partial(_publish_pruning, root, v2_bundle), check, lambda: pristine.restore(root))
     assert list_versions(root) == ["v3"]
     assert read_current(root).name == "v3"
     pristine.assert_intact()
@@ -161,8 +167,12 @@ def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Pat
         args = ["build", "--corpus", str(corpus), "--root", str(root), "--embeddings",
                 str(work / "vectors.npy"), "--ids", str(work / "ids.json")]
     else:  # a document larger than the limit: its segment's docstore cannot be written
-        (tmp_path / "big.jsonl").write_text(json.dumps({"_id": "big", "text": "tides of the moon " * 3000}) + "\n")
-        args = ["update", "--root", str(root), "--changes", str(tmp_path / "big.jsonl")]
+        big = tmp_path / "big.jsonl"
+        big.write_text(json.dumps({"_id": "big", "text": "tides of the moon " * 3000}) + "\n")
+        # its vector is in the embedding store already (the update finds it as a follower's retry would), so the
+        # limited process fails at the write without importing torch to encode it (most of its seconds)
+        update(UpdateRequest(changes=big, base=root / "v1", out=tmp_path / "unlimited"))
+        args = ["update", "--root", str(root), "--changes", str(big)]
     done = subprocess.run(
         [sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=_limit_file_size,

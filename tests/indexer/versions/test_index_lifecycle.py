@@ -160,8 +160,10 @@ def _write(path: Path, lines: Sequence[object]) -> Path:
 
 @pytest.mark.slow
 def test_update_reuses_vectors_and_deleted_ids_never_return(
-    tiny_bundle: Path, tiny_corpus: Path, teacher_dir: Path, tmp_path: Path
+    tiny_bundle: Path, tiny_corpus: Path, teacher_dir: Path, no_agreement_sample: None, tmp_path: Path
 ) -> None:
+    """The real teacher, since the added documents must be found by what they mean; no agreement sample, which
+    nothing here reads and which was half of the test (the real teacher loaded for each writer's queries)."""
     root = tmp_path / "root"
     build(BuildRequest(corpus=tiny_corpus, root=root, version="v1"))
     kite = {"_id": "kites", "title": "Kite flying", "text": "Wind pushes against the tilted sail and lifts the kite."}

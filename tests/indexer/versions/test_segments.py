@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -40,7 +43,7 @@ def _lines(path: Path, lines: list[dict]) -> Path:
     return path
 
 
-def _segmented(root: Path, work: Path, **build_options: object) -> list[str]:
+def _segmented(root: Path, work: Path, **build_options: Any) -> list[str]:
     """A root whose CURRENT is a base and three updates (adds, a replaced text, a metadata-only change, deletes,
     one of a document an update added); returns the live ids in row order."""
     build(BuildRequest(corpus=work / "corpus.jsonl", root=root, version="v1", metadata_extra=True, **build_options))
@@ -96,9 +99,8 @@ def test_a_base_and_three_updates_search_as_a_fresh_build(tiny_home: Path, tiny_
                                      (Mode.LEXICAL, None, 1, 0.5)):
         options = SearchOptions(top_k=10, mode=mode, offset=offset, min_score=floor,
                                 filter=None if flt is None else parse_filter(flt, fields))
-        got = search(segmented, vectors, QUERIES, options, 4).hits
-        want = search(whole, vectors, QUERIES, options, 4).hits
-        assert_same_hits(got, want, (mode, flt))
+        assert_same_hits(search(segmented, vectors, QUERIES, options, 4).hits,
+                         search(whole, vectors, QUERIES, options, 4).hits, (mode, flt))
     segmented.close()
     # unfiltered BM25 leaves the deleted rows out by their masks: no array of every live row is built (and kept
     # with the version)
@@ -145,9 +147,10 @@ def test_sigkill_anywhere_in_an_update_or_a_compaction(tiny_home: Path, work: Pa
     bake = DOCS[0]
     changes = _lines(work / "changes.jsonl", [{"_id": bake[0], "title": bake[1], "text": bake[2], "lang": "de"},
                                              {"_id": "tides", "delete": True}])
-    jobs = {"update": lambda: update(UpdateRequest(changes=changes, root=root, version="v5")),
-            "compact": lambda: compact(VersionRequest(root=root, version="v5"), MergePolicy(full=True)),
-            "merge": lambda: compact(VersionRequest(root=root, version="v5"))}  # the policy: v1 kept, the rest merged
+    jobs: dict[str, Callable[[], object]] = {  # module-level functions, so that they pickle (kill_points)
+        "update": partial(update, UpdateRequest(changes=changes, root=root, version="v5")),
+        "compact": partial(compact, VersionRequest(root=root, version="v5"), MergePolicy(full=True)),
+        "merge": partial(compact, VersionRequest(root=root, version="v5"))}  # the policy: v1 kept, the rest merged
 
     def check() -> None:
         current = read_current(root)
@@ -189,7 +192,7 @@ def test_a_follower_killed_anywhere_applies_each_change_file_once(tiny_home: Pat
         # each batch whole or not at all (max_segments 2: a batch of one file, then a compaction)
         assert state is None or (state.last, state.files) in {(f"000{n}.jsonl", n) for n in (1, 2, 3)}
 
-    points = kill_everywhere(lambda: follow(request), check, reset)
+    points = kill_everywhere(partial(follow, request), check, reset)
     assert points > 10
     for n in (points // 3, 2 * points // 3):  # killed part way, then started again: each file once
         reset()
