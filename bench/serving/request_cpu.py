@@ -11,8 +11,15 @@ beyond it (HTTP, parsing, validation, batching, logging, metrics, rendering) dec
    loop: HTTP, parsing, validation, admission, logging, metrics, rendering; batch workers encode and search).
 Trees and rounds take turns, so a slow minute of the shared machine falls on all.
 
+With `--floors`, each round also serves, with the same uvicorn (httptools, uvloop, no access log), the same number of
+processes (`--env TANDEM_PROCESSES=N`), the same wrk client and the same answer bytes (tandem's first answer):
+`floor-asgi`, a plain ASGI app that reads the body and sends the answer (the HTTP server's floor), and
+`floor-fastapi`, the smallest FastAPI route that reads the body, validates it with a pydantic model and sends the
+answer (a framework's floor: no key, log, metrics or search). Beside them, tandem's CPU a request says what its own
+request path costs above what no Python service on this machine can go below.
+
     python -m bench.serving.request_cpu --index BUNDLE --student six=DIR6 --student static=DIRS \
-        --tree before=/tmp/before-tree --tree after=. --rounds 2
+        --tree before=/tmp/before-tree --tree after=. --rounds 2 [--floors]
 """
 
 from __future__ import annotations
@@ -26,11 +33,19 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import BaseModel
 
 from bench.harness.record import LoadSpan, command_line, machine
-from bench.harness.servers import CLOCK_TICKS, cpu_seconds, served
+from bench.harness.servers import CLOCK_TICKS, cpu_seconds, free_port, served, start_process, stop
 
 BARE = """
 import json, sys, time
@@ -109,6 +124,77 @@ def wrk(url: str, script: Path, connections: int, seconds: int) -> tuple[int, in
     return requests, errors, client, lat, out
 
 
+ANSWER_ENV = "TANDEM_BENCH_ANSWER"  # the answer's file, which the floor apps read in each uvicorn worker
+
+
+@cache
+def _answer() -> bytes:
+    """The answer bytes, read once per worker process."""
+    return Path(os.environ[ANSWER_ENV]).read_bytes()
+
+
+async def floor_asgi(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """The HTTP server's floor: the body read to its end, a fixed answer sent."""
+    if scope["type"] != "http":
+        return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    body = _answer()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class FloorQuery(BaseModel):
+    """The fields of a search body the FastAPI floor validates."""
+
+    query: str
+    top_k: int = 10
+
+
+floor_fastapi = FastAPI()
+
+
+@floor_fastapi.post("/search")
+async def floor_search(request: Request) -> Response:
+    """A framework's floor: FastAPI's routing, the body read and validated by pydantic, a fixed answer."""
+    FloorQuery.model_validate_json(await request.body())
+    return Response(_answer(), media_type="application/json")
+
+
+def floor_run(name: str, work: Path, processes: int, script: Path, connections: int,
+              seconds: int) -> dict[str, float]:
+    """One wrk run against a floor app (`floor_asgi` or `floor_fastapi`) served by uvicorn as tandem serve is."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "uvicorn", f"bench.serving.request_cpu:{name}", "--host", "127.0.0.1", "--port",
+           str(port), "--workers", str(processes), "--http", "httptools", "--loop", "uvloop", "--no-access-log",
+           "--log-level", "warning"]
+    process = start_process(cmd, work / f"{name}.log")
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
+            deadline = time.monotonic() + 60
+            while True:  # the floor apps have no readiness route: until a search answers
+                if process.poll() is not None:
+                    raise RuntimeError(f"{name} exited with {process.returncode}")
+                try:
+                    if client.post("/search", json={"query": "ready"}).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    if time.monotonic() > deadline:
+                        raise
+                time.sleep(0.1)
+        wrk(f"http://127.0.0.1:{port}", script, connections, 2)  # warm-up
+        cpu0 = cpu_seconds(process.pid)
+        n, errors, client_cpu, lat, _ = wrk(f"http://127.0.0.1:{port}", script, connections, seconds)
+        return {"rps": n / seconds, "ok_rps": (n - errors) / seconds, "errors": errors,
+                "served_ms": (cpu_seconds(process.pid) - cpu0) / max(n, 1) * 1e3, "bare_ms": float("nan"),
+                "outside_ms": float("nan"), "loop_ms": float("nan"), "client_ms": client_cpu / max(n, 1) * 1e3,
+                "p50": lat.get("50", float("nan")), "p99": lat.get("99", float("nan"))}
+    finally:
+        stop(process)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--index", type=Path, required=True)
@@ -119,6 +205,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--env", action="append", default=[], help="TANDEM_X=VALUE for every server; repeat.")
+    parser.add_argument("--floors", action="store_true",
+                        help="Also serve the plain ASGI and smallest FastAPI floors each round (same processes).")
     args = parser.parse_args(argv)
     trees = dict(t.split("=", 1) for t in (args.tree or ["this=."]))
     students = dict(s.split("=", 1) for s in args.student)
@@ -129,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     texts_file = work / "texts.json"
     texts_file.write_text(json.dumps(texts[:1000]))
     script = lua_script(texts, work / "bodies.lua")
+    answer = work / "answer.json"
+    os.environ[ANSWER_ENV] = str(answer)
     rows: dict[tuple[str, str], list[dict[str, float]]] = {}
     for _ in range(args.rounds):
         for sname, sdir in students.items():
@@ -136,6 +226,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                 tree = Path(tdir).resolve()
                 bare = in_process(tree, args.index, Path(sdir), texts_file)
                 with served(args.index, Path(sdir), work / f"{tname}-{sname}.log", env, cwd=tree) as server:
+                    if not answer.exists():  # the floors send tandem's answer to a query
+                        answer.write_bytes(server.client.post("/search", json={"query": texts[0]}).content)
                     wrk(server.url, script, args.connections, 2)  # warm-up
                     pid = server.process.pid
                     cpu0, loop0 = cpu_seconds(pid), loop_cpu_seconds(pid)
@@ -149,6 +241,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "outside_ms": (served_cpu - bare) * 1e3, "loop_ms": loop_cpu * 1e3,
                     "client_ms": client / max(n, 1) * 1e3,
                     "p50": lat.get("50", float("nan")), "p99": lat.get("99", float("nan"))})
+        if args.floors:
+            processes = int(env.get("TANDEM_PROCESSES", "1"))
+            for name in ("floor_asgi", "floor_fastapi"):
+                rows.setdefault((name, "-"), []).append(
+                    floor_run(name, work, processes, script, args.connections, args.seconds))
     print(f"{command_line(argv)}\n- Machine: {machine()}\n- wrk -t1 -c{args.connections} -d{args.seconds}s, "
           f"{args.rounds} round(s), unique queries; settings: {env or 'defaults'}\n")
     print("| student | tree | rps | 2xx rps | errors | p50 ms | p99 ms | server CPU ms/req | encode+search CPU ms/q | "
@@ -156,10 +253,11 @@ def main(argv: Sequence[str] | None = None) -> None:
           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (sname, tname), runs in rows.items():
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        ms = {k: "–" if med[k] != med[k] else f"{med[k]:.3f}" for k in ("bare_ms", "outside_ms", "loop_ms")}
         print(f"| {sname} | {tname} | {med['rps']:.0f} | {med['ok_rps']:.0f} | "
               f"{sum(r['errors'] for r in runs):.0f} | {med['p50']:.2f} | "
-              f"{med['p99']:.2f} | {med['served_ms']:.3f} | {med['bare_ms']:.3f} | {med['outside_ms']:.3f} | "
-              f"{med['loop_ms']:.3f} | {med['client_ms']:.3f} |")
+              f"{med['p99']:.2f} | {med['served_ms']:.3f} | {ms['bare_ms']} | {ms['outside_ms']} | "
+              f"{ms['loop_ms']} | {med['client_ms']:.3f} |")
     print(f"\n(medians over rounds; errors summed; wrk's output and the servers' logs in {work})\n"
           f"- Load average: {span.text()}")
 
