@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from models.atomic import atomic_write
 from service.core.batcher import DeadlineExceeded, MicroBatcher
 from service.core.loader import open_searcher
 from service.core.searcher import Searcher
@@ -55,12 +56,14 @@ def captured(logger: str, fmt: str = "text") -> Iterator[io.StringIO]:
 
 
 def test_watcher_survives_a_non_utf8_pointer(root: Path, mini_student: Path) -> None:
+    # Each pointer is replaced whole, as `set_current` does: written in place, the watcher could read it empty between
+    # the truncation and the write and refuse that (an empty name) before it ever saw the garbled bytes.
     with serving(root, mini_student, watch_interval_s=WATCH_S) as server:
-        (root / "CURRENT").write_bytes(b"\xff\xfe\x00v2\n")
+        atomic_write(root / "CURRENT", lambda fh: fh.write(b"\xff\xfe\x00v2\n"))
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "the watcher tries, and refuses, the garbled pointer")
         assert "not UTF-8" in admin_status(server)["last_reload"]["error"]
-        (root / "CURRENT").write_text("v2\n")
+        atomic_write(root / "CURRENT", lambda fh: fh.write(b"v2\n"))
         wait_for(lambda: version(server) == "v2", "the watcher, still alive, follows CURRENT to v2")
 
 
