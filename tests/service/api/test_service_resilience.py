@@ -56,8 +56,8 @@ def captured(logger: str, fmt: str = "text") -> Iterator[io.StringIO]:
 
 
 def test_watcher_survives_a_non_utf8_pointer(root: Path, mini_student: Path) -> None:
-    # Each pointer is replaced whole, as `set_current` does: written in place, the watcher could read it empty between
-    # the truncation and the write and refuse that (an empty name) before it ever saw the garbled bytes.
+    # Pointers are replaced whole here, as `set_current` does: written in place, the watcher could read one empty
+    # between the truncation and the write, and refuse that (an empty name) before it ever saw the bytes under test.
     with serving(root, mini_student, watch_interval_s=WATCH_S) as server:
         atomic_write(root / "CURRENT", lambda fh: fh.write(b"\xff\xfe\x00v2\n"))
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
@@ -72,7 +72,7 @@ def test_a_refused_version_is_retried_when_its_files_change(root: Path, mini_stu
     shutil.copytree(root / "v2", fixed)
     flip_bytes(fixed)
     with serving(root, mini_student, watch_interval_s=WATCH_S) as server:
-        (root / "CURRENT").write_text("v3\n")
+        atomic_write(root / "CURRENT", lambda fh: fh.write(b"v3\n"))
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "v3 is refused")
         assert version(server) == "v1"
@@ -82,7 +82,7 @@ def test_a_refused_version_is_retried_when_its_files_change(root: Path, mini_stu
 
 def test_logged_names_cannot_forge_log_lines(root: Path, mini_student: Path) -> None:
     with captured("service.core.reload") as stream, serving(root, mini_student, watch_interval_s=WATCH_S) as server:
-        (root / "CURRENT").write_text("v2\nFORGED line\x1b[31m\n")
+        atomic_write(root / "CURRENT", lambda fh: fh.write(b"v2\nFORGED line\x1b[31m\n"))  # whole: one name, one try
         wait_for(lambda: (admin_status(server)["last_reload"] or {}).get("outcome") == "rejected",
                  "the hostile pointer is refused")
         first = admin_status(server)["last_reload"]["started_at"]
