@@ -33,7 +33,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -45,7 +44,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from bench.harness.record import LoadSpan, command_line, machine
-from bench.harness.servers import CLOCK_TICKS, cpu_seconds, free_port, served, start_process, stop
+from bench.harness.servers import CLOCK_TICKS, cpu_seconds, free_port, served, start_process, stop, wait_ready
 
 BARE = """
 import json, sys, time
@@ -163,6 +162,12 @@ async def floor_search(request: Request) -> Response:
     return Response(_answer(), media_type="application/json")
 
 
+@floor_fastapi.get("/readyz")
+async def floor_ready() -> Response:
+    """For the harness's `wait_ready` (declared after /search, so /search is matched as before)."""
+    return Response()
+
+
 def floor_run(name: str, work: Path, processes: int, script: Path, connections: int,
               seconds: int) -> dict[str, float]:
     """One wrk run against a floor app (`floor_asgi` or `floor_fastapi`) served by uvicorn as tandem serve is."""
@@ -173,17 +178,7 @@ def floor_run(name: str, work: Path, processes: int, script: Path, connections: 
     process = start_process(cmd, work / f"{name}.log")
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", trust_env=False) as client:
-            deadline = time.monotonic() + 60
-            while True:  # the floor apps have no readiness route: until a search answers
-                if process.poll() is not None:
-                    raise RuntimeError(f"{name} exited with {process.returncode}")
-                try:
-                    if client.post("/search", json={"query": "ready"}).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    if time.monotonic() > deadline:
-                        raise
-                time.sleep(0.1)
+            wait_ready(client, process, timeout_s=60)  # GET /readyz: floor_asgi answers any path
         wrk(f"http://127.0.0.1:{port}", script, connections, 2)  # warm-up
         cpu0 = cpu_seconds(process.pid)
         n, errors, client_cpu, lat, _ = wrk(f"http://127.0.0.1:{port}", script, connections, seconds)
