@@ -23,7 +23,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from tests.durations import load_record, longest_first
+from tests.durations import OneUnitScheduling, check_units, load_record, longest_first
 
 pytest_plugins = [
     "tests.fixtures.corpus",
@@ -88,7 +88,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if MODEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+    check_units(items)
     longest_first(items, load_record())
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> OneUnitScheduling | None:
+    """Under `--dist loadscope`, the modules that share a per-process fixture go to one worker (tests/durations.py)."""
+    return OneUnitScheduling(config, log) if config.getoption("dist") == "loadscope" else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
