@@ -1,15 +1,16 @@
 """The Ray engine: the teacher encodes missing shards across a Ray cluster with Ray Data.
 
-The corpus becomes a Ray Dataset with one block per missing embedding-store shard: each read
-task parses its own slice of the corpus file (found through the byte offsets the driver noted
-while ingesting, so the path must be readable on every node: a shared volume). `map_batches`
-runs a callable class that loads the teacher once per actor: one actor per GPU when the cluster
-has GPUs, otherwise CPU actors with a set number of torch threads each. Results stream back to
-the driver, which writes them into the embedding store as the same shards, logged in the same
-shard log, so a killed driver or a lost worker resumes by encoding only the missing shards.
-Imported only with `--engine ray`; the service never imports it.
+The missing embedding-store shards become a Ray Dataset of one row, and one block, per shard: its
+rows and the byte offset the driver noted while ingesting. `map_batches` runs a callable class that
+loads the teacher once per actor and parses its shard's slice of the corpus file itself (so the path
+must be readable on every node: a shared volume): a slice of text is read in milliseconds, and a
+read task of its own would be a worker process started for it. One actor per GPU when the cluster
+has GPUs, otherwise CPU actors with a set number of torch threads each. Results stream back to the
+driver, which writes them into the embedding store as the same shards, logged in the same shard
+log, so a killed driver or a lost worker resumes by encoding only the missing shards.
+Imported only with `--engine ray`; the service never imports it. Its module imports are light
+(the driver's types only for type checking): every actor imports it before it loads the teacher.
 """
-
 from __future__ import annotations
 
 import logging
@@ -20,18 +21,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from indexer.intake.ingest import OFFSET_STRIDE, IngestedCorpus
 from models.corpus import parse_line
-from models.embeddings.store import Shard, ShardRunner
-from models.encoders.registry import ModelCard
 from models.errors import InputError
 
 if TYPE_CHECKING:
     from indexer.encoding.encode import TeacherRun
+    from indexer.intake.ingest import IngestedCorpus
+    from models.embeddings.store import Shard, ShardRunner
+    from models.encoders.registry import ModelCard
 
 log = logging.getLogger(__name__)
-
-READ_CONCURRENCY = 2
 
 
 def read_slice(path: str, offset: int, skip: int, count: int) -> tuple[list[str], list[str]]:
@@ -57,57 +56,37 @@ def read_slice(path: str, offset: int, skip: int, count: int) -> tuple[list[str]
     return ids, passages
 
 
-def _datasource(path: Path, offsets: list[int], shards: list[Shard]) -> Any:
-    import pyarrow as pa
-    from ray.data.block import BlockMetadata
-    from ray.data.datasource import Datasource, ReadTask
+def _items(offsets: list[int], shards: list[Shard]) -> list[dict[str, int]]:
+    """One row per shard: its rows [start, end) and where its slice of the corpus file begins."""
+    from indexer.intake.ingest import OFFSET_STRIDE
 
-    class CorpusShards(Datasource):
-        """One read task, and one block, per shard: rows [start, end) with their row numbers."""
-
-        def estimate_inmemory_data_size(self) -> int | None:
-            return None
-
-        def get_read_tasks(self, parallelism: int, per_task_row_limit: int | None = None,
-                           data_context: Any = None) -> list[ReadTask]:
-            return [self._task(shard) for shard in shards]
-
-        def _task(self, shard: Shard) -> ReadTask:
-            offset, skip = offsets[shard.start // OFFSET_STRIDE], shard.start % OFFSET_STRIDE
-
-            def read() -> list[pa.Table]:
-                ids, passages = read_slice(str(path), offset, skip, shard.end - shard.start)
-                rows = np.arange(shard.start, shard.end, dtype=np.int64)
-                return [pa.table({"row": rows, "id": ids, "text": passages})]
-
-            meta = BlockMetadata(num_rows=shard.end - shard.start, size_bytes=None, exec_stats=None,
-                                 input_files=(str(path),))
-            return ReadTask(read, meta)
-
-    return CorpusShards()
+    return [{"start": shard.start, "end": shard.end, "offset": offsets[shard.start // OFFSET_STRIDE],
+             "skip": shard.start % OFFSET_STRIDE} for shard in shards]
 
 
 class TeacherActor:
-    """Holds one teacher per actor (loaded once) and encodes whole blocks, returned as float16."""
+    """Holds one teacher per actor (loaded once), reads the shards of a block from the corpus file and encodes
+    them, returned as float16 with their row numbers."""
 
-    def __init__(self, model_dir: str, device: str, precision: str, batch_size: int, batch_tokens: int | None,
-                 threads: int) -> None:
+    def __init__(self, corpus: str, model_dir: str, device: str, precision: str, batch_size: int,
+                 batch_tokens: int | None, threads: int) -> None:
         import torch
 
         from models.encoders.teacher import TeacherEncoder
 
         torch.set_num_threads(threads)
+        self.corpus = corpus
         self.batch_size = batch_size
         self.encoder = TeacherEncoder(Path(model_dir), device=device, precision=precision, batch_tokens=batch_tokens)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        vectors = self.encoder.encode_documents([str(t) for t in batch["text"]], batch_size=self.batch_size)
-        return {"row": batch["row"], "vector": vectors.astype(np.float16)}
-
-
-def read_concurrency(actors: int) -> int:
-    """Read tasks run at once: `READ_CONCURRENCY`, or fewer for fewer actors (one reader feeds an actor)."""
-    return max(1, min(READ_CONCURRENCY, actors))
+        rows, passages = [], []
+        for start, end, offset, skip in zip(batch["start"], batch["end"], batch["offset"], batch["skip"],
+                                            strict=True):
+            passages += read_slice(self.corpus, int(offset), int(skip), int(end - start))[1]
+            rows.append(np.arange(start, end, dtype=np.int64))
+        vectors = self.encoder.encode_documents(passages, batch_size=self.batch_size)
+        return {"row": np.concatenate(rows), "vector": vectors.astype(np.float16)}
 
 
 def connect(address: str | None) -> Any:
@@ -159,17 +138,14 @@ def ray_runner(run: TeacherRun, precision: str, card: ModelCard, corpus: Ingeste
             return
         ctx = ray.data.DataContext.get_current()
         ctx.enable_progress_bars = False  # the store's one bar counts docs/s across the cluster
-        # Reading a slice of text is light: its tasks take no CPU slot, so the actors that hold every
-        # slot cannot starve the reads that feed them; a few at a time, or Ray would start a worker
-        # process for every shard at once, and no more than the actors they feed (a reader keeps an
-        # actor busy: each more is a worker process started for nothing).
-        ds = ray.data.read_datasource(_datasource(corpus.path, corpus.offsets, shards), num_cpus=0,
-                                      concurrency=read_concurrency(actors))
+        # The shards are put in the object store from here (a few ints each): no read task, so no worker
+        # process of its own; each actor reads its shard's slice of text before it encodes it.
+        ds = ray.data.from_items(_items(corpus.offsets, shards), override_num_blocks=len(shards))
         encoded = ds.map_batches(
             TeacherActor, batch_size=None, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors),
-            fn_constructor_kwargs={"model_dir": str(card.path), "device": device, "precision": precision,
-                                   "batch_size": run.batch_size, "batch_tokens": run.batch_tokens,
-                                   "threads": per_actor.get("num_cpus", 1)},
+            fn_constructor_kwargs={"corpus": str(corpus.path), "model_dir": str(card.path), "device": device,
+                                   "precision": precision, "batch_size": run.batch_size,
+                                   "batch_tokens": run.batch_tokens, "threads": per_actor.get("num_cpus", 1)},
             **per_actor)
         yield from _assemble(shards, encoded.iter_batches(batch_size=None, batch_format="numpy"), on_progress)
 

@@ -2,7 +2,7 @@
 
 The pass writes docs.sqlite (its unique id index finds duplicate ids on disk), computes the
 corpus key that names the embedding-store entry, and notes the byte offset of every
-OFFSET_STRIDE-th document so that Ray read tasks can parse their own slice of the file.
+OFFSET_STRIDE-th document so that the Ray engine's actors can parse a shard's own slice of the file.
 Memory holds one chunk of documents, whatever the corpus size.
 """
 

@@ -26,9 +26,11 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
-from indexer.encoding.ray_engine import _assemble, read_concurrency
+from indexer.encoding.ray_engine import TeacherActor, _assemble, _items
+from indexer.intake.ingest import ingest_corpus
 from indexer.sample import SAMPLE_SETTING
 from models.bundle.sample import has_sample
+from models.bundle.storage.docstore import DocstoreWriter
 from models.bundle.version import Bundle
 from models.bundle.versions import list_versions, read_current
 from models.embeddings.shard_log import SHARD_LOG, ShardLog
@@ -212,5 +214,20 @@ def test_shards_come_back_whole_from_rows_in_any_order_and_any_batching() -> Non
         list(_assemble(shards, iter(batches[:3]), progress.append))
 
 
-def test_a_build_reads_with_no_more_tasks_than_its_actors_feed_on() -> None:
-    assert [read_concurrency(actors) for actors in (1, 2, 8)] == [1, 2, 2]
+def test_an_actor_reads_the_shards_of_its_block_from_the_corpus_file(tmp_path: Path, tiny_teacher: Path) -> None:
+    """A build starts no read task (a worker process each): the driver's rows name each shard's byte offset, and
+    the actor parses the slice itself, every row in its place, whatever shards a block holds."""
+    copies = 8  # 160 documents: shards that start past the first offsets noted (OFFSET_STRIDE apart)
+    writer = DocstoreWriter(tmp_path / "docs.sqlite")
+    corpus = ingest_corpus(_corpus(tmp_path / "corpus.jsonl", copies=copies), writer)
+    writer.close()
+    n = copies * len(DOCS)
+    shards = [Shard(0, 0, 3), Shard(1, 3, 70), Shard(2, 70, n - 3), Shard(3, n - 3, n)]
+    items = _items(corpus.offsets, shards)
+    actor = TeacherActor(str(corpus.path), str(tiny_teacher), "cpu", "fp32", 8, None, 1)
+    batch = {key: np.array([item[key] for item in items[1:]]) for key in items[0]}  # three shards in one block
+    out = actor(batch)
+    assert out["row"].tolist() == list(range(3, n))
+    passages = [f"{title} {text} ({c})" for c in range(copies) for _, title, text in DOCS][3:]
+    want = actor.encoder.encode_documents(passages, batch_size=8).astype(np.float16)
+    assert out["vector"].dtype == np.float16 and np.array_equal(out["vector"], want)
