@@ -13,7 +13,7 @@ import logging
 import shutil
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +24,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from onnxruntime.transformers.optimizer import optimize_model
 
 from models.bundle.staging import staged
-from models.distill.exporting.mixed_precision import with_fp32_nodes
+from models.distill.exporting.mixed_precision import switch_input, switchable, with_fp32_nodes
 from models.distill.model import StudentModel
 from models.distill.texts.tokens import Tokens, embed
 from models.encoders.graph import FUSED, split_skip_layer_norms
@@ -114,19 +114,24 @@ def weight_matmuls(path: Path) -> list[str]:
 
 def onnx_vectors(graph: Path | bytes, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
     """Run an ONNX student graph (a file, or a serialized model) directly (no student directory needed yet); rows
-    in input order.
+    in input order."""
+    return session_vectors(ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph),
+                                                providers=["CPUExecutionProvider"]), tokens, texts)
+
+
+def session_vectors(session: ort.InferenceSession, tokens: Tokens, texts: Sequence[str],
+                    extra: Mapping[str, np.ndarray] | None = None) -> np.ndarray:
+    """Run an ONNX student session on texts, with `extra` inputs (a switchable graph's flags); rows in input order.
 
     Texts go in length-sorted calls of 64 (Tokens.map_sorted). In one call, 200 parity queries
     padded to the passages' 256 tokens took a teacher-layer student's int8 graph 49 s and 4.9 GB,
     against 12 s and 1.3 GB in calls of 64, and the parity search makes dozens of such passes.
     """
-    source = graph if isinstance(graph, bytes) else str(graph)
-    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
 
     def run(input_ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
         feed = {"input_ids": input_ids.numpy(), "attention_mask": mask.numpy()}
-        return np.asarray(session.run(None, {k: v for k, v in feed.items() if k in names})[0])
+        return np.asarray(session.run(None, {k: v for k, v in feed.items() if k in names} | dict(extra or {}))[0])
 
     return tokens.map_sorted(tokens.encode(texts), run)
 
@@ -139,32 +144,42 @@ def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[
     last layer). Each candidate's sensitivity is the mean cosine to fp32 when it alone is
     quantized; the worst are excluded one by one until the whole graph passes. Returns the
     excluded node names (empty for a graph that passes as is, such as MiniLM's). The graph is
-    quantized once: every graph the search scores is that one with some MatMuls put back in fp32
-    (mixed_precision.with_fp32_nodes), and the one kept is written as `out` the same way (the graph
-    quantize_dynamic writes excluding those nodes computes the same: test_mixed_precision.py).
+    quantized once, and the search scores its mixes in one session of one graph in which every
+    candidate runs both ways, flags choosing (mixed_precision.switchable). The mix that passes there is
+    checked again as the graph that is written, that graph with those MatMuls put back in fp32
+    (mixed_precision.with_fp32_nodes: what quantize_dynamic writes excluding them, test_mixed_precision.py).
     """
     reference = onnx_vectors(fp32, tokens, texts)
     quantize_onnx(fp32, out)
+
+    def score(vectors: np.ndarray) -> float:
+        return float(np.mean(np.sum(vectors * reference, axis=1)))
+
+    if score(onnx_vectors(out, tokens, texts)) >= INT8_MIN_COSINE:
+        return []
     candidates = weight_matmuls(fp32)
+    quantized, original = onnx.load(str(out)), onnx.load(str(fp32))
+    session = ort.InferenceSession(switchable(quantized, original, candidates).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
 
     def cosine(excluded: Sequence[str]) -> float:
-        graph: Path | bytes = out
-        if excluded:
-            graph = with_fp32_nodes(quantized, original, excluded).SerializeToString()
-        return float(np.mean(np.sum(onnx_vectors(graph, tokens, texts) * reference, axis=1)))
+        flags = {switch_input(name): np.array(name in excluded) for name in candidates}
+        return score(session_vectors(session, tokens, texts, flags))
 
-    if cosine(()) >= INT8_MIN_COSINE:
-        return []
-    quantized, original = onnx.load(str(out)), onnx.load(str(fp32))
     sensitivity = sorted(candidates, key=lambda name: cosine([n for n in candidates if n != name]))
-    excluded = sensitivity
+    excluded, written = sensitivity, None
     for n in range(1, len(sensitivity) + 1):
-        score = cosine(sensitivity[:n])
-        log.info("int8: %d of %d MatMuls kept in fp32, cosine to fp32 %.5f", n, len(candidates), score)
-        if score >= INT8_MIN_COSINE:
-            excluded = sensitivity[:n]
+        if cosine(sensitivity[:n]) < INT8_MIN_COSINE:
+            continue
+        kept = with_fp32_nodes(quantized, original, sensitivity[:n])
+        score_kept = score(onnx_vectors(kept.SerializeToString(), tokens, texts))
+        log.info("int8: %d of %d MatMuls kept in fp32, cosine to fp32 %.5f", n, len(candidates), score_kept)
+        if score_kept >= INT8_MIN_COSINE:
+            excluded, written = sensitivity[:n], kept
             break
-    onnx.save(with_fp32_nodes(quantized, original, excluded), str(out))  # what quantizing again would write
+    if written is None:
+        written = with_fp32_nodes(quantized, original, excluded)
+    onnx.save(written, str(out))  # what quantizing again would write
     return excluded
 
 

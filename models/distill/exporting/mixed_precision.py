@@ -53,3 +53,52 @@ def with_fp32_nodes(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Co
         if graph.value_info[i].name not in needed:
             del graph.value_info[i]
     return model
+
+
+def switch_input(name: str) -> str:
+    """The bool input of a `switchable` graph that puts node `name` back in fp32 (true) or keeps it int8 (false)."""
+    return f"fp32:{name}"
+
+
+def switchable(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Collection[str]) -> onnx.ModelProto:
+    """`quantized` in which each of `names` computes both ways and a scalar bool input (switch_input) picks which.
+
+    Why: the parity search scores a dozen mixes of the same graph. As graphs of their own, each one was serialized
+    whole (the embedding table with it) and parsed into a session of its own: most of a teacher-layer student's
+    export. One session of this graph serves every mix; a mix's flags give what with_fp32_nodes' graph of that mix
+    gives (test_export.py checks it), at the cost of running each switchable MatMul both ways."""
+    originals = {node.name: node for node in fp32.graph.node if node.name in names}
+    missing = set(names) - set(originals)
+    if missing:
+        raise ValueError(f"no such nodes in the fp32 graph: {sorted(missing)}")
+    by_output = {node.output[0]: node for node in originals.values()}
+    model = onnx.ModelProto()
+    model.CopyFrom(quantized)
+    graph = model.graph
+    nodes: list[onnx.NodeProto] = []
+    found: set[str] = set()
+    for node in graph.node:
+        original = by_output.get(node.output[0]) if node.output else None
+        if original is None:
+            nodes.append(node)
+            continue
+        found.add(original.name)
+        output = node.output[0]
+        node.output[0] = f"{output}/int8"
+        restored = onnx.NodeProto()
+        restored.CopyFrom(original)
+        restored.name = f"{original.name}/fp32"
+        restored.output[0] = f"{output}/fp32"
+        flag = switch_input(original.name)
+        graph.input.append(onnx.helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []))
+        nodes += [node, restored, onnx.helper.make_node("Where", [flag, restored.output[0], node.output[0]], [output],
+                                                        name=f"{original.name}/switch")]
+    unmatched = sorted(set(originals) - found)
+    if unmatched:
+        raise ValueError(f"no node of the quantized graph writes the output of {unmatched}")
+    del graph.node[:]
+    graph.node.extend(nodes)
+    present = {init.name for init in graph.initializer} | {name for node in nodes for name in node.output}
+    wanted = {name for node in originals.values() for name in node.input if name}
+    graph.initializer.extend(init for init in fp32.graph.initializer if init.name in wanted - present)
+    return model

@@ -6,6 +6,7 @@ import functools
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 import torch
@@ -22,7 +23,11 @@ from models.distill.exporting.export import (
     export_student,
     onnx_vectors,
     optimize_onnx,
+    quantize_onnx,
+    session_vectors,
+    weight_matmuls,
 )
+from models.distill.exporting.mixed_precision import switch_input, switchable, with_fp32_nodes
 from models.distill.model import StudentModel
 from models.distill.texts.tokens import Tokens, embed
 from models.distill.training.int8_emulation import activation_uint8, channel_int8, int8_emulation
@@ -117,6 +122,29 @@ def test_int8_emulation_predicts_the_int8_graph(exported: tuple[StudentModel, Pa
         return float(np.mean(1.0 - np.sum(vectors * int8, axis=1)))
 
     assert distance(emulated) < distance(fp32) / 4
+
+
+def test_the_switchable_graph_computes_each_mix_as_its_own_graph(exported: tuple[StudentModel, Path],
+                                                                  backbone_dir: Path, tmp_path: Path) -> None:
+    """The parity search's one session (mixed_precision.switchable): each mix of fp32 and int8 MatMuls, chosen by
+    its flags, gives what that mix's own graph (with_fp32_nodes, the graph the search writes) gives."""
+    _, out = exported
+    quantize_onnx(out / "model.onnx", tmp_path / "int8.onnx")
+    quantized, original = onnx.load(str(tmp_path / "int8.onnx")), onnx.load(str(out / "model.onnx"))
+    candidates = weight_matmuls(out / "model.onnx")
+    graph = switchable(quantized, original, candidates)
+    onnx.checker.check_model(graph)
+    session = ort.InferenceSession(graph.SerializeToString(), providers=["CPUExecutionProvider"])
+    tokens = _tokens(backbone_dir)
+    everything = onnx_vectors(tmp_path / "int8.onnx", tokens, TEXTS)
+    for excluded in ([], candidates[:1], candidates[1:], candidates[: len(candidates) // 2], candidates):
+        flags = {switch_input(name): np.array(name in excluded) for name in candidates}
+        vectors = session_vectors(session, tokens, TEXTS, flags)
+        assert np.allclose(vectors, onnx_vectors(with_fp32_nodes(quantized, original, excluded).SerializeToString(),
+                                                 tokens, TEXTS), atol=1e-6)
+        assert np.allclose(vectors, everything, atol=1e-6) == (not excluded)  # the flags did change the answer
+    with pytest.raises(ValueError, match="no such nodes"):
+        switchable(quantized, original, ["/not/a/node"])
 
 
 def test_int8_emulation_is_scoped_and_passes_gradients(backbone_dir: Path) -> None:
