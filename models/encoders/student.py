@@ -11,10 +11,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from tokenizers import Tokenizer
 from tokenizers.pre_tokenizers import BertPreTokenizer, Whitespace, WhitespaceSplit
 
@@ -27,6 +27,9 @@ from models.encoders.student_manifest import STUDENT_MANIFEST, StudentManifest
 from models.encoders.word_ids import WordIds
 from models.manifest_io import read_manifest
 from models.timing import StageObserver
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +80,8 @@ class StudentEncoder:
         if self.manifest.architecture == "static":
             self.static = StaticTable(self.directory / model_file, self.dim)
         else:
+            import onnxruntime as ort  # here, not at the top: see _session
+
             opts = ort.SessionOptions()
             opts.intra_op_num_threads = threads
             opts.inter_op_num_threads = 1
@@ -213,6 +218,11 @@ def load_graph(path: Path) -> bytes:
 
 
 def _session(path: Path, opts: ort.SessionOptions) -> ort.InferenceSession:
+    """onnxruntime is imported where a session is made, not with this module: its import starts a thread of its
+    own, and `tandem serve --processes N` forks its workers from a process that preloaded the service's modules and
+    must hold no thread when it forks (service.runtime.workers)."""
+    import onnxruntime as ort
+
     return ort.InferenceSession(
         str(path), sess_options=opts, providers=["CPUExecutionProvider"], disabled_optimizers=KEEP_SPLIT
     )

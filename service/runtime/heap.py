@@ -21,6 +21,10 @@ log = logging.getLogger(__name__)
 
 def freeze_startup_heap() -> None:
     """Collect the start-up garbage, then freeze what is left: call it once per server process, before loading."""
+    # The student's runtime is imported where a session is made (models.encoders.student: a forkserver that
+    # preloads the service must not import it, service.runtime.workers); here, so it is frozen with the rest.
+    import onnxruntime  # noqa: F401
+
     started = time.perf_counter()
     gc.collect()
     gc.freeze()

@@ -4,6 +4,7 @@ supervisor and TANDEM_PROCESSES workers: service.runtime.workers, each making it
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import uvicorn
 from fastapi import FastAPI
 
 from service.core.loader import check_compatible
-from service.core.processes import ProcessGroup
+from service.core.processes import METRICS, ProcessGroup
 from service.http.app import create_app
+from service.metrics import MULTIPROC_DIR
 from service.runtime.descriptors import raise_descriptor_limit
 from service.runtime.heap import freeze_startup_heap
 from service.runtime.logs import configure_logging
@@ -59,7 +61,8 @@ def create_worker_app(settings: ServiceSettings, runtime: Path) -> FastAPI:
     """The app of one worker process of `--processes N` (called in the worker: its logging is configured here, as
     in the parent); service.runtime.workers pickles it by name into each worker."""
     configure_logging(settings.log_format, settings.log_level)
-    sys.setswitchinterval(settings.gil_switch_ms / 1e3)  # a spawned interpreter starts with Python's default
+    sys.setswitchinterval(settings.gil_switch_ms / 1e3)  # a forked worker starts with the forkserver's: the default
+    os.environ[MULTIPROC_DIR] = str(runtime / METRICS)  # this supervisor's, whatever the forkserver inherited
     app = create_app(settings, ProcessGroup(runtime))
     freeze_startup_heap()  # the bundle loads later, in the app's lifespan: it stays collectable
     return app

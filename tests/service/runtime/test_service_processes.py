@@ -138,10 +138,22 @@ def watched(request: pytest.FixtureRequest, mini_bundle: Path, mini_v2_bundle: P
     with serving(root, mini_student, log, TANDEM_WATCH_INTERVAL_S="0.2",
                  TANDEM_WORKERS=request.param, TANDEM_MAX_QUERY_CHARS=str(MAX_QUERY_CHARS),
                  TANDEM_HEADER_TIMEOUT_S="1", TANDEM_BODY_TIMEOUT_S="1") as server:
+        _check_forkserver(server.pid)
         yield server, root
     found = re.search(r"runtime directory (\S+)\)", log.read_text())
     assert found is not None, log.read_text()
     assert not Path(found.group(1)).exists()  # metrics files and status files go with the server
+
+
+def _check_forkserver(supervisor: int) -> None:
+    """The workers' forkserver (service.runtime.workers), a child of the supervisor, has preloaded the service's
+    imports (FAISS mapped) but not onnxruntime, and holds no thread besides its own when it forks."""
+    children = Path(f"/proc/{supervisor}/task/{supervisor}/children").read_text().split()
+    servers = [pid for pid in children if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(servers) == 1, children
+    maps = Path(f"/proc/{servers[0]}/maps").read_text()
+    assert "faiss" in maps and "onnxruntime" not in maps
+    assert os.listdir(f"/proc/{servers[0]}/task") == [servers[0]]
 
 
 def _settled_count(client: httpx.Client, name: str, **labels: str) -> float:

@@ -109,7 +109,8 @@ def _serving(tmp_path: Path, config: Path, keys: Path, processes: int, watch_s: 
     names = set(_config_names(config))
     ready = partial(_everywhere, processes=processes, names=names)
     # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0. One process is
-    # forked warm (tests/fixtures/service_fast.py); a supervisor starts as users start it, and spawns its workers.
+    # forked warm (tests/fixtures/service_fast.py); a supervisor starts as users start it (its workers forked from its
+    # forkserver, service/runtime/workers.py).
     one = processes == 1
     with serve_process(args, env, tmp_path / "serve.log", ready, exits=(0, 130) if one else (0,),
                        start=service_fast.start if one else popen) as server:
