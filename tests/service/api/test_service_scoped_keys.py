@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from models.errors import InputError
 from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
 from tests.fixtures import service_fast
@@ -241,13 +242,30 @@ def test_a_key_whose_filter_names_a_field_the_collection_lacks_is_refused_by_id(
         assert response.status_code == 403
 
 
-@pytest.mark.parametrize(("text", "line"), [
+MALFORMED = [  # (key file, the line its error names)
     ('[[key]]\nid = "a"\nkey = "aaaaaaaaaaaa"\ncollections = ["*"]\n\n[[key]]\nid = "b"\nkey = "bbbbbbbbbbbb"\n', 6),
     ('[[key]]\nid = "a"\nkey = "aaaaaaaaaaaa"\ncollections = ["*"]\nfilter = {field = "t" eq = 1}\n', 5),
     ('[[key]]\nid = "a"\nkey = "aaaaaaaaaaaa"\ncollections = ["*"\n', 4),
-])
-def test_a_malformed_key_file_refuses_to_start_naming_the_line(mini_bundle: Path, mini_student: Path,
-                                                               tmp_path: Path, text: str, line: int) -> None:
+]
+
+
+@pytest.mark.parametrize(("text", "line"), MALFORMED)
+def test_a_malformed_key_file_is_refused_naming_the_line(mini_bundle: Path, mini_student: Path, tmp_path: Path,
+                                                         text: str, line: int) -> None:
+    """The service refuses each file at start, naming its line and never a key (the error `tandem serve` prints)."""
+    keys = tmp_path / "keys.toml"
+    keys.write_text(text)
+    with pytest.raises(InputError) as refused:
+        create_app(ServiceSettings(index=mini_bundle, student=mini_student, keys_file=keys))
+    assert f"line {line}" in str(refused.value)
+    assert "aaaaaaaaaaaa" not in str(refused.value) and "bbbbbbbbbbbb" not in str(refused.value)
+
+
+def test_tandem_serve_refuses_a_malformed_key_file_naming_the_line(mini_bundle: Path, mini_student: Path,
+                                                                   tmp_path: Path) -> None:
+    """The real entry point, once (the refusal is the same code for every file above): exits non-zero, prints the
+    line, not the key."""
+    text, line = MALFORMED[0]
     keys = tmp_path / "keys.toml"
     keys.write_text(text)
     env = {**os.environ, "TANDEM_KEYS_FILE": str(keys), "TANDEM_PORT": "0"}
