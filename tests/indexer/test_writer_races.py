@@ -10,12 +10,17 @@ both changes are in CURRENT, or the loser exits non-zero naming the conflict and
 from __future__ import annotations
 
 import errno
+import gc
 import json
+import logging
 import os
-import subprocess
+import stat
 import sys
+import tempfile
 import time
+import traceback
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pytest
@@ -27,6 +32,7 @@ from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 from models.embeddings.store import EmbeddingStore
 from models.search import documents
+from tandem.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -45,22 +51,97 @@ def root(tiny_teacher_root: Path) -> Path:
     return tiny_teacher_root
 
 
-def _start(*args: str, fifo: Path | None = None) -> subprocess.Popen[str]:
-    """`tandem index ARGS` in a child process, paused before it publishes where `fifo` is given.
+class _Writer:
+    """`tandem index ARGS` running in a fork of this process: the subset of subprocess.Popen the races use (stderr
+    read as it comes, poll, communicate, returncode)."""
+
+    def __init__(self, pid: int, stdout: Path, stderr: IO[str]) -> None:
+        self.pid, self.stdout_path, self.stderr = pid, stdout, stderr
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def communicate(self) -> tuple[str, str]:
+        err = self.stderr.read()  # to the child's end: it holds the pipe's only write end
+        self.stderr.close()
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        out = self.stdout_path.read_text()
+        self.stdout_path.unlink()
+        return out, err
+
+
+def _is_fifo(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:  # /proc/self/fd's own descriptor, closed once listed
+        return False
+
+
+def _start(*args: str, fifo: Path | None = None) -> _Writer:
+    """`tandem index ARGS` (tandem.cli.main) in a fork of this process, paused before it publishes where `fifo` is
+    given.
+
+    A fork, not a `python -m tandem` process: each race's two writers paid an interpreter's start and the CLI's
+    imports (about a second each), which this process has made already; the child is still a process of its own,
+    racing on the files and the lock as a command does. It logs to its own stderr as a fresh `tandem` does (the
+    root logger's handlers, pytest's here, dropped in the child).
 
     The children write no agreement sample (TANDEM_AGREEMENT_SAMPLE=0): every change here is a deletion, a
-    metadata-only change or imported vectors, so a sample would be the only reason a child imports torch and loads
-    the teacher, seconds a child, while what races (the lock, CURRENT, the pause in indexer.publish) comes after
-    the sample and is the same without it. Samples are tested in tests/indexer/test_agreement_check.py."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), SAMPLE_SETTING: "0"}
-    env.pop(PAUSE_ENV, None)
+    metadata-only change or imported vectors, so a sample would be the only reason a child loads the teacher,
+    while what races (the lock, CURRENT, the pause in indexer.publish) comes after the sample and is the same
+    without it. Samples are tested in tests/indexer/test_agreement_check.py."""
+    env = {SAMPLE_SETTING: "0"}
     if fifo is not None:
         env[PAUSE_ENV] = str(fifo)
-    return subprocess.Popen([sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    fd, name = tempfile.mkstemp(prefix="writer-", suffix=".out")
+    os.close(fd)
+    stdout = Path(name)
+    read_end, write_end = os.pipe()
+    gc.freeze()  # a collection in the child walks only what the command allocates (tests/fixtures/kill_points.py)
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0:
+            gc.unfreeze()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(read_end)
+            os.dup2(os.open(stdout, os.O_WRONLY | os.O_TRUNC), 1)
+            os.dup2(write_end, 2)
+            for fd in map(int, os.listdir("/proc/self/fd")):
+                # the pipes and fifos this process holds: another writer's stderr, and above all the pause fifo's
+                # write end, which a writer forked while the first one waits there would hold open (the first
+                # would then never read its end and go on, and this one waits for its lock: a deadlock)
+                if fd > 2 and _is_fifo(fd):
+                    os.close(fd)
+            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
+            logging.root.handlers.clear()
+            os.environ.pop(PAUSE_ENV, None)
+            os.environ.update(env)
+            sys.argv = ["tandem", "index", *args]
+            main()
+            code = 0
+        except SystemExit as exc:  # click's exit at the command's end, or the CLI's on an error
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)  # never back into pytest, nor through the exit handlers of what this process loaded
+    os.close(write_end)
+    return _Writer(pid, stdout, os.fdopen(read_end, "r"))
 
 
-def _paused(proc: subprocess.Popen[str], fifo: Path) -> int:
+def _paused(proc: _Writer, fifo: Path) -> int:
     """Wait until `proc` waits at the fifo (it opened it for reading); returns our end, which lets it go when
     closed."""
     while True:
@@ -74,7 +155,7 @@ def _paused(proc: subprocess.Popen[str], fifo: Path) -> int:
         time.sleep(0.02)  # polling for an event, not timing one
 
 
-def _shows(proc: subprocess.Popen[str], text: str) -> list[str]:
+def _shows(proc: _Writer, text: str) -> list[str]:
     """Read `proc`'s stderr until a line holds `text`; the lines read."""
     assert proc.stderr is not None
     seen = []
@@ -85,8 +166,9 @@ def _shows(proc: subprocess.Popen[str], text: str) -> list[str]:
     pytest.fail(f"the writer ended without {text!r}: {''.join(seen)}")
 
 
-def _done(proc: subprocess.Popen[str]) -> tuple[int, str]:
-    out, err = proc.communicate(timeout=300)
+def _done(proc: _Writer) -> tuple[int, str]:
+    out, err = proc.communicate()
+    assert proc.returncode is not None
     return proc.returncode, out + err
 
 
@@ -111,7 +193,7 @@ def _bake(lang: str) -> dict:
     return {"_id": "bake", "title": title, "text": text, "metadata": {"lang": lang}}
 
 
-def _race(first: subprocess.Popen[str], fifo: Path, second: list[str]) -> tuple[tuple[int, str], tuple[int, str]]:
+def _race(first: _Writer, fifo: Path, second: list[str]) -> tuple[tuple[int, str], tuple[int, str]]:
     """`first` paused before publishing, holding the root's lock: `second` waits for it, and goes on after it."""
     end = _paused(first, fifo)
     other = _start(*second)
@@ -133,7 +215,8 @@ def test_an_update_and_a_delete_racing_both_land(root: Path, tmp_path: Path) -> 
     assert "git" not in live and live["bake"] == {"lang": "fr"}  # both changes served
     manifest = read_bundle_manifest(read_current(root))
     assert manifest.base is not None and manifest.base.deleted == 1
-    assert read_bundle_manifest(root / manifest.base.version).base.replaced == 1  # the delete started from it
+    started = read_bundle_manifest(root / manifest.base.version).base
+    assert started is not None and started.replaced == 1  # the delete started from it
 
 
 def test_a_follower_and_an_update_racing_both_land(root: Path, tmp_path: Path) -> None:

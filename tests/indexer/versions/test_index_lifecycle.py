@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import random
 import signal
-import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -28,9 +30,8 @@ from models.encoders.teacher import TeacherEncoder
 from models.errors import ContractMismatch, InputError
 from models.search import FilterError, Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from models.search.query import matching_rows
+from tandem.cli import main
 from tests.fixtures.corpus import DOCS
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def _home(path: Path, teacher_dir: Path) -> Path:
@@ -40,30 +41,66 @@ def _home(path: Path, teacher_dir: Path) -> Path:
     return path
 
 
-# `tandem` in a process that SIGKILLs itself as it opens the shard log (its 2nd argument's name) to append its
-# (K+1)-th record, K its 1st: K shards recorded, the next one's vectors written but not yet logged
-_KILLED_AFTER = """
-import os, signal, sys
-left, log = int(sys.argv.pop(1)) + 1, sys.argv.pop(1)
-def hook(event, args):
-    global left
-    if event == "open" and args[1] == "a" and isinstance(args[0], (str, os.PathLike)) \\
-            and os.path.basename(os.fspath(args[0])) == log:
-        left -= 1
-        if left == 0:
-            os.kill(os.getpid(), signal.SIGKILL)
-sys.addaudithook(hook)
-from tandem.cli import main
-main()
-"""
+class Forked(NamedTuple):
+    status: int  # the wait status: an exit code, or the signal that ended it
+    out: str
+    err: str
+
+    @property
+    def code(self) -> int | None:
+        return os.WEXITSTATUS(self.status) if os.WIFEXITED(self.status) else None
 
 
-def _tandem(args: list[str], home: Path, killed_after: int | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, "TANDEM_HOME": str(home), "OMP_NUM_THREADS": "1", "TANDEM_LOG_LEVEL": "WARNING",
-           "PYTHONPATH": os.pathsep.join(sys.path)}
-    start = ["-m", "tandem"] if killed_after is None else ["-c", _KILLED_AFTER, str(killed_after), SHARD_LOG]
-    return subprocess.Popen([sys.executable, *start, *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def _forked_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = None,
+                killed_at_append: int | None = None) -> Forked:
+    """`tandem ARGS` through the CLI's entry point (tandem.cli.main: its exit codes and error lines) in a fork of
+    this process, with `env` added to its environment and its stdout and stderr read back; where `killed_at_append`
+    is given, the child SIGKILLs itself as it opens the shard log to append its `killed_at_append`-th record (the
+    ones before it recorded, that shard's vectors written but not yet logged).
+
+    A fork, not a `python -m tandem` process: an interpreter's start and the imports of the CLI, and of torch for a
+    build (seconds a process), are this process's, already paid, while the command still runs in a process of its
+    own (its log settings, its SIGKILL). The child runs torch on one thread, as the resumed build and the reference
+    do here, which also keeps a fork of a process that ran OpenMP regions off the parent's pool threads (a
+    one-thread region uses none)."""
+    out_path, err_path = tmp_path / f"cli-{os.urandom(4).hex()}.out", tmp_path / f"cli-{os.urandom(4).hex()}.err"
+    gc.freeze()  # a collection in the child walks only what the command allocates (see tests/fixtures/kill_points.py)
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0:
+            gc.unfreeze()
+    if pid == 0:
+        left, code = killed_at_append, 3
+        try:
+            def hook(event: str, hook_args: tuple[object, ...]) -> None:
+                nonlocal left
+                if event == "open" and hook_args[1] == "a" and isinstance(hook_args[0], (str, os.PathLike)) \
+                        and os.path.basename(os.fspath(hook_args[0])) == SHARD_LOG and left is not None:
+                    left -= 1
+                    if left == 0:
+                        os.kill(os.getpid(), signal.SIGKILL)
+
+            for fd, path in ((1, out_path), (2, err_path)):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
+            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
+            os.environ.update({"TANDEM_LOG_LEVEL": "WARNING", **(env or {})})
+            torch.set_num_threads(1)
+            sys.argv = ["tandem", *args]
+            sys.addaudithook(hook)
+            main()
+            code = 0
+        except SystemExit as exc:  # click's exit at the command's end, or the CLI's on an error
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)  # never back into pytest, nor through the exit handlers of what this process loaded
+    _, status = os.waitpid(pid, 0)
+    return Forked(status, out_path.read_text(), err_path.read_text())
 
 
 def _log_lines(home: Path) -> int:
@@ -71,13 +108,13 @@ def _log_lines(home: Path) -> int:
     return len(logs[0].read_text().splitlines()) if logs else 0
 
 
-def _build_killed_after(args: list[str], home: Path, shards: int, timeout: float = 300) -> int:
+def _build_killed_after(args: list[str], home: Path, shards: int) -> int:
     """Run a build that is SIGKILLed as it goes to append the log's (`shards` + 1)-th line; returns its lines."""
     own = shards - _log_lines(home)  # the records this run appends before the kill
     assert own >= 1, (shards, own)
-    proc = _tandem(args, home, killed_after=own)
-    _, err = proc.communicate(timeout=timeout)
-    assert proc.returncode == -signal.SIGKILL, f"build ended before the kill: {err[-2000:]}"
+    done = _forked_cli(home.parent, args, {"TANDEM_HOME": str(home)}, killed_at_append=own + 1)
+    assert os.WIFSIGNALED(done.status) and os.WTERMSIG(done.status) == signal.SIGKILL, \
+        f"build ended before the kill: {done.err[-2000:]}"
     return _log_lines(home)
 
 
@@ -88,9 +125,10 @@ def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Pa
 
     Mechanics only, so the tiny teacher encodes (tests/fixtures/tiny_home.py); a shard takes it milliseconds,
     so each kill is at a shard-log append the build's own audit hook counts, not at a time a poll sees. The killed
-    builds are `tandem index build` processes; the resumed one and the reference, which no kill needs in a process
-    of its own, run here (an interpreter's start and its torch import per build were most of the test), on one
-    torch thread as the processes run (OMP_NUM_THREADS=1), so that every shard's vectors are computed alike."""
+    builds are `tandem index build` commands in forks of this process (`_forked_cli`: an interpreter's start and
+    its torch import per build were most of the test); the resumed one and the reference, which no kill needs in a
+    process of its own, run here, on one torch thread as the forks run, so that every shard's vectors are computed
+    alike."""
     n = len(DOCS)
     rng = random.Random(int.from_bytes(os.urandom(4), "little"))
     home, root = _home(tmp_path / "home", tiny_teacher), tmp_path / "root"
@@ -145,10 +183,9 @@ def test_publish_into_root_current_rollback_and_prune(tiny_home: Path, no_agreem
     with pytest.raises(InputError, match="invalid bundle version name"):
         build(BuildRequest(corpus=tiny_corpus, root=root, version="../evil"))
 
-    rollback = subprocess.run([sys.executable, "-m", "tandem", "index", "current", str(root), "--set", "v2"],
-                              cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert rollback.returncode == 0, rollback.stderr
-    assert read_current(root).name == "v2" and "* v2" in rollback.stdout
+    rollback = _forked_cli(tmp_path, ["index", "current", str(root), "--set", "v2"])
+    assert rollback.code == 0, rollback.err
+    assert read_current(root).name == "v2" and "* v2" in rollback.out
     build(BuildRequest(corpus=tiny_corpus, root=root, version="v4", keep=0))
     assert list_versions(root) == ["v4"]
 
@@ -284,11 +321,10 @@ def test_update_rejects_bad_input_naming_file_and_line(tiny_bundle: Path, tmp_pa
         update(UpdateRequest(delete_ids=everything, base=tiny_bundle, out=tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
-    cli = subprocess.run([sys.executable, "-m", "tandem", "index", "update", "--base", str(tiny_bundle), "--out",
-                          str(tmp_path / "out"), "--changes", str(changes(ok, "[1, 2]"))],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 2 and "changes.jsonl:2: expected a JSON object" in cli.stderr
-    assert "Traceback" not in cli.stderr
+    cli = _forked_cli(tmp_path, ["index", "update", "--base", str(tiny_bundle), "--out", str(tmp_path / "out"),
+                                 "--changes", str(changes(ok, "[1, 2]"))])
+    assert cli.code == 2 and "changes.jsonl:2: expected a JSON object" in cli.err
+    assert "Traceback" not in cli.err
 
 
 def test_verify_checks_files_counts_and_teacher(tiny_bundle: Path, tmp_path: Path) -> None:
@@ -306,9 +342,8 @@ def test_verify_checks_files_counts_and_teacher(tiny_bundle: Path, tmp_path: Pat
     with (broken / "docs.sqlite").open("r+b") as fh:
         fh.seek(200)
         fh.write(b"\xff")
-    cli = subprocess.run([sys.executable, "-m", "tandem", "index", "verify", str(broken)],
-                         cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert cli.returncode == 2 and "docs.sqlite: checksum mismatch" in cli.stderr, cli.stderr
+    cli = _forked_cli(tmp_path, ["index", "verify", str(broken)])
+    assert cli.code == 2 and "docs.sqlite: checksum mismatch" in cli.err, cli.err
 
     def rewrite(path: Path, **changes: object) -> None:
         manifest = read_bundle_manifest(path).model_copy(update=changes)
