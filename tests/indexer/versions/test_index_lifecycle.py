@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+import faiss
 import numpy as np
 import pytest
 import torch
@@ -61,7 +62,7 @@ def _forked_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = No
     A fork, not a `python -m tandem` process: an interpreter's start and the imports of the CLI, and of torch for a
     build (seconds a process), are this process's, already paid, while the command still runs in a process of its
     own (its log settings, its SIGKILL). The child runs torch on one thread, as the resumed build and the reference
-    do here, which also keeps a fork of a process that ran OpenMP regions off the parent's pool threads (a
+    do here, and FAISS too, which keeps a fork of a process that ran OpenMP regions off the parent's pool threads (a
     one-thread region uses none)."""
     out_path, err_path = tmp_path / f"cli-{os.urandom(4).hex()}.out", tmp_path / f"cli-{os.urandom(4).hex()}.err"
     gc.freeze()  # a collection in the child walks only what the command allocates (see tests/fixtures/kill_points.py)
@@ -87,6 +88,7 @@ def _forked_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = No
             sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
             os.environ.update({"TANDEM_LOG_LEVEL": "WARNING", **(env or {})})
             torch.set_num_threads(1)
+            faiss.omp_set_num_threads(1)  # FAISS's OpenMP regions on one thread as well: none waits on a pool thread
             sys.argv = ["tandem", *args]
             sys.addaudithook(hook)
             main()
