@@ -10,15 +10,10 @@ both changes are in CURRENT, or the loser exits non-zero naming the conflict and
 from __future__ import annotations
 
 import errno
-import gc
 import json
-import logging
 import os
-import stat
-import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import IO
 
@@ -32,7 +27,7 @@ from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current
 from models.embeddings.store import EmbeddingStore
 from models.search import documents
-from tandem.cli import main
+from tests.fixtures.kill_points import fork_cli
 
 pytestmark = pytest.mark.slow
 
@@ -76,13 +71,6 @@ class _Writer:
         return out, err
 
 
-def _is_fifo(fd: int) -> bool:
-    try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
-    except OSError:  # /proc/self/fd's own descriptor, closed once listed
-        return False
-
-
 def _start(*args: str, fifo: Path | None = None) -> _Writer:
     """`tandem index ARGS` (tandem.cli.main) in a fork of this process, paused before it publishes where `fifo` is
     given.
@@ -100,45 +88,17 @@ def _start(*args: str, fifo: Path | None = None) -> _Writer:
     if fifo is not None:
         env[PAUSE_ENV] = str(fifo)
     fd, name = tempfile.mkstemp(prefix="writer-", suffix=".out")
-    os.close(fd)
-    stdout = Path(name)
     read_end, write_end = os.pipe()
-    gc.freeze()  # a collection in the child walks only what the command allocates (tests/fixtures/kill_points.py)
-    pid = -1
     try:
-        pid = os.fork()
+        pid = fork_cli(["index", *args], env, fd, write_end, before=None if fifo else _unpaused)
     finally:
-        if pid != 0:
-            gc.unfreeze()
-    if pid == 0:
-        code = 3
-        try:
-            os.close(read_end)
-            os.dup2(os.open(stdout, os.O_WRONLY | os.O_TRUNC), 1)
-            os.dup2(write_end, 2)
-            for fd in map(int, os.listdir("/proc/self/fd")):
-                # the pipes and fifos this process holds: another writer's stderr, and above all the pause fifo's
-                # write end, which a writer forked while the first one waits there would hold open (the first
-                # would then never read its end and go on, and this one waits for its lock: a deadlock)
-                if fd > 2 and _is_fifo(fd):
-                    os.close(fd)
-            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
-            logging.root.handlers.clear()
-            os.environ.pop(PAUSE_ENV, None)
-            os.environ.update(env)
-            sys.argv = ["tandem", "index", *args]
-            main()
-            code = 0
-        except SystemExit as exc:  # click's exit at the command's end, or the CLI's on an error
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)  # never back into pytest, nor through the exit handlers of what this process loaded
-    os.close(write_end)
-    return _Writer(pid, stdout, os.fdopen(read_end, "r"))
+        os.close(fd)
+        os.close(write_end)
+    return _Writer(pid, Path(name), os.fdopen(read_end, "r"))
+
+
+def _unpaused() -> None:
+    os.environ.pop(PAUSE_ENV, None)
 
 
 def _paused(proc: _Writer, fifo: Path) -> int:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import random
 import signal
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -31,8 +29,8 @@ from models.encoders.teacher import TeacherEncoder
 from models.errors import ContractMismatch, InputError
 from models.search import FilterError, Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from models.search.query import matching_rows
-from tandem.cli import main
 from tests.fixtures.corpus import DOCS
+from tests.fixtures.kill_points import fork_cli
 
 
 def _home(path: Path, teacher_dir: Path) -> Path:
@@ -54,53 +52,30 @@ class Forked(NamedTuple):
 
 def _forked_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = None,
                 killed_at_append: int | None = None) -> Forked:
-    """`tandem ARGS` through the CLI's entry point (tandem.cli.main: its exit codes and error lines) in a fork of
-    this process, with `env` added to its environment and its stdout and stderr read back; where `killed_at_append`
-    is given, the child SIGKILLs itself as it opens the shard log to append its `killed_at_append`-th record (the
-    ones before it recorded, that shard's vectors written but not yet logged).
+    """`tandem ARGS` in a fork of this process (tests/fixtures/kill_points.py `fork_cli`), with `env` added to its
+    environment and its stdout and stderr read back; where `killed_at_append` is given, the child SIGKILLs itself as
+    it opens the shard log to append its `killed_at_append`-th record (the ones before it recorded, that shard's
+    vectors written but not yet logged). The child runs torch and FAISS on one thread, as the resumed build and the
+    reference do here, which also keeps a fork of a process that ran OpenMP regions off the parent's pool threads
+    (a one-thread region uses none)."""
+    left = killed_at_append
 
-    A fork, not a `python -m tandem` process: an interpreter's start and the imports of the CLI, and of torch for a
-    build (seconds a process), are this process's, already paid, while the command still runs in a process of its
-    own (its log settings, its SIGKILL). The child runs torch on one thread, as the resumed build and the reference
-    do here, and FAISS too, which keeps a fork of a process that ran OpenMP regions off the parent's pool threads (a
-    one-thread region uses none)."""
+    def hook(event: str, hook_args: tuple[object, ...]) -> None:
+        nonlocal left
+        if event == "open" and hook_args[1] == "a" and isinstance(hook_args[0], (str, os.PathLike)) \
+                and os.path.basename(os.fspath(hook_args[0])) == SHARD_LOG and left is not None:
+            left -= 1
+            if left == 0:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    def before() -> None:
+        torch.set_num_threads(1)
+        faiss.omp_set_num_threads(1)
+        sys.addaudithook(hook)
+
     out_path, err_path = tmp_path / f"cli-{os.urandom(4).hex()}.out", tmp_path / f"cli-{os.urandom(4).hex()}.err"
-    gc.freeze()  # a collection in the child walks only what the command allocates (see tests/fixtures/kill_points.py)
-    pid = -1
-    try:
-        pid = os.fork()
-    finally:
-        if pid != 0:
-            gc.unfreeze()
-    if pid == 0:
-        left, code = killed_at_append, 3
-        try:
-            def hook(event: str, hook_args: tuple[object, ...]) -> None:
-                nonlocal left
-                if event == "open" and hook_args[1] == "a" and isinstance(hook_args[0], (str, os.PathLike)) \
-                        and os.path.basename(os.fspath(hook_args[0])) == SHARD_LOG and left is not None:
-                    left -= 1
-                    if left == 0:
-                        os.kill(os.getpid(), signal.SIGKILL)
-
-            for fd, path in ((1, out_path), (2, err_path)):
-                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), fd)
-            sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)  # noqa: SIM115
-            os.environ.update({"TANDEM_LOG_LEVEL": "WARNING", **(env or {})})
-            torch.set_num_threads(1)
-            faiss.omp_set_num_threads(1)  # FAISS's OpenMP regions on one thread as well: none waits on a pool thread
-            sys.argv = ["tandem", *args]
-            sys.addaudithook(hook)
-            main()
-            code = 0
-        except SystemExit as exc:  # click's exit at the command's end, or the CLI's on an error
-            code = exc.code if isinstance(exc.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)  # never back into pytest, nor through the exit handlers of what this process loaded
+    with out_path.open("w") as out, err_path.open("w") as err:
+        pid = fork_cli(args, {"TANDEM_LOG_LEVEL": "WARNING", **(env or {})}, out.fileno(), err.fileno(), before)
     _, status = os.waitpid(pid, 0)
     return Forked(status, out_path.read_text(), err_path.read_text())
 
