@@ -8,6 +8,7 @@ which is also the reference the teacher's vectors are checked against.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.verify import verify
+from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.datasets.beir import load_beir
 from models.datasets.teacher_targets import TeacherTargets
@@ -83,6 +85,7 @@ def test_the_bundle_records_the_setup_and_holds_the_document_vectors(bundle: Pat
     assert (manifest.teacher.pooling, manifest.teacher.query_prompt, manifest.teacher.document_prompt) == (
         "cls", QUERY_PROMPT, "")
     assert manifest.teacher.fingerprint == describe(teacher).fingerprint
+    assert manifest.teacher == load_card(teacher).teacher_ref()  # the record a bundle of a teacher carries
     (line,) = verify(bundle, teacher=teacher)
     assert "matches (pooling cls, query prompt 'Represent this sentence" in line
     key = manifest.embeddings.store_key
@@ -178,10 +181,18 @@ def test_a_student_of_the_same_weights_without_the_prompt_is_refused(
 
 
 def test_a_bundle_of_the_same_weights_pooled_otherwise_is_refused(
-    student: Path, mean_teacher: Path, teacher: Path, backbone: Path, tiny_corpus: Path, tmp_path: Path
+    bundle: Path, student: Path, mean_teacher: Path, teacher: Path, backbone: Path, tiny_corpus: Path, tmp_path: Path
 ) -> None:
+    """The bundle as a build by the mean-pooled teacher records it: its manifest's teacher is that teacher's card's
+    reference (a build writes `card.teacher_ref()`, pinned for the CLS one by
+    test_the_bundle_records_the_setup_and_holds_the_document_vectors). Both refusals read the manifests before
+    any vector, so no second build is paid for them."""
     assert describe(mean_teacher).weights_sha256 == describe(teacher).weights_sha256
-    mean_bundle = _build(mean_teacher, tiny_corpus, tmp_path / "bundle")
+    mean_bundle = Path(shutil.copytree(bundle, tmp_path / "bundle"))
+    manifest = json.loads((mean_bundle / BUNDLE_MANIFEST).read_text())
+    manifest["teacher"] = load_card(mean_teacher).teacher_ref().model_dump()
+    (mean_bundle / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    assert read_bundle_manifest(mean_bundle).teacher.pooling == "mean"
     with pytest.raises(ContractMismatch, match=r"pooling cls.*pooling mean"):
         check_compatible(ServiceSettings(index=mean_bundle, student=student))
     with pytest.raises(ContractMismatch, match=r"pooling mean.*pooling cls"):  # and distill against it, before training
