@@ -14,18 +14,21 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from indexer.build import BuildRequest, build
+from indexer.rootlock import current_name
 from indexer.verify import verify
 from indexer.versions.request import UpdateRequest
 from indexer.versions.update import update
 from models.bundle.vectors.index import INDEX_FILE
 from models.bundle.vectors.rotation import ROTATION_FILE
 from models.bundle.vectors.space import CALIBRATION_FILE
+from models.bundle.versions import set_current
 from models.errors import ContractMismatch
 from service.http.app import create_app
 from service.settings import ServiceSettings
@@ -37,20 +40,36 @@ from tests.service.reload.test_service_reload import reload, search, serving
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def root(mini_bundle: Path, mini_teacher: Path, tiny_corpus: Path, tmp_path: Path) -> Path:
-    """A root whose CURRENT is v1: int8 with a PCA rotation, so it has space files (calibration, rotation). Built
-    from the teacher vectors mini_bundle's build cached."""
-    root = tmp_path / "bundles"
+@pytest.fixture(scope="module")
+def published(mini_bundle: Path, mini_teacher: Path, tiny_corpus: Path,
+              tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A root holding v1 (int8 with a PCA rotation, so it has space files: calibration, rotation; built from the
+    teacher vectors mini_bundle's build cached) and v2, published by `index update` (its first segment and space
+    files hard links to v1's), with CURRENT put back to v1. Built once for the module: each test serves a copy."""
+    root = tmp_path_factory.mktemp("verified") / "bundles"
     build(BuildRequest(corpus=tiny_corpus, root=root, version="v1", dim=MINI_DIM, quantization="int8", rotation="pca",
                        teacher=mini_teacher))
+    changes = root.parent / "changes.jsonl"
+    changes.write_text(json.dumps({"_id": "kites", "text": "Wind lifts the kite over the beach."}) + "\n")
+    update(UpdateRequest(changes=changes, root=root, version="v2", teacher=mini_teacher))  # CURRENT → v2
+    assert current_name(root) == "v2"
+    set_current(root, "v1")
     return root
 
 
-def _publish_v2(root: Path, teacher: Path) -> Path:
-    changes = root.parent / "changes.jsonl"
-    changes.write_text(json.dumps({"_id": "kites", "text": "Wind lifts the kite over the beach."}) + "\n")
-    update(UpdateRequest(changes=changes, root=root, version="v2", teacher=teacher))  # CURRENT → v2
+@pytest.fixture
+def root(published: Path, tmp_path: Path) -> Path:
+    """A copy of the published root whose CURRENT is v1; `cp -a` keeps v2's hard links to v1's files links (and
+    every mtime), as the update made them."""
+    copy = tmp_path / "bundles"
+    subprocess.run(["cp", "-a", str(published), str(copy)], check=True)
+    return copy
+
+
+def _publish_v2(root: Path) -> Path:
+    """What the update's publication does last (indexer.publish: CURRENT set to the version it placed), on the copy
+    of a root where `index update` placed v2."""
+    set_current(root, "v2")
     for name in (INDEX_FILE, ROTATION_FILE, CALIBRATION_FILE):
         assert (root / "v2" / name).stat().st_ino == (root / "v1" / name).stat().st_ino, f"{name} is shared"
     return root / "v2"
@@ -89,11 +108,11 @@ def _refused(server: LiveServer, name: str, answers: dict[str, list[str]]) -> No
 
 
 def test_a_shared_file_changed_in_place_is_refused_by_name_and_the_old_version_serves(
-        root: Path, mini_student: Path, mini_teacher: Path) -> None:
+        root: Path, mini_student: Path) -> None:
     with serving(root, mini_student) as server:
         assert search(server)["index"]["version"] == "v1"
         answers = _answers(server)
-        v2 = _publish_v2(root, mini_teacher)
+        v2 = _publish_v2(root)
         _flip_in_place(v2 / INDEX_FILE, keep_mtime=False)  # its mtime moves: the identity v1 verified is gone
         _refused(server, INDEX_FILE, answers)
         _flip_in_place(v2 / INDEX_FILE, keep_mtime=False)  # the byte back: hashed again, and now it matches
@@ -104,19 +123,19 @@ def test_a_shared_file_changed_in_place_is_refused_by_name_and_the_old_version_s
 
 @pytest.mark.parametrize("name", [ROTATION_FILE, CALIBRATION_FILE])
 def test_space_files_are_hashed_on_every_reload_even_when_size_and_mtime_are_restored(
-        root: Path, mini_student: Path, mini_teacher: Path, name: str) -> None:
+        root: Path, mini_student: Path, name: str) -> None:
     with serving(root, mini_student) as server:
         answers = _answers(server)
-        v2 = _publish_v2(root, mini_teacher)
+        v2 = _publish_v2(root)
         _flip_in_place(v2 / name, keep_mtime=True)
         _refused(server, name, answers)
 
 
 def test_the_limit_a_sneaky_write_to_a_shared_segment_is_not_read_and_index_verify_names_it(
-        root: Path, mini_student: Path, mini_teacher: Path) -> None:
+        root: Path, mini_student: Path) -> None:
     with serving(root, mini_student) as server:
         answers = _answers(server)
-        v2 = _publish_v2(root, mini_teacher)
+        v2 = _publish_v2(root)
         _flip_in_place(v2 / INDEX_FILE, keep_mtime=True)  # same device, inode, size and mtime_ns
         response = reload(server)
         # Trusted by identity: the segment is not read again; v2 serves it as loaded (and verified) from v1.

@@ -8,6 +8,7 @@ which is also the reference the teacher's vectors are checked against.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from indexer.build import BuildRequest, build
 from indexer.verify import verify
+from models.bundle.manifest import BUNDLE_MANIFEST
 from models.bundle.version import Bundle, read_bundle_manifest
 from models.datasets.beir import load_beir
 from models.datasets.teacher_targets import TeacherTargets
@@ -33,7 +35,7 @@ from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.server import serve_app
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
-from tests.service.api.test_service_refuses import serve_cli
+from tests.service.api.test_service_refuses import altered_student, serve_cli
 
 QUERY_PROMPT = "Represent this sentence for searching relevant passages: "
 MIN_COSINE = 0.9999  # the embedding store and the targets cache hold float16
@@ -83,6 +85,7 @@ def test_the_bundle_records_the_setup_and_holds_the_document_vectors(bundle: Pat
     assert (manifest.teacher.pooling, manifest.teacher.query_prompt, manifest.teacher.document_prompt) == (
         "cls", QUERY_PROMPT, "")
     assert manifest.teacher.fingerprint == describe(teacher).fingerprint
+    assert manifest.teacher == load_card(teacher).teacher_ref()  # the record a bundle of a teacher carries
     (line,) = verify(bundle, teacher=teacher)
     assert "matches (pooling cls, query prompt 'Represent this sentence" in line
     key = manifest.embeddings.store_key
@@ -102,6 +105,7 @@ def test_query_targets_are_the_teachers_vectors_of_the_prompted_queries(student:
     assert np.sum(targets * prompted, axis=1).min() >= MIN_COSINE
     assert np.sum(targets * plain, axis=1).max() < 0.999  # the prompt made a difference
     manifest = read_student_manifest(student)
+    assert manifest.teacher == load_card(teacher).teacher_ref()  # the record a student of a teacher carries
     assert manifest.teacher.query_prompt == QUERY_PROMPT
     assert manifest.backbone_pooling == "cls"  # the backbone's pooling, inside the graph the parity gate passed
     assert manifest.parity is not None and manifest.parity.fp32_mean_cosine >= 0.999
@@ -158,10 +162,16 @@ def mean_teacher(tiny_models: TinyModels, teacher: Path) -> Path:
 
 
 def test_a_student_of_the_same_weights_without_the_prompt_is_refused(
-    bundle: Path, unprompted_teacher: Path, backbone: Path, tiny_corpus: Path, tmp_path: Path
+    bundle: Path, student: Path, unprompted_teacher: Path, tmp_path: Path
 ) -> None:
-    other_bundle = _build(unprompted_teacher, tiny_corpus, tmp_path / "bundle")
-    other = _distill(other_bundle, unprompted_teacher, backbone, tiny_corpus, tmp_path / "student")
+    """The student as a distillation against the unprompted teacher records it: its manifest's teacher is that
+    teacher's card's reference (run_distill writes `card.teacher_ref()`, pinned for the prompted one by
+    test_query_targets_are_the_teachers_vectors_of_the_prompted_queries), its weights the same. The refusal reads
+    the manifests only, before loading anything heavy, so no second build and distillation are paid for it."""
+    unprompted = load_card(unprompted_teacher).teacher_ref()
+    assert (unprompted.query_prompt, unprompted.pooling) == ("", "cls")
+    other = altered_student(student, tmp_path / "student", unprompted.model_dump())
+    assert read_student_manifest(other).teacher == unprompted
     with pytest.raises(ContractMismatch, match=r"no prompts.*query prompt 'Represent"):
         check_compatible(ServiceSettings(index=bundle, student=other))
     result = serve_cli(bundle, other)
@@ -171,10 +181,18 @@ def test_a_student_of_the_same_weights_without_the_prompt_is_refused(
 
 
 def test_a_bundle_of_the_same_weights_pooled_otherwise_is_refused(
-    student: Path, mean_teacher: Path, teacher: Path, backbone: Path, tiny_corpus: Path, tmp_path: Path
+    bundle: Path, student: Path, mean_teacher: Path, teacher: Path, backbone: Path, tiny_corpus: Path, tmp_path: Path
 ) -> None:
+    """The bundle as a build by the mean-pooled teacher records it: its manifest's teacher is that teacher's card's
+    reference (a build writes `card.teacher_ref()`, pinned for the CLS one by
+    test_the_bundle_records_the_setup_and_holds_the_document_vectors). Both refusals read the manifests before
+    any vector, so no second build is paid for them."""
     assert describe(mean_teacher).weights_sha256 == describe(teacher).weights_sha256
-    mean_bundle = _build(mean_teacher, tiny_corpus, tmp_path / "bundle")
+    mean_bundle = Path(shutil.copytree(bundle, tmp_path / "bundle"))
+    manifest = json.loads((mean_bundle / BUNDLE_MANIFEST).read_text())
+    manifest["teacher"] = load_card(mean_teacher).teacher_ref().model_dump()
+    (mean_bundle / BUNDLE_MANIFEST).write_text(json.dumps(manifest))
+    assert read_bundle_manifest(mean_bundle).teacher.pooling == "mean"
     with pytest.raises(ContractMismatch, match=r"pooling cls.*pooling mean"):
         check_compatible(ServiceSettings(index=mean_bundle, student=student))
     with pytest.raises(ContractMismatch, match=r"pooling mean.*pooling cls"):  # and distill against it, before training

@@ -19,6 +19,7 @@ from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.tiny_service import MINI_DIM
 
 TEXTS = sorted(PROBES)
 
@@ -114,26 +115,33 @@ def test_embeddings_are_counted_in_metrics(live_server: LiveServer) -> None:
     assert 'tandem_http_requests_total{method="POST",route="/v1/embeddings",status="200"}' in metrics
 
 
-def test_api_keys_guard_embeddings(tiny_bundle: Path, tiny_student: Path) -> None:
-    settings = ServiceSettings(index=tiny_bundle, student=tiny_student, api_keys="k-embed")
+def test_api_keys_guard_embeddings(mini_bundle: Path, mini_student: Path) -> None:
+    """Mechanics: the tiny models serve (tests/fixtures/tiny_service.py)."""
+    settings = ServiceSettings(index=mini_bundle, student=mini_student, api_keys="k-embed")
     with serve_app(create_app(settings)) as server:
         refused = server.client.post("/v1/embeddings", json={"input": "tides"})
         assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
         with pytest.raises(openai.PermissionDeniedError):
             _sdk(server, api_key="wrong").embeddings.create(input="tides", model="x")
         response = _sdk(server, api_key="k-embed").embeddings.create(input="tides", model="x")
-        assert len(response.data[0].embedding) == 768
+        assert len(response.data[0].embedding) == MINI_DIM
 
 
 @pytest.mark.slow
-def test_rotated_bundle_still_answers_in_the_teachers_space(tiny_corpus: Path, tiny_student: Path,
-                                                             student: StudentEncoder, tmp_path: Path) -> None:
-    """A PCA-rotated bundle rotates inside its index only: applications store unrotated teacher vectors."""
+def test_rotated_bundle_still_answers_in_the_teachers_space(mini_bundle: Path, mini_teacher: Path,
+                                                             mini_student: Path, tiny_corpus: Path,
+                                                             tmp_path: Path) -> None:
+    """A PCA-rotated bundle rotates inside its index only: applications store unrotated teacher vectors.
+
+    Mechanics, so on the tiny models (tests/fixtures/tiny_service.py): the bundle is built from the teacher vectors
+    mini_bundle's build cached."""
     rotated = tmp_path / "rotated"
-    build(BuildRequest(corpus=tiny_corpus, out=rotated, dim=128, quantization="int8", rotation="pca"))
-    with serve_app(create_app(ServiceSettings(index=rotated, student=tiny_student))) as server:
+    build(BuildRequest(corpus=tiny_corpus, out=rotated, dim=MINI_DIM, quantization="int8", rotation="pca",
+                       teacher=mini_teacher))
+    with serve_app(create_app(ServiceSettings(index=rotated, student=mini_student))) as server:
         response = server.client.post("/v1/embeddings", json={"input": TEXTS, "encoding_format": "float"})
         assert server.client.post("/search", json={"query": TEXTS[0], "top_k": 1}).status_code == 200
     got = np.array([d["embedding"] for d in response.json()["data"]], dtype=np.float32)
-    assert got.shape == (len(TEXTS), 768)
+    student = StudentEncoder(mini_student, "int8")  # what the server runs by default
+    assert got.shape == (len(TEXTS), MINI_DIM) == (len(TEXTS), student.dim)
     assert _cosines(got, _alone(student, TEXTS)).min() >= 0.9999
