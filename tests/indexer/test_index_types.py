@@ -19,6 +19,9 @@ from models.search import VectorIndex, dense_hits
 from tests.fixtures.corpus import DOCS
 from tests.indexer.test_agreement_check import in_process_cli
 
+# No agreement samples: nothing here reads one, and each build and update would encode its queries and search for
+# them (samples: tests/indexer/test_agreement_check.py).
+pytestmark = pytest.mark.usefixtures("no_agreement_sample")
 VALID = [("flat", "float"), ("flat", "int8"), ("flat", "binary"), ("hnsw", "float"), ("hnsw", "int8"),
          ("hnsw", "binary"), ("ivf", "binary")]
 # recall@10 against exact float search on the clustered vectors below (measured: 1.0 / 0.99 / ~0.87)

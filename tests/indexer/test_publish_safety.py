@@ -201,7 +201,8 @@ def _limit_file_size() -> None:
 
 @pytest.mark.parametrize("command", ["build", "update"])
 def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path,
-                                                                command: str) -> None:
+                                                                command: str, no_agreement_sample: None) -> None:
+    """No agreement sample: the limited writer fails at its docstore, before one would be written."""
     root = tmp_path / "bundles"
     shutil.copytree(tiny_bundle, root / "v1")
     set_current(root, "v1")
