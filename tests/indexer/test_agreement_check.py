@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -30,7 +28,6 @@ from tests.fixtures.bundle import DRIFT_DOCS as DEMO_DOCS
 from tests.fixtures.corpus import DOCS
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_segment_written_keeps_a_sample_listed_and_checksummed(drift_root: Path) -> None:
@@ -59,13 +56,8 @@ def test_the_check_tells_the_other_domain_from_the_students_own(drift_root: Path
     assert other.below == (other.overlap < report.threshold * home.overlap)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tandem", "index", "check", *args], cwd=REPO, capture_output=True,
-                          text=True, env={**os.environ, "TANDEM_LOG_LEVEL": "WARNING"}, timeout=120)
-
-
-def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int | str | None, str, str]:
-    """`tandem index check` through the CLI's own entry point (tandem.cli.main: its exit codes and error lines) in
+def in_process_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int | str | None, str, str]:
+    """`tandem ARGS` through the CLI's own entry point (tandem.cli.main: its exit codes and error lines) in
     this process, which has imported what the command imports already (a process of its own spends ~1 s on that).
     The loggers' levels and the root's handlers the command sets are put back, so the tests after it in this worker
     log as before."""
@@ -75,7 +67,7 @@ def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int | s
     capsys.readouterr()
     try:
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(sys, "argv", ["tandem", "index", "check", *args])
+            mp.setattr(sys, "argv", ["tandem", *args])
             with pytest.raises(SystemExit) as done:
                 main()
     finally:
@@ -89,19 +81,23 @@ def _in_process(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int | s
     return done.value.code, out.out, out.err
 
 
+def _check(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int | str | None, str, str]:
+    return in_process_cli(capsys, "index", "check", *args)
+
+
 def test_the_command_prints_json_and_refuses_a_bad_root_or_student(drift_root: Path, tiny_student: Path,
                                                                    tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    done = _cli("--root", str(drift_root), "--student", str(tiny_student), "--json")  # `python -m tandem` itself
-    assert done.returncode == 0, done.stderr
-    body = json.loads(done.stdout)
+    code, out, err = _check(capsys, "--root", str(drift_root), "--student", str(tiny_student), "--json")
+    assert code == 0, err
+    body = json.loads(out)
     assert [s["segment"] for s in body["segments"]] == ["base", "v2"]
     assert body["overall"]["queries"] == len(DOCS) + DEMO_DOCS
-    code, out, err = _in_process(capsys, "--root", str(drift_root), "--student", str(tiny_student))
+    code, out, err = _check(capsys, "--root", str(drift_root), "--student", str(tiny_student))
     assert code == 0 and "overlap@10" in out and "threshold" in out, err
-    code, _, err = _in_process(capsys, "--root", str(drift_root), "--student", str(tmp_path))
+    code, _, err = _check(capsys, "--root", str(drift_root), "--student", str(tmp_path))
     assert code == 2 and "student.json is missing" in err
-    code, _, err = _in_process(capsys, "--root", str(tmp_path / "nowhere"), "--student", str(tiny_student))
+    code, _, err = _check(capsys, "--root", str(tmp_path / "nowhere"), "--student", str(tiny_student))
     assert code == 2 and "manifest.json is missing" in err
 
 

@@ -4,9 +4,6 @@ bundles that build, verify and load, refused combinations, manifests, and update
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -20,8 +17,11 @@ from models.bundle.version import Bundle, read_bundle_manifest, verify_bundle
 from models.errors import ContractMismatch
 from models.search import VectorIndex, dense_hits
 from tests.fixtures.corpus import DOCS
+from tests.indexer.test_agreement_check import in_process_cli
 
-REPO = Path(__file__).resolve().parents[2]
+# No agreement samples: nothing here reads one, and each build and update would encode its queries and search for
+# them (samples: tests/indexer/test_agreement_check.py).
+pytestmark = pytest.mark.usefixtures("no_agreement_sample")
 VALID = [("flat", "float"), ("flat", "int8"), ("flat", "binary"), ("hnsw", "float"), ("hnsw", "int8"),
          ("hnsw", "binary"), ("ivf", "binary")]
 # recall@10 against exact float search on the clustered vectors below (measured: 1.0 / 0.99 / ~0.87)
@@ -76,13 +76,14 @@ def test_search_parameters_come_from_the_manifest(clustered: tuple[np.ndarray, n
         VectorIndex.load(hnsw, 256, Quantization.FLOAT)
 
 
-def test_cli_refuses_with_exit_code_2(tandem_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "TANDEM_HOME": str(tandem_home), "TANDEM_LOG_LEVEL": "WARNING"}
+def test_cli_refuses_with_exit_code_2(tandem_home: Path, tiny_corpus: Path, tmp_path: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Through tandem.cli.main in this process (its exit code and error line), not a `python -m tandem` process: the
+    refusal comes before any encoding, and the entry point itself is started by every served test (tests/fixtures)."""
     args = ["index", "build", "--corpus", str(tiny_corpus), "--out", str(tmp_path / "b"), "--index", "ivf"]
-    proc = subprocess.run([sys.executable, "-m", "tandem", *args], cwd=REPO, env=env, text=True, capture_output=True,
-                          timeout=120)
-    assert proc.returncode == 2
-    assert "--index ivf does not support --quantization float" in proc.stderr and "Traceback" not in proc.stderr
+    code, _, err = in_process_cli(capsys, *args)
+    assert code == 2
+    assert "--index ivf does not support --quantization float" in err and "Traceback" not in err
     assert not (tmp_path / "b").exists()
 
 

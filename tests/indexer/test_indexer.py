@@ -195,7 +195,8 @@ def test_token_budget_batches_give_the_same_vectors(tiny_teacher: Path) -> None:
     assert (budget.encode_documents(texts) * plain.encode_documents(texts)).sum(axis=1).min() >= 0.9999
 
 
-def test_auto_precision_records_what_this_cpu_picks(tiny_home: Path, tiny_corpus: Path, tmp_path: Path) -> None:
+def test_auto_precision_records_what_this_cpu_picks(tiny_home: Path, tiny_corpus: Path, no_agreement_sample: None,
+                                                    tmp_path: Path) -> None:
     """`--precision auto` is resolved before encoding: the manifest records bf16 or fp32, never auto. Bookkeeping,
     so the teacher is the tiny one (tests/fixtures/tiny_home.py)."""
     manifest = build(BuildRequest(corpus=tiny_corpus, out=tmp_path / "auto", precision="auto", device="cpu"))
@@ -225,7 +226,7 @@ def test_precision_is_recorded_and_keyed_apart(tiny_bundle: Path, tiny_corpus: P
 
 
 def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tiny_home: Path, tiny_corpus: Path,
-                                                              tmp_path: Path) -> None:
+                                                              no_agreement_sample: None, tmp_path: Path) -> None:
     """Imported vectors record no precision, nor does their compaction: an update (or a follower) encodes its texts
     in fp32 by default and, with auto, in what this CPU picks (bf16 where it has native bf16), recorded on the new
     segment. Bookkeeping, so the teacher is the tiny one (tests/fixtures/tiny_home.py)."""
@@ -252,6 +253,7 @@ def test_auto_on_a_base_of_imported_vectors_is_this_cpus_pick(tiny_home: Path, t
 
 
 def test_an_update_encodes_in_the_precision_its_base_records(tiny_home: Path, tiny_corpus: Path, tmp_path: Path,
+                                                             no_agreement_sample: None,
                                                              caplog: pytest.LogCaptureFixture) -> None:
     """`index update` keeps a version's vectors in one precision: by default (and with auto) the base's; another
     is allowed with a warning and recorded on the new segment. Bookkeeping, so the teacher is the tiny one

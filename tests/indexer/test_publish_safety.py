@@ -8,16 +8,20 @@ system change (mkdir, open for writing, rename, renameat2, rmtree...), for every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import shutil
 import signal
-import subprocess
 import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import faiss
 import pytest
 
 from indexer.publish import Target, publish
@@ -28,7 +32,7 @@ from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
-from tests.fixtures.kill_points import Pristine, kill_everywhere
+from tests.fixtures.kill_points import Pristine, fork_cli, kill_everywhere
 from tests.fixtures.kill_points import kill_dir as kill_dir
 
 pytestmark = pytest.mark.slow
@@ -121,12 +125,55 @@ def test_two_builds_of_one_version_never_overwrite_each_other(tiny_bundle: Path,
     assert sorted(p.name for p in root.iterdir()) == [".lock", "CURRENT", "v9"]
 
 
-def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "from tandem.cli import main; main()", *args],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **env},
-        capture_output=True, text=True, timeout=300, check=False,
-    )
+@dataclass(frozen=True)
+class Done:
+    returncode: int | None  # None: killed by a signal
+    stdout: str
+    stderr: str
+
+
+def forked_cli(tmp_path: Path, args: list[str], before: Callable[[], None] | None = None, **env: str) -> Done:
+    """`tandem ARGS` in a fork of this process (tests/fixtures/kill_points.py `fork_cli`): a process of its own,
+    taking the root lock and failing at a write as a `tandem` command does, without an interpreter's start and the
+    CLI's imports (~1 s each). FAISS, and torch where this process loaded it, run on one thread in the child: a
+    fork of a process that ran OpenMP regions stays off the parent's pool threads (a one-thread region uses none)."""
+
+    def child() -> None:
+        faiss.omp_set_num_threads(1)
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
+        if before is not None:
+            before()
+
+    name = os.urandom(4).hex()
+    out_path, err_path = tmp_path / f"cli-{name}.out", tmp_path / f"cli-{name}.err"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        pid = fork_cli(args, env, out.fileno(), err.fileno(), child)
+    _, status = os.waitpid(pid, 0)
+    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+    return Done(code, out_path.read_text(), err_path.read_text())
+
+
+@contextlib.contextmanager
+def _held_by_another_thread(root: Path) -> Iterator[None]:
+    """`root_lock(root)` held by a thread of its own, as a writer would hold it: the lock's re-entrance is counted per
+    thread, so the forked command (a copy of this thread) holds nothing and waits on the file's flock as another
+    process does, where a fork of the holding thread would take the lock as its own again."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with root_lock(root):
+            taken.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert taken.wait(60)
+    try:
+        yield
+    finally:
+        release.set()
+        holder.join()
 
 
 def test_current_set_waits_for_the_root_lock(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path) -> None:
@@ -134,12 +181,12 @@ def test_current_set_waits_for_the_root_lock(tiny_bundle: Path, v2_bundle: Path,
     shutil.copytree(tiny_bundle, root / "v1")
     shutil.copytree(v2_bundle, root / "v2")
     set_current(root, "v1")
-    with root_lock(root):  # a build publishing and pruning holds it
-        refused = _cli("index", "current", str(root), "--set", "v2", TANDEM_LOCK_TIMEOUT_S="0.2")
+    with _held_by_another_thread(root):  # a build publishing and pruning holds it
+        refused = forked_cli(tmp_path, ["index", "current", str(root), "--set", "v2"], TANDEM_LOCK_TIMEOUT_S="0.2")
         assert refused.returncode == 2, refused.stderr
         assert "locked by another writer" in refused.stderr
         assert read_current(root).name == "v1"
-    done = _cli("index", "current", str(root), "--set", "v2")
+    done = forked_cli(tmp_path, ["index", "current", str(root), "--set", "v2"])
     assert done.returncode == 0, done.stderr
     assert read_current(root).name == "v2"
 
@@ -154,7 +201,8 @@ def _limit_file_size() -> None:
 
 @pytest.mark.parametrize("command", ["build", "update"])
 def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Path, v2_bundle: Path, tmp_path: Path,
-                                                                command: str) -> None:
+                                                                command: str, no_agreement_sample: None) -> None:
+    """No agreement sample: the limited writer fails at its docstore, before one would be written."""
     root = tmp_path / "bundles"
     shutil.copytree(tiny_bundle, root / "v1")
     set_current(root, "v1")
@@ -173,11 +221,7 @@ def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Pat
         # limited process fails at the write without importing torch to encode it (most of its seconds)
         update(UpdateRequest(changes=big, base=root / "v1", out=tmp_path / "unlimited"))
         args = ["update", "--root", str(root), "--changes", str(big)]
-    done = subprocess.run(
-        [sys.executable, "-c", "from tandem.cli import main; main()", "index", *args],
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}, preexec_fn=_limit_file_size,
-        capture_output=True, text=True, timeout=300, check=False,
-    )
+    done = forked_cli(tmp_path, ["index", *args], _limit_file_size)
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("error: "), done.stderr

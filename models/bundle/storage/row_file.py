@@ -58,19 +58,36 @@ def drop_mapped_pages(path: Path) -> int:
     the page cache and come back on the next read); how many mappings. For a mapping numpy does not own, FAISS's
     of a first stage loaded with IO_FLAG_MMAP_IFC, found by its file's name in /proc/self/maps (Linux; elsewhere
     nothing is dropped)."""
+    ranges = mapped_ranges(path)
+    drop_ranges(path, ranges)
+    return len(ranges)
+
+
+def mapped_ranges(path: Path) -> list[tuple[int, int]]:
+    """The (start, end) addresses of this process's mappings of `path`, from /proc/self/maps (empty off Linux).
+
+    A caller that keeps the mapping (a FAISS index mapped once at its load, for as long as the index lives) finds
+    them once and drops their pages with `drop_ranges` as often as it needs: in a process that loaded torch the
+    maps run to thousands of lines, and a writer's agreement sample dropped pages per segment per batch of queries,
+    parsing them each time."""
     maps = Path("/proc/self/maps")
     if not maps.is_file():
-        return 0
-    real, dropped = os.path.realpath(path), 0
+        return []
+    real, ranges = os.path.realpath(path), []
     for line in maps.read_text().splitlines():
         fields = line.split(maxsplit=5)
         if len(fields) == 6 and fields[5] == real:
             start, end = (int(x, 16) for x in fields[0].split("-"))
-            if _libc().madvise(start, end - start, mmap.MADV_DONTNEED) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, f"madvise of {path}'s mapping: {os.strerror(err)}")
-            dropped += 1
-    return dropped
+            ranges.append((start, end))
+    return ranges
+
+
+def drop_ranges(path: Path, ranges: list[tuple[int, int]]) -> None:
+    """MADV_DONTNEED on each of `ranges`, mappings of `path` (`mapped_ranges`) still mapped."""
+    for start, end in ranges:
+        if _libc().madvise(start, end - start, mmap.MADV_DONTNEED) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"madvise of {path}'s mapping: {os.strerror(err)}")
 
 
 @functools.cache

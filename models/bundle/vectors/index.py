@@ -38,7 +38,7 @@ import faiss
 import numpy as np
 
 from models.bundle.storage.prefetch import prefetch
-from models.bundle.storage.row_file import PreadRows, drop_mapped_pages
+from models.bundle.storage.row_file import PreadRows, drop_ranges, mapped_ranges
 from models.bundle.storage.rows import Allowed
 from models.bundle.storage.top_k import top_k
 from models.bundle.vectors.first_stage import (
@@ -130,6 +130,7 @@ class VectorIndex:
         self.rescore_codes = rescore_codes
         self.row_codes = row_codes  # sign codes by row where the first stage does not keep them so (IVF)
         self.mapped_file: Path | None = None  # the first stage's file, when FAISS maps it (load(mapped=True))
+        self.mapped_ranges: list[tuple[int, int]] | None = None  # its mappings' addresses (unmap_pages)
         self.observe: StageObserver | None = None  # told how long int8 rescoring took (the service's timings), when set
         # A plain attribute, not a property over index.ntotal: the index is complete when it gets here (built,
         # loaded or written whole) and never grows after.
@@ -299,7 +300,9 @@ class VectorIndex:
             if mapped is not None:
                 mapped.madvise(mmap.MADV_DONTNEED)
         if self.mapped_file is not None:
-            drop_mapped_pages(self.mapped_file)
+            if self.mapped_ranges is None:  # FAISS mapped the file once, at the load: found once, kept while it lives
+                self.mapped_ranges = mapped_ranges(self.mapped_file)
+            drop_ranges(self.mapped_file, self.mapped_ranges)
 
     def read_rows_unmapped(self) -> PreadRows | None:
         """From now on read the rescoring rows by copying them from the file (models.bundle.storage.row_file) instead of

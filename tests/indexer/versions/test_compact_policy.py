@@ -9,13 +9,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from indexer.follow import FollowRequest, merge_policy
+from indexer.sample import SAMPLE_SETTING
 from indexer.verify import verify_one
 from indexer.versions.compact import compact
 from indexer.versions.merge_policy import MergePolicy
@@ -26,9 +25,10 @@ from models.bundle.versions import read_current
 from models.encoders.teacher import TeacherEncoder
 from models.search import Mode, SearchOptions, parse_filter, search
 from tests.fixtures.corpus import DOCS
+from tests.indexer.test_publish_safety import Done, forked_cli
 from tests.indexer.versions.test_segments import QUERIES, _lines, _segmented, assert_same_hits, work  # noqa: F401  (work: a fixture)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_agreement_sample")]  # no sample read (test_segments)
 
 BINARY = {"quantization": "binary", "rotation": "pca", "dim": 64}  # a space with every part: rotation, center, spin
 
@@ -41,6 +41,7 @@ def segmented(tiny_home_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     _lines(folder / "corpus.jsonl", [{"_id": i, "title": t, "text": x, "lang": "en"} for i, t, x in DOCS])
     mp = pytest.MonkeyPatch()
     mp.setenv("TANDEM_HOME", str(tiny_home_dir))
+    mp.setenv(SAMPLE_SETTING, "0")  # as the tests' no_agreement_sample
     try:
         _segmented(folder / "root", folder)
     finally:
@@ -53,10 +54,9 @@ def _copy(segmented: Path, folder: Path) -> Path:
     return folder / "root"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    return subprocess.run([sys.executable, "-c", "from tandem.cli import main; main()", "index", *args], env=env,
-                          capture_output=True, text=True)
+def _cli(folder: Path, *args: str) -> Done:
+    """`tandem index ARGS` in a fork of this process (test_publish_safety.forked_cli), not a fresh interpreter."""
+    return forked_cli(folder, ["index", *args])
 
 
 def _same_search(base: Path, compacted: Path, teacher_dir: Path) -> None:
@@ -126,16 +126,16 @@ def test_all_merges_every_segment_and_bad_values_are_refused(tiny_home: Path, ti
     root = _copy(segmented, work)  # the default space: a refit on the live rows leaves the scores as they were
     for flags, message in ((["--large-share", "0"], "--large-share must be in (0, 1]"),
                            (["--deleted-share", "1.5"], "--deleted-share must be in (0, 1]")):
-        failed = _cli("compact", "--root", str(root), *flags)
+        failed = _cli(work, "compact", "--root", str(root), *flags)
         assert failed.returncode == 2 and message in failed.stderr, failed.stderr
     assert read_current(root).name == "v4"
-    done = _cli("compact", "--root", str(root), "--version", "v5", "--all")
+    done = _cli(work, "compact", "--root", str(root), "--version", "v5", "--all")
     assert done.returncode == 0, done.stderr
     assert "in 1 segment (" in done.stdout
     manifest = read_bundle_manifest(root / "v5")
     assert manifest.segments is None and manifest.base is not None and manifest.base.deleted == 5
     _same_search(root / "v4", root / "v5", tiny_teacher)
-    idle = _cli("compact", "--root", str(root), "--version", "v6")  # one clean segment: nothing to do
+    idle = _cli(work, "compact", "--root", str(root), "--version", "v6")  # one clean segment: nothing to do
     assert idle.returncode == 0 and "nothing to compact" in idle.stdout, idle.stderr
     assert read_current(root).name == "v5"
 

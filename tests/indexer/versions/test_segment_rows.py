@@ -72,9 +72,12 @@ def test_row_ranges_are_as_even_as_they_come() -> None:
     assert np.concatenate(list(sliced(chunks, 2, 8))).tolist() == list(range(2, 8))
 
 
-def test_a_split_build_answers_as_the_one_segment_build(corpus: Path, tiny_models: TinyModels, tmp_path: Path) -> None:
+def test_a_split_build_answers_as_the_one_segment_build(corpus: Path, tiny_models: TinyModels, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     teacher = tiny_models.st(StSpec())
+    monkeypatch.setenv(SAMPLE_SETTING, "0")  # the reference needs no sample: only the split build's are checked
     whole = Bundle(_build(corpus, teacher, tmp_path / "whole"))
+    monkeypatch.delenv(SAMPLE_SETTING)
     split_dir = _build(corpus, teacher, tmp_path / "split", segment_rows=100)
     split = Bundle(split_dir)
     try:

@@ -33,7 +33,10 @@ from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.kill_points import Pristine, kill_everywhere, run_killed_at
 from tests.fixtures.kill_points import kill_dir as kill_dir
 
-pytestmark = pytest.mark.slow
+# No agreement samples (tests/fixtures/tiny_home.py no_agreement_sample): nothing here reads one, and each writer would
+# encode its sample's queries and search the staged version for them (compaction merging its inputs' samples);
+# samples, and what updates and compactions do with them: tests/indexer/test_agreement_check.py.
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_agreement_sample")]
 
 QUERIES = [*PROBES, "French chess defence", "wind and kites", "green tea", "honey"]
 
