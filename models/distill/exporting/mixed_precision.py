@@ -21,15 +21,11 @@ def with_fp32_nodes(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Co
 
     Each named node replaces the quantized node that writes its output; what only that node read (its input's
     quantization, if no other node shares it; its quantized weight) is dropped; its fp32 weight comes back."""
-    originals = {node.name: node for node in fp32.graph.node if node.name in names}
-    missing = set(names) - set(originals)
-    if missing:
-        raise ValueError(f"no such nodes in the fp32 graph: {sorted(missing)}")
+    by_output = _by_output(fp32, names)
     produced = {name for node in quantized.graph.node for name in node.output}
-    unmatched = sorted(name for name, node in originals.items() if node.output[0] not in produced)
+    unmatched = sorted(node.name for out, node in by_output.items() if out not in produced)
     if unmatched:
         raise ValueError(f"no node of the quantized graph writes the output of {unmatched}")
-    by_output = {node.output[0]: node for node in originals.values()}
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
     graph = model.graph
@@ -55,6 +51,15 @@ def with_fp32_nodes(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Co
     return model
 
 
+def _by_output(fp32: onnx.ModelProto, names: Collection[str]) -> dict[str, onnx.NodeProto]:
+    """The fp32 graph's nodes `names`, by their first output (what the quantized node that replaced each writes)."""
+    originals = {node.name: node for node in fp32.graph.node if node.name in names}
+    missing = set(names) - set(originals)
+    if missing:
+        raise ValueError(f"no such nodes in the fp32 graph: {sorted(missing)}")
+    return {node.output[0]: node for node in originals.values()}
+
+
 def switch_input(name: str) -> str:
     """The bool input of a `switchable` graph that puts node `name` back in fp32 (true) or keeps it int8 (false)."""
     return f"fp32:{name}"
@@ -67,11 +72,7 @@ def switchable(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Collect
     whole (the embedding table with it) and parsed into a session of its own: most of a teacher-layer student's
     export. One session of this graph serves every mix; a mix's flags give what with_fp32_nodes' graph of that mix
     gives (test_export.py checks it), at the cost of running each switchable MatMul both ways."""
-    originals = {node.name: node for node in fp32.graph.node if node.name in names}
-    missing = set(names) - set(originals)
-    if missing:
-        raise ValueError(f"no such nodes in the fp32 graph: {sorted(missing)}")
-    by_output = {node.output[0]: node for node in originals.values()}
+    by_output = _by_output(fp32, names)
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
     graph = model.graph
@@ -93,12 +94,12 @@ def switchable(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Collect
         graph.input.append(onnx.helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []))
         nodes += [node, restored, onnx.helper.make_node("Where", [flag, restored.output[0], node.output[0]], [output],
                                                         name=f"{original.name}/switch")]
-    unmatched = sorted(set(originals) - found)
+    unmatched = sorted({node.name for node in by_output.values()} - found)
     if unmatched:
         raise ValueError(f"no node of the quantized graph writes the output of {unmatched}")
     del graph.node[:]
     graph.node.extend(nodes)
     present = {init.name for init in graph.initializer} | {name for node in nodes for name in node.output}
-    wanted = {name for node in originals.values() for name in node.input if name}
+    wanted = {name for node in by_output.values() for name in node.input if name}
     graph.initializer.extend(init for init in fp32.graph.initializer if init.name in wanted - present)
     return model
