@@ -38,10 +38,10 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-def _reference(model_dir: Path, prompts: bool, **kwargs: object) -> tuple[np.ndarray, np.ndarray]:
+def _reference(model_dir: Path, prompts: bool, truncate_dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(str(model_dir), device="cpu", **kwargs)
+    model = SentenceTransformer(str(model_dir), device="cpu", truncate_dim=truncate_dim)
     queries = model.encode(QUERIES, prompt_name="query" if prompts else None, normalize_embeddings=True)
     documents = model.encode(DOCUMENTS, prompt_name="passage" if prompts else None, normalize_embeddings=True)
     return queries, documents
