@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Protocol
 
@@ -79,10 +79,16 @@ def row_exact_product(x: np.ndarray, matrix: np.ndarray) -> np.ndarray:
     return product.astype(np.float32)
 
 
+@lru_cache(maxsize=8)
 def spin_matrix(dim: int, seed: int = 0) -> np.ndarray:
-    """A random orthogonal [dim, dim] matrix (QR of a Gaussian), the same for a given seed."""
+    """A random orthogonal [dim, dim] matrix (QR of a Gaussian), the same for a given seed.
+
+    Kept once made (read-only): a QR of a 768×768 Gaussian costs more than fitting the rest of a small space, and
+    the evaluation matrix fits a binary index at each dim for every setup and rotation (the same few matrices)."""
     q, r = np.linalg.qr(np.random.default_rng(seed).standard_normal((dim, dim)))
-    return np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
+    spin = np.ascontiguousarray(q * np.sign(np.diag(r)), dtype=np.float32)
+    spin.flags.writeable = False
+    return spin
 
 
 def sign_codes(x: np.ndarray, center: np.ndarray | None = None, spin: np.ndarray | None = None) -> np.ndarray:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from indexer.sample import SAMPLE_SETTING
 from indexer.versions.request import UpdateRequest
 from indexer.versions.update import update
 from models.bundle.version import read_bundle_manifest
@@ -44,15 +46,30 @@ NEW_DOCS = [
 ]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
+    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def grown_root(mini_root: Path, mini_teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The mini root, copied, plus v2: an update adding the documents of another domain as one segment."""
+    """The mini root, copied, plus v2: an update adding the documents of another domain as one segment.
+
+    The update writes no agreement sample: the refreshes here name their segment or have seen them all, so none is
+    read (a sample's pick is tests/tandem/test_agreement_trigger.py's)."""
     root = tmp_path_factory.mktemp("refresh") / "root"
     shutil.copytree(mini_root, root, symlinks=True)
     changes = root.parent / "docstrings.jsonl"
     changes.write_text("".join(json.dumps({"_id": f"py-{i}", "title": t, "text": x}) + "\n"
                                for i, (t, x) in enumerate(NEW_DOCS)))
-    update(UpdateRequest(changes=changes, root=root, version="v2", teacher=mini_teacher))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SAMPLE_SETTING, "0")
+        update(UpdateRequest(changes=changes, root=root, version="v2", teacher=mini_teacher))
     return root
 
 

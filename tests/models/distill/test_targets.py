@@ -30,6 +30,7 @@ def test_overlapping_lists_encode_only_new_texts(teacher_dir: Path) -> None:
     assert np.array_equal(TeacherTargets(card).queries(second), b)  # a whole list is one cache hit
 
 
+@pytest.mark.usefixtures("no_agreement_sample")  # the build's sample would load the teacher and encode its queries
 def test_document_targets_are_the_vectors_the_bundle_was_built_from(teacher_dir: Path, tiny_corpus: Path,
                                                                     tmp_path: Path) -> None:
     """A bundle built with --precision bf16 hands distillation its bf16 vectors: the corpus is not encoded again in

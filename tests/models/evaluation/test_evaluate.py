@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -108,9 +109,16 @@ def tiny_beir(tmp_path_factory: pytest.TempPathFactory, tiny_corpus: Path) -> Pa
     return write_beir(tmp_path_factory.mktemp("beir"), qrels, queries, corpus=tiny_corpus)
 
 
+@pytest.fixture(scope="module")
+def root_report(tiny_beir: Path, tiny_root: Path, tiny_student: Path) -> dict[str, Any]:
+    """One evaluation, with the matrix, for the two tests below: the matrix only adds to the report (its setups'
+    rows are computed as without it), and each evaluation encodes the probes with the teacher and the student."""
+    return run_eval(EvalRequest(data=tiny_beir, index=tiny_root, student=tiny_student, matrix=True))  # its CURRENT
+
+
 @pytest.mark.slow
-def test_three_setups_on_the_tiny_corpus(tiny_beir: Path, tiny_root: Path, tiny_student: Path) -> None:
-    report = run_eval(EvalRequest(data=tiny_beir, index=tiny_root, student=tiny_student))  # a root: its CURRENT
+def test_three_setups_on_the_tiny_corpus(root_report: dict[str, Any], tiny_root: Path) -> None:
+    report = root_report
     assert report["meta"]["index"] == str((tiny_root / "v1").resolve())
     for setup in ("teacher", "asymmetric", "student"):
         assert 0.0 <= report[setup]["ndcg@10"] <= 1.0
@@ -126,7 +134,8 @@ def test_three_setups_on_the_tiny_corpus(tiny_beir: Path, tiny_root: Path, tiny_
     for setup in ("lexical", "teacher_hybrid", "hybrid"):
         assert 0.0 <= report[setup]["ndcg@10"] <= 1.0 and setup in table
         assert report["retention"][setup] == pytest.approx(report[setup]["ndcg@10"])
-    assert report["meta"]["fusion"] == read_bundle_manifest(tiny_root / "v1").fusion.model_dump(mode="json")
+    fusion = read_bundle_manifest(tiny_root / "v1").fusion
+    assert fusion is not None and report["meta"]["fusion"] == fusion.model_dump(mode="json")
 
 
 def test_bundle_of_another_corpus_is_refused(tmp_path: Path, tiny_bundle: Path, tiny_student: Path) -> None:
@@ -141,10 +150,8 @@ def test_unknown_precision_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_matrix_report_on_the_tiny_corpus(
-    tiny_beir: Path, tiny_bundle: Path, tiny_student: Path, tmp_path: Path
-) -> None:
-    report = run_eval(EvalRequest(data=tiny_beir, index=tiny_bundle, student=tiny_student, matrix=True))
+def test_matrix_report_on_the_tiny_corpus(root_report: dict[str, Any], tmp_path: Path) -> None:
+    report = root_report
     cells = {(c["setup"], c["rotation"], c["dim"], c["quantization"]): c for c in report["matrix"]}
     for setup in ("teacher", "asymmetric", "student"):
         assert {dim for s, r, dim, _ in cells if s == setup and r == "none"} == set(MATRIX_DIMS)
@@ -152,12 +159,12 @@ def test_matrix_report_on_the_tiny_corpus(
     assert {dim for s, r, dim, _ in cells if s == "backbone" and r == "none"} == {384, 256, 128}  # its own width
     assert {q for *_, q in cells} == set(QUANTIZATIONS)
     assert all(c["retention"] == pytest.approx(1.0) for (s, *_), c in cells.items() if s == "teacher")
-    cells = {(s, dim, q): c for (s, r, dim, q), c in cells.items() if r == "none"}
+    plain = {(s, dim, q): c for (s, r, dim, q), c in cells.items() if r == "none"}
     # The matrix's cell for the bundle's own setting is the bundle's own evaluation.
     for setup in ("teacher", "asymmetric", "student"):
-        assert cells[setup, 768, "float"]["ndcg@10"] == pytest.approx(report[setup]["ndcg@10"], abs=1e-6)
-    backbone = cells["backbone", 384, "float"]
-    assert backbone["retention"] == pytest.approx(backbone["ndcg@10"] / cells["teacher", 768, "float"]["ndcg@10"])
+        assert plain[setup, 768, "float"]["ndcg@10"] == pytest.approx(report[setup]["ndcg@10"], abs=1e-6)
+    backbone = plain["backbone", 384, "float"]
+    assert backbone["retention"] == pytest.approx(backbone["ndcg@10"] / plain["teacher", 768, "float"]["ndcg@10"])
 
     paths = write_report(report, tmp_path / "report")
     assert [p.name for p in paths] == ["eval.json", "setups.md", "setups.png", "matrix.md", "ndcg_vs_dim.png"]

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from indexer.build import BuildRequest, build
+from indexer.sample import SAMPLE_SETTING
 from indexer.versions.request import UpdateRequest
 from indexer.versions.update import update
 from models.bundle.version import Bundle
@@ -29,6 +30,18 @@ WORDS = ["river", "stone", "forest", "light", "music", "paper", "garden", "windo
          "ocean", "engine", "signal", "copper", "harvest", "lantern", "meadow", "thunder", "velvet", "glacier",
          "orchard", "compass", "falcon", "ember", "canyon", "harbor", "pepper"]
 OVERSAMPLE = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
+    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def _doc(rng: np.random.Generator, doc_id: str, extra: str = "") -> dict[str, object]:
@@ -65,9 +78,14 @@ def _segmented(root: Path, work: Path, teacher: Path, **options: object) -> Path
 @pytest.fixture(scope="module", params=["float", "binary"])
 def version(request: pytest.FixtureRequest, tiny_models: TinyModels,
             tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The writers add no agreement sample: the shards never read one, and each of the four writes would load the
+    teacher again to encode its queries and search the staged version for their top-10 (most of this fixture's
+    cost). The samples are tested in tests/indexer/test_agreement_check.py."""
     work = tmp_path_factory.mktemp(f"shards-{request.param}")
     teacher = tiny_models.st(StSpec())
-    return _segmented(work / "root", work, teacher, quantization=request.param)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(SAMPLE_SETTING, "0")
+        return _segmented(work / "root", work, teacher, quantization=request.param)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from indexer.versions.update import UpdateRequest, update
 from models.bundle.version import Bundle
 from models.bundle.versions import prune_versions, set_current
@@ -18,6 +20,7 @@ from models.search.query import Mode
 from tests.fixtures.corpus import DOCS
 
 
+@pytest.mark.usefixtures("no_agreement_sample")  # the update's sample would encode and search queries read nowhere
 def test_a_version_sharing_segments_with_a_pruned_one_still_filters_and_reads_documents(
         meta_bundle: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"

@@ -48,6 +48,7 @@ def test_rotation_puts_the_variance_first_and_truncation_keeps_more() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("no_agreement_sample")  # each build would load the real teacher for a sample asserted nowhere
 def test_rotated_bundle_records_applies_and_verifies_it(
     tiny_corpus: Path, tiny_bundle: Path, tiny_student: Path, tmp_path: Path
 ) -> None:
