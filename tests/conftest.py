@@ -25,6 +25,22 @@ import pytest
 
 from tests.durations import OneUnitScheduling, check_units, load_record, longest_first
 
+
+def _threads_per_worker() -> None:
+    """Under xdist, the cores are split among the workers: each worker's OpenMP (torch, FAISS, OpenBLAS), and every
+    process it starts, runs `cores // workers` threads unless OMP_NUM_THREADS says otherwise.
+
+    Why: two workers on two cores, each splitting every torch op over two threads, are four busy threads on two
+    cores, and an OpenMP thread waiting for its partner spins. The tiny models' ops are too small to split anyway:
+    a parity check took a quarter of the CPU on one thread. Set here, before the fixtures load (they import numpy,
+    whose OpenBLAS reads it once, as torch's OpenMP does when it loads later), and inherited by every subprocess."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers > 1:
+        os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // workers)))
+
+
+_threads_per_worker()
+
 pytest_plugins = [
     "tests.fixtures.corpus",
     "tests.fixtures.bundle",

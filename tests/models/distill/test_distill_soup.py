@@ -7,7 +7,6 @@ tests/models/distill/test_export.py's."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,18 +20,6 @@ from models.paths import cache_dir
 from models.search import dense_hits
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
-    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.slow

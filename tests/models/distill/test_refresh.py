@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,16 +43,6 @@ NEW_DOCS = [
     ("re.compile", "Compile a regular expression pattern into a regular expression object for matching."),
     ("time.monotonic", "Return the value of a monotonic clock, that cannot go backwards, in fractional seconds."),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
-    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

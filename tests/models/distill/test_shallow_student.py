@@ -3,7 +3,6 @@ served, and rebuilt from its graph for `distill --from`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
@@ -24,18 +23,6 @@ from models.search import dense_hits
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 from tests.fixtures.tiny_models import StSpec, TinyModels
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
-    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_backbone_layers_are_evenly_spaced_from_first_to_last() -> None:

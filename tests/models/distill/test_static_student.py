@@ -3,7 +3,6 @@ StudentEncoder with the vectors the torch model computes, and searched through a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,16 +28,6 @@ from tests.fixtures.tiny_models import StSpec, TinyModels
 
 CPU = torch.device("cpu")
 TEXTS = [*PROBES, *(f"{title} {text}" for _, title, text in DOCS[:4]), "  Spaced   out  ", "x"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
-    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_a_static_preset_trains_no_int8_graph() -> None:

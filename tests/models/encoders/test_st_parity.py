@@ -8,7 +8,6 @@ query prompt and documents the document prompt, as `encode(prompt_name=...)` tak
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,18 +23,6 @@ MIN_COSINE = 0.99999
 PROMPTS = (("query", "query: "), ("passage", "passage: "))
 QUERIES = [*PROBES, "How Does Bread RISE?", "x"]
 DOCUMENTS = [f"{title} {text}" for _, title, text in DOCS[:8]] + [" ".join(text for _, _, text in DOCS[:4])]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
-    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _reference(model_dir: Path, prompts: bool, truncate_dim: int | None = None) -> tuple[np.ndarray, np.ndarray]:

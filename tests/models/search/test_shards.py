@@ -32,18 +32,6 @@ WORDS = ["river", "stone", "forest", "light", "music", "paper", "garden", "windo
 OVERSAMPLE = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    """Torch on one thread for this module's tiny models: their ops are too small to split, and a second thread
-    spins on every one (the suite runs two workers on two cores); measured: a parity check at a third of the CPU."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _doc(rng: np.random.Generator, doc_id: str, extra: str = "") -> dict[str, object]:
     words = rng.choice(WORDS, size=int(rng.integers(4, 14)))
     return {"_id": doc_id, "title": str(words[0]).title(), "text": " ".join(words[1:]) + extra,
