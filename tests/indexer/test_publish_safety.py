@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import resource
 import shutil
 import signal
-import sys
 import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-import faiss
 import pytest
 
 from indexer.publish import Target, publish
@@ -32,7 +28,7 @@ from models.bundle.staging import staged
 from models.bundle.version import read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from models.errors import InputError
-from tests.fixtures.kill_points import Pristine, fork_cli, kill_everywhere
+from tests.fixtures.kill_points import Pristine, kill_everywhere, run_cli
 from tests.fixtures.kill_points import kill_dir as kill_dir
 
 pytestmark = pytest.mark.slow
@@ -125,35 +121,6 @@ def test_two_builds_of_one_version_never_overwrite_each_other(tiny_bundle: Path,
     assert sorted(p.name for p in root.iterdir()) == [".lock", "CURRENT", "v9"]
 
 
-@dataclass(frozen=True)
-class Done:
-    returncode: int | None  # None: killed by a signal
-    stdout: str
-    stderr: str
-
-
-def forked_cli(tmp_path: Path, args: list[str], before: Callable[[], None] | None = None, **env: str) -> Done:
-    """`tandem ARGS` in a fork of this process (tests/fixtures/kill_points.py `fork_cli`): a process of its own,
-    taking the root lock and failing at a write as a `tandem` command does, without an interpreter's start and the
-    CLI's imports (~1 s each). FAISS, and torch where this process loaded it, run on one thread in the child: a
-    fork of a process that ran OpenMP regions stays off the parent's pool threads (a one-thread region uses none)."""
-
-    def child() -> None:
-        faiss.omp_set_num_threads(1)
-        if "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(1)
-        if before is not None:
-            before()
-
-    name = os.urandom(4).hex()
-    out_path, err_path = tmp_path / f"cli-{name}.out", tmp_path / f"cli-{name}.err"
-    with out_path.open("w") as out, err_path.open("w") as err:
-        pid = fork_cli(args, env, out.fileno(), err.fileno(), child)
-    _, status = os.waitpid(pid, 0)
-    code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-    return Done(code, out_path.read_text(), err_path.read_text())
-
-
 @contextlib.contextmanager
 def _held_by_another_thread(root: Path) -> Iterator[None]:
     """`root_lock(root)` held by a thread of its own, as a writer would hold it: the lock's re-entrance is counted per
@@ -182,11 +149,11 @@ def test_current_set_waits_for_the_root_lock(tiny_bundle: Path, v2_bundle: Path,
     shutil.copytree(v2_bundle, root / "v2")
     set_current(root, "v1")
     with _held_by_another_thread(root):  # a build publishing and pruning holds it
-        refused = forked_cli(tmp_path, ["index", "current", str(root), "--set", "v2"], TANDEM_LOCK_TIMEOUT_S="0.2")
+        refused = run_cli(tmp_path, ["index", "current", str(root), "--set", "v2"], {"TANDEM_LOCK_TIMEOUT_S": "0.2"})
         assert refused.returncode == 2, refused.stderr
         assert "locked by another writer" in refused.stderr
         assert read_current(root).name == "v1"
-    done = forked_cli(tmp_path, ["index", "current", str(root), "--set", "v2"])
+    done = run_cli(tmp_path, ["index", "current", str(root), "--set", "v2"])
     assert done.returncode == 0, done.stderr
     assert read_current(root).name == "v2"
 
@@ -221,7 +188,7 @@ def test_a_full_disk_during_a_build_or_update_publishes_nothing(tiny_bundle: Pat
         # limited process fails at the write without importing torch to encode it (most of its seconds)
         update(UpdateRequest(changes=big, base=root / "v1", out=tmp_path / "unlimited"))
         args = ["update", "--root", str(root), "--changes", str(big)]
-    done = forked_cli(tmp_path, ["index", *args], _limit_file_size)
+    done = run_cli(tmp_path, ["index", *args], before=_limit_file_size)
     assert done.returncode != 0
     lines = done.stderr.strip().splitlines()
     assert lines[-1].startswith("error: "), done.stderr

@@ -25,7 +25,7 @@ from models.bundle.versions import read_current
 from models.encoders.teacher import TeacherEncoder
 from models.search import Mode, SearchOptions, parse_filter, search
 from tests.fixtures.corpus import DOCS
-from tests.indexer.test_publish_safety import Done, forked_cli
+from tests.fixtures.kill_points import Ran, run_cli
 from tests.indexer.versions.test_segments import QUERIES, _lines, _segmented, assert_same_hits, work  # noqa: F401  (work: a fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_agreement_sample")]  # no sample read (test_segments)
@@ -54,9 +54,9 @@ def _copy(segmented: Path, folder: Path) -> Path:
     return folder / "root"
 
 
-def _cli(folder: Path, *args: str) -> Done:
-    """`tandem index ARGS` in a fork of this process (test_publish_safety.forked_cli), not a fresh interpreter."""
-    return forked_cli(folder, ["index", *args])
+def _cli(folder: Path, *args: str) -> Ran:
+    """`tandem index ARGS` in a fork of this process (kill_points.run_cli), not a fresh interpreter."""
+    return run_cli(folder, ["index", *args])
 
 
 def _same_search(base: Path, compacted: Path, teacher_dir: Path) -> None:

@@ -9,9 +9,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NamedTuple
 
-import faiss
 import numpy as np
 import pytest
 import torch
@@ -30,7 +28,7 @@ from models.errors import ContractMismatch, InputError
 from models.search import FilterError, Mode, SearchOptions, dense_hits, documents, parse_filter, search
 from models.search.query import matching_rows
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.kill_points import fork_cli
+from tests.fixtures.kill_points import Ran, run_cli
 
 
 def _home(path: Path, teacher_dir: Path) -> Path:
@@ -40,24 +38,12 @@ def _home(path: Path, teacher_dir: Path) -> Path:
     return path
 
 
-class Forked(NamedTuple):
-    status: int  # the wait status: an exit code, or the signal that ended it
-    out: str
-    err: str
-
-    @property
-    def code(self) -> int | None:
-        return os.WEXITSTATUS(self.status) if os.WIFEXITED(self.status) else None
-
-
 def _forked_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = None,
-                killed_at_append: int | None = None) -> Forked:
-    """`tandem ARGS` in a fork of this process (tests/fixtures/kill_points.py `fork_cli`), with `env` added to its
-    environment and its stdout and stderr read back; where `killed_at_append` is given, the child SIGKILLs itself as
-    it opens the shard log to append its `killed_at_append`-th record (the ones before it recorded, that shard's
-    vectors written but not yet logged). The child runs torch and FAISS on one thread, as the resumed build and the
-    reference do here, which also keeps a fork of a process that ran OpenMP regions off the parent's pool threads
-    (a one-thread region uses none)."""
+                killed_at_append: int | None = None) -> Ran:
+    """`tandem ARGS` in a fork of this process (tests/fixtures/kill_points.py `run_cli`, torch and FAISS on one
+    thread, as the resumed build and the reference here), with `env` added to its environment; where
+    `killed_at_append` is given, the child SIGKILLs itself as it opens the shard log to append its
+    `killed_at_append`-th record (the ones before it recorded, that shard's vectors written but not yet logged)."""
     left = killed_at_append
 
     def hook(event: str, hook_args: tuple[object, ...]) -> None:
@@ -68,16 +54,7 @@ def _forked_cli(tmp_path: Path, args: list[str], env: dict[str, str] | None = No
             if left == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    def before() -> None:
-        torch.set_num_threads(1)
-        faiss.omp_set_num_threads(1)
-        sys.addaudithook(hook)
-
-    out_path, err_path = tmp_path / f"cli-{os.urandom(4).hex()}.out", tmp_path / f"cli-{os.urandom(4).hex()}.err"
-    with out_path.open("w") as out, err_path.open("w") as err:
-        pid = fork_cli(args, {"TANDEM_LOG_LEVEL": "WARNING", **(env or {})}, out.fileno(), err.fileno(), before)
-    _, status = os.waitpid(pid, 0)
-    return Forked(status, out_path.read_text(), err_path.read_text())
+    return run_cli(tmp_path, args, {"TANDEM_LOG_LEVEL": "WARNING", **(env or {})}, lambda: sys.addaudithook(hook))
 
 
 def _log_lines(home: Path) -> int:
@@ -91,7 +68,7 @@ def _build_killed_after(args: list[str], home: Path, shards: int) -> int:
     assert own >= 1, (shards, own)
     done = _forked_cli(home.parent, args, {"TANDEM_HOME": str(home)}, killed_at_append=own + 1)
     assert os.WIFSIGNALED(done.status) and os.WTERMSIG(done.status) == signal.SIGKILL, \
-        f"build ended before the kill: {done.err[-2000:]}"
+        f"build ended before the kill: {done.stderr[-2000:]}"
     return _log_lines(home)
 
 
@@ -161,8 +138,8 @@ def test_publish_into_root_current_rollback_and_prune(tiny_home: Path, no_agreem
         build(BuildRequest(corpus=tiny_corpus, root=root, version="../evil"))
 
     rollback = _forked_cli(tmp_path, ["index", "current", str(root), "--set", "v2"])
-    assert rollback.code == 0, rollback.err
-    assert read_current(root).name == "v2" and "* v2" in rollback.out
+    assert rollback.returncode == 0, rollback.stderr
+    assert read_current(root).name == "v2" and "* v2" in rollback.stdout
     build(BuildRequest(corpus=tiny_corpus, root=root, version="v4", keep=0))
     assert list_versions(root) == ["v4"]
 
@@ -300,8 +277,8 @@ def test_update_rejects_bad_input_naming_file_and_line(tiny_bundle: Path, tmp_pa
 
     cli = _forked_cli(tmp_path, ["index", "update", "--base", str(tiny_bundle), "--out", str(tmp_path / "out"),
                                  "--changes", str(changes(ok, "[1, 2]"))])
-    assert cli.code == 2 and "changes.jsonl:2: expected a JSON object" in cli.err
-    assert "Traceback" not in cli.err
+    assert cli.returncode == 2 and "changes.jsonl:2: expected a JSON object" in cli.stderr
+    assert "Traceback" not in cli.stderr
 
 
 def test_verify_checks_files_counts_and_teacher(tiny_bundle: Path, tmp_path: Path) -> None:
@@ -320,7 +297,7 @@ def test_verify_checks_files_counts_and_teacher(tiny_bundle: Path, tmp_path: Pat
         fh.seek(200)
         fh.write(b"\xff")
     cli = _forked_cli(tmp_path, ["index", "verify", str(broken)])
-    assert cli.code == 2 and "docs.sqlite: checksum mismatch" in cli.err, cli.err
+    assert cli.returncode == 2 and "docs.sqlite: checksum mismatch" in cli.stderr, cli.stderr
 
     def rewrite(path: Path, **changes: object) -> None:
         manifest = read_bundle_manifest(path).model_copy(update=changes)
