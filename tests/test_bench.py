@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 import bench
 from bench.harness.record import LoadSpan, command_line, parse_with_output
 from bench.harness.runs import module_cmd, run_peak
-from bench.harness.servers import served
+from bench.harness.servers import process_tree, served
 from tests.fixtures.server import LiveServer
 
 BENCH = Path(bench.__file__).parent
@@ -76,3 +78,18 @@ def test_a_record_names_the_module_and_its_arguments() -> None:
     assert command_line(["--n", "3"]).endswith(" --n 3")
     assert module_cmd("bench.index.index_types", "--help")[1:] == ["-m", "bench.index.index_types", "--help"]
     assert " before, " in LoadSpan().text() and LoadSpan().text().endswith(" after")
+
+
+def test_process_tree_holds_grandchildren() -> None:
+    """A served process's CPU counts its workers, which `tandem serve --processes N` forks from a forkserver of its
+    own: grandchildren of the process the bench started."""
+    grandchild = "import subprocess, sys; p = subprocess.Popen(['sleep', '30']); print(p.pid, flush=True); p.wait()"
+    with subprocess.Popen([sys.executable, "-c", grandchild], stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None
+            sleeper = int(child.stdout.readline())
+            assert process_tree(child.pid) == [child.pid, sleeper]
+            assert process_tree(sleeper) == [sleeper]
+        finally:
+            subprocess.run(["pkill", "-P", str(child.pid)], check=False)
+            child.kill()

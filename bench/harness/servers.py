@@ -101,11 +101,13 @@ def served(index: Path, student: Path, log_path: Path, env: Mapping[str, str] | 
 
 
 def process_tree(pid: int) -> list[int]:
-    """`pid` and its live child processes (the workers of `tandem serve --processes N`)."""
+    """`pid` and its live descendants: the workers of `tandem serve --processes N` are children of the supervisor's
+    forkserver, itself the supervisor's child (service.runtime.workers)."""
     try:
-        return [pid, *(int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())]
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return [pid]
+    return [pid, *(p for child in children for p in process_tree(child))]
 
 
 def cpu_seconds(pid: int) -> float:
