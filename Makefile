@@ -86,6 +86,10 @@ TANDEM_REQUIRE_BROWSER ?= 1
 # it. The session fixtures that cost most are built once per run across workers (tests/fixtures/shared.py).
 TEST_WORKERS ?= 2
 PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+# Both tiers keep bytecode: pytest caches each test module's assertion-rewritten code, and Python each module's, in
+# __pycache__. Where the environment sets PYTHONDONTWRITEBYTECODE (container images often do), every run, and in it
+# every xdist worker, would parse and rewrite about 500 modules again: about 10 CPU-s a worker (docs/testing.md).
+test test-fast: export PYTHONDONTWRITEBYTECODE :=
 test: models browser compose-tool
 	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) \
 	TANDEM_REQUIRE_COMPOSE=$$(if [ "$$(id -u)" = 0 ]; then echo 1; fi) $(BIN)/python -m pytest $(PYTEST_XDIST)

@@ -19,8 +19,6 @@ from typing import Any
 # ray is first imported, which may be by any test module at collection (tests/cluster, tests/indexer/test_ray_engine).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
-import anyio
-import anyio.abc
 import pytest
 
 from tests.durations import OneUnitScheduling, check_units, load_record, longest_first
@@ -55,31 +53,15 @@ pytest_plugins = [
 ]
 
 
-def _import_anyio_now() -> None:
-    """Import every part of anyio here, on the main thread, before any test starts a server thread.
-
-    anyio (4.16) imports its parts on first use, and under pytest that import goes through the assertion
-    rewriter, which calls ast.parse (anyio is a pytest plugin). CPython 3.11 keeps the AST constructor's
-    recursion depth per interpreter, not per thread, so two threads parsing at once can fail with
-    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905), as when the live server's
-    first GET / imports anyio's file module inside its thread and answers 500.
-    """
-    for module in (anyio, anyio.abc):
-        for name in dir(module):
-            getattr(module, name)
-
-
-_import_anyio_now()
-
-
 def _parse_one_thread_at_a_time() -> None:
     """Serialize `ast.parse` across threads for the whole run.
 
-    The same CPython 3.11 bug (python/cpython#106905) also hits parses that are not imports: Hypothesis parses
-    the source of a strategy's lambdas while it draws (the schema fuzz tests, whose live servers' threads run
-    beside it), and one such parse failed a full run with "AST constructor recursion depth mismatch". pytest's
-    assertion rewriter and Hypothesis both call `ast.parse` by attribute, so one lock here covers every parse the
-    test process makes in Python; a reentrant one, for a parse that starts another in the same thread."""
+    CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread, so two threads parsing
+    at once can fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905). Hypothesis
+    parses the source of a strategy's lambdas while it draws (the schema fuzz tests, whose live servers' threads run
+    beside it), and pytest's assertion rewriter parses a module a server's thread imports for the first time; one
+    such parse failed a full run. Both call `ast.parse` by attribute, so one lock here covers every parse the test
+    process makes in Python; a reentrant one, for a parse that starts another in the same thread."""
     lock = threading.RLock()
     parse = ast.parse
 
