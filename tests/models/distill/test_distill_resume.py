@@ -1,31 +1,32 @@
 """A `tandem distill` killed mid-training resumes from its checkpoint and ends where an uninterrupted run ends.
 
 Mechanics (checkpoints, resume, the same end state), so the teacher and backbone are the tiny ones
-(tests/fixtures/tiny_home.py). The run that is killed is a real `tandem distill` process (SIGKILL needs one); the
-resumed run and the uninterrupted one run `run_distill` in this process, as that command does, without paying for a
-process's imports twice more."""
+(tests/fixtures/tiny_home.py). The run that is killed is a `tandem distill` command in a process of its own (SIGKILL
+needs one), forked from this one (tests/fixtures/kill_points.py `run_cli`: no interpreter start nor torch import to
+pay), and killed by its own audit hook just after its first epoch's checkpoint is in place, not when a poll sees it;
+the resumed run and the uninterrupted one run `run_distill` in this process, as that command does, on one torch thread
+as the fork runs, so that every epoch is computed alike."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from models.distill.pipeline import DistillRequest, run_distill
 from models.distill.training.checkpoints import LAST
 from models.encoders.student import StudentEncoder, read_student_manifest
-from models.paths import cache_dir
 from tests.fixtures.corpus import PROBES
+from tests.fixtures.kill_points import run_cli
 from tests.fixtures.student import TEST_PRESET, TEST_SEED
 
 EPOCHS = 2
-DEADLINE_S = 600
 
 
 def _request(corpus: Path, bundle: Path, out: Path, preset: Path) -> DistillRequest:
@@ -34,20 +35,30 @@ def _request(corpus: Path, bundle: Path, out: Path, preset: Path) -> DistillRequ
 
 
 def _distill(corpus: Path, bundle: Path, out: Path, preset: Path) -> list[str]:
-    return [str(Path(sys.executable).parent / "tandem"), "distill", "--corpus", str(corpus), "--index", str(bundle),
-            "--out", str(out), "--preset", str(preset), "--seed", str(TEST_SEED)]
+    return ["distill", "--corpus", str(corpus), "--index", str(bundle), "--out", str(out), "--preset", str(preset),
+            "--seed", str(TEST_SEED)]
 
 
-def _kill_after_first_checkpoint(cmd: list[str]) -> None:
-    """SIGKILL the run as soon as its first epoch's checkpoint exists (written by rename: whole or absent)."""
-    checkpoints = cache_dir() / "checkpoints"
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + DEADLINE_S
-    while not list(checkpoints.glob(f"*/{LAST}")) and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be interrupted"
+def _kill_after_first_checkpoint(tmp_path: Path, argv: list[str]) -> None:
+    """`tandem ARGV`, SIGKILLed as soon as its first epoch's checkpoint is in place: at the first file it opens after
+    renaming last.pt into place (models.atomic.atomic_write: the checkpoint directory, to fsync the rename)."""
+
+    def kill_after_checkpoint() -> None:
+        renamed = False
+
+        def hook(event: str, args: tuple[object, ...]) -> None:
+            nonlocal renamed
+            if event == "os.rename" and isinstance(args[1], (str, os.PathLike)) \
+                    and os.path.basename(os.fspath(args[1])) == LAST:  # os.replace audits as os.rename
+                renamed = True
+            elif renamed and event == "open":
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        sys.addaudithook(hook)
+
+    done = run_cli(tmp_path, argv, {"TANDEM_LOG_LEVEL": "WARNING"}, kill_after_checkpoint)
+    assert os.WIFSIGNALED(done.status) and os.WTERMSIG(done.status) == signal.SIGKILL, \
+        f"the run ended before it could be interrupted: {done.stderr[-2000:]}"
 
 
 @pytest.mark.slow
@@ -59,10 +70,15 @@ def test_killed_distill_resumes_and_matches_an_uninterrupted_run(
     preset.write_text(TEST_PRESET.model_copy(update={"epochs": EPOCHS, "name": "resume"}).model_dump_json())
     resumed, straight = tmp_path / "resumed", tmp_path / "straight"
 
-    _kill_after_first_checkpoint(_distill(tiny_corpus, tiny_bundle, resumed, preset))
+    _kill_after_first_checkpoint(tmp_path, _distill(tiny_corpus, tiny_bundle, resumed, preset))
     assert not resumed.exists()  # nothing half-published
-    run_distill(_request(tiny_corpus, tiny_bundle, resumed, preset))
-    run_distill(_request(tiny_corpus, tiny_bundle, straight, preset))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as run_cli's fork trained the first epoch
+    try:
+        run_distill(_request(tiny_corpus, tiny_bundle, resumed, preset))
+        run_distill(_request(tiny_corpus, tiny_bundle, straight, preset))
+    finally:
+        torch.set_num_threads(threads)
 
     a, b = read_student_manifest(resumed).training, read_student_manifest(straight).training
     assert a["resumed_from_epoch"] in range(1, EPOCHS) and b["resumed_from_epoch"] is None
@@ -82,8 +98,6 @@ def test_a_checkpoint_written_before_the_trainer_moved_still_loads(tmp_path: Pat
     """last.pt pickles the run's TrainResult by its module: one written while the trainer was
     models.distill.trainer (before issue 54) loads as models.distill.training.trainer's."""
     import types
-
-    import torch
 
     from models.distill.training import checkpoints, trainer
 
