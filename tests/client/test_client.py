@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.http.app import create_app
@@ -21,7 +20,7 @@ from tandem_client import ApiError, AsyncClient, Client, RetryPolicy, SearchResu
 from tandem_client._core import SearchOptions, search_body, search_path
 from tests.fixtures.corpus import DOCS, LONG_BATCH, PROBES
 from tests.fixtures.metadata import META
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 
 TEXTS = sorted(PROBES)
 BIG = LONG_BATCH * 3  # one request that fills the whole admission window of the overloaded server
@@ -239,7 +238,7 @@ class Hammer:
         self._loops: list[Future[None]] = []
 
     def _loop(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=60.0, trust_env=False) as client:
+        with local_client(self.url, timeout=60.0) as client:
             while not self.stop.is_set():
                 if client.post("/search", json={"queries": BIG, "top_k": 1}).status_code == 429:
                     self.refused += 1

@@ -6,12 +6,11 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
 from models.bundle.version import read_bundle_manifest
 from tests.fixtures.corpus import DOCS, PROBES
-from tests.fixtures.server import LiveServer
+from tests.fixtures.server import LiveServer, local_client
 
 
 @pytest.mark.parametrize(("query", "doc_id"), sorted(PROBES.items()))
@@ -55,7 +54,7 @@ def test_top_k_beyond_corpus_returns_every_document_once(mini_server: LiveServer
 
 def test_same_answer_under_concurrent_requests(mini_server: LiveServer) -> None:
     def ask(query: str) -> list[str]:
-        with httpx.Client(base_url=mini_server.url, timeout=30.0, trust_env=False) as client:
+        with local_client(mini_server.url, timeout=30.0) as client:
             response = client.post("/search", json={"query": query, "top_k": 5})
             assert response.status_code == 200
             return [hit["id"] for hit in response.json()["results"]]

@@ -18,7 +18,7 @@ from models.errors import InputError
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures import service_fast
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def test_a_mebibyte_of_queries_gets_a_small_422_while_healthz_answers(mini_serve
     answers: list[httpx.Response] = []
 
     def post() -> None:
-        with httpx.Client(base_url=mini_server.url, timeout=60.0, trust_env=False) as client:
+        with local_client(mini_server.url, timeout=60.0) as client:
             answers.append(client.post("/search", content=body, headers={"Content-Type": "application/json"}))
 
     thread = threading.Thread(target=post)
@@ -155,7 +155,7 @@ def test_a_request_sent_as_the_server_shuts_down_is_answered(mini_bundle: Path, 
         late, silent = _connect(live.url), _connect(live.url)
         try:
             # Answered on a later connection: the loop has accepted the two before it (it accepts in order).
-            with httpx.Client(base_url=live.url, timeout=30.0, trust_env=False) as client:
+            with local_client(live.url, timeout=30.0) as client:
                 assert client.get("/healthz").status_code == 200
             live.server.should_exit = True
             deadline = time.monotonic() + 30
@@ -191,7 +191,7 @@ def test_tandem_serve_applies_the_timeouts(mini_bundle: Path, mini_student: Path
                                  str(port)], env, Path(os.devnull))
     url = f"http://127.0.0.1:{port}"
     try:
-        with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+        with local_client(url, timeout=30.0) as client:
             for _ in range(1200):
                 try:
                     if client.get("/readyz").status_code == 200:

@@ -20,7 +20,7 @@ from service.runtime.logs import make_handler
 from service.settings import ServiceSettings
 from tests.fixtures import service_fast
 from tests.fixtures.corpus import LONG_BATCH
-from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, post_together, serve_app
+from tests.fixtures.server import READY_TIMEOUT_S, LiveServer, local_client, post_together, serve_app
 from tests.fixtures.tiny_service import MINI_DIM, build_mini
 
 pytestmark = pytest.mark.slow
@@ -162,7 +162,7 @@ def test_tandem_serve_logs_json_by_default(mini_bundle: Path, mini_student: Path
     proc = service_fast.start(["serve", "--index", str(mini_bundle), "--student", str(mini_student), "--port",
                                str(port)], env, tmp_path / "stdout", stderr=stderr)
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
+        with local_client(f"http://127.0.0.1:{port}", timeout=30.0) as client:
             deadline = time.monotonic() + READY_TIMEOUT_S
             while time.monotonic() < deadline and proc.poll() is None:
                 try:

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,7 +23,7 @@ from service.http.app import create_app
 from service.settings import CollectionSpec, ServiceSettings
 from tests.fixtures import service_fast
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 from tests.fixtures.tiny_service import build_mini
 
 pytestmark = pytest.mark.slow
@@ -283,7 +282,7 @@ def test_keys_rotate_under_load_with_no_failed_request(two: LiveServer, keys_pat
     stop, answered = threading.Event(), threading.Event()
 
     def steady() -> None:
-        with httpx.Client(base_url=two.url, timeout=30.0, trust_env=False) as client:
+        with local_client(two.url, timeout=30.0) as client:
             for _ in range(2000):
                 if stop.is_set():
                     break

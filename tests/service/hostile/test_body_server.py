@@ -22,7 +22,7 @@ import pytest
 
 from service.http.app import create_app
 from service.settings import ServiceSettings
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 
 ISSUE_BODY = b"{" * 41 + b'"' + b'\\"' * 30_000  # 60,042 bytes
 MEBIBYTE_BODY = b"{" * 41 + b'"' + b'\\"' * (((1 << 20) - 42) // 2)  # just under the body cap
@@ -48,7 +48,7 @@ def _post_while_probing(server: LiveServer, path: str, body: bytes, senders: int
     start = threading.Barrier(senders + 1)
 
     def post() -> None:
-        with httpx.Client(base_url=server.url, timeout=CLIENT_TIMEOUT_S, trust_env=False) as client:
+        with local_client(server.url, timeout=CLIENT_TIMEOUT_S) as client:
             start.wait()
             sent = time.monotonic()
             answers.append(client.post(path, content=body, headers={"Content-Type": "application/json"}))
@@ -58,7 +58,7 @@ def _post_while_probing(server: LiveServer, path: str, body: bytes, senders: int
     for thread in threads:
         thread.start()
     probes: list[float] = []
-    with httpx.Client(base_url=server.url, timeout=CLIENT_TIMEOUT_S, trust_env=False) as client:
+    with local_client(server.url, timeout=CLIENT_TIMEOUT_S) as client:
         start.wait()
         while any(thread.is_alive() for thread in threads) or not probes:
             sent = time.monotonic()

@@ -29,7 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 from tests.fixtures.tiny_service import build_mini
 
 pytestmark = pytest.mark.slow
@@ -165,7 +165,7 @@ class Together:
     def _client(self) -> httpx.Client:
         client = getattr(self.local, "client", None)
         if client is None:
-            client = self.local.client = httpx.Client(base_url=self.url, timeout=60.0, trust_env=False)
+            client = self.local.client = local_client(self.url, timeout=60.0)
             with self.lock:
                 self.clients.append(client)
         return client

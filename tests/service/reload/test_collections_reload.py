@@ -11,13 +11,12 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.collections_config import collection_settings
 from service.http.app import create_app
 from service.settings import ServiceSettings
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +56,7 @@ class Load:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=60.0, trust_env=False) as client:
+        with local_client(self.url, timeout=60.0) as client:
             while not self._stop.is_set() and self.sent < MAX_REQUESTS:
                 response = client.post("/collections/docs/search", json={"query": "ocean tides", "top_k": 2})
                 self.sent += 1

@@ -24,7 +24,7 @@ from service.core.reload import Reloader
 from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 from tests.fixtures.tiny_service import V2_DROPPED, V2_MARK
 from tests.fixtures.tiny_service import v2_bundle as v2_bundle  # tests/indexer/test_publish_safety.py imports it
 
@@ -287,7 +287,7 @@ def test_requests_in_flight_during_reloads_all_succeed(root: Path, mini_student:
         seen: list[tuple[int, str]] = []
 
         def hammer() -> None:
-            with httpx.Client(base_url=server.url, timeout=30.0, trust_env=False) as client:
+            with local_client(server.url, timeout=30.0) as client:
                 while not stop.is_set():
                     for query in PROBES:
                         response = client.post("/search", json={"query": query, "top_k": 5})

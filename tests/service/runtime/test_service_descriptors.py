@@ -26,7 +26,7 @@ from models.bundle.version import Bundle, read_bundle_manifest
 from models.bundle.versions import list_versions, read_current, set_current
 from tests.fixtures import service_fast
 from tests.fixtures.corpus import DOCS
-from tests.fixtures.server import free_port
+from tests.fixtures.server import free_port, local_client
 from tests.service.reload.test_service_reload import AUTH, TOKEN, wait_for
 
 pytestmark = pytest.mark.slow
@@ -91,7 +91,7 @@ def serving(root: Path, student: Path, log: Path, soft: int, hard: int) -> Itera
     proc = service_fast.start(["serve", "--index", str(root), "--student", str(student), "--port", str(port)], env,
                               log, nofile=(soft, hard))
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0, trust_env=False) as client:
+        with local_client(f"http://127.0.0.1:{port}", timeout=30.0) as client:
             service_fast.wait_until(proc, log, lambda: client.get("/readyz").status_code == 200)
             yield Served(client=client, log=log, pid=proc.pid)
     finally:

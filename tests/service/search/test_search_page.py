@@ -10,7 +10,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from service.http.app import create_app
@@ -18,7 +17,7 @@ from service.settings import CollectionSpec, ServiceSettings
 from tests.fixtures.browser import Page
 from tests.fixtures.corpus import DOCS, PROBES
 from tests.fixtures.metadata import META
-from tests.fixtures.server import LiveServer, serve_app
+from tests.fixtures.server import LiveServer, local_client, serve_app
 
 QUERY = "how do I make a loaf of bread rise"
 TITLES = {doc_id: title for doc_id, title, _ in DOCS}
@@ -145,7 +144,7 @@ def test_page_asks_for_a_key_and_keeps_it_in_the_page(keyed_server: LiveServer, 
 
 
 def test_page_and_its_files_are_open_and_self_contained(keyed_server: LiveServer) -> None:
-    with httpx.Client(base_url=keyed_server.url, trust_env=False) as client:
+    with local_client(keyed_server.url) as client:
         page = client.get("/")
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
         assert "default-src 'self'" in page.headers["content-security-policy"]
