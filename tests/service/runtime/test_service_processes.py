@@ -11,7 +11,8 @@ import os
 import re
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from models.bundle.versions import set_current
 from tests.fixtures import service_fast
 from tests.fixtures.corpus import LONG_BATCH, PROBES
-from tests.fixtures.server import Served, free_port, post_together, serve_process
+from tests.fixtures.server import Served, Started, free_port, popen, serve_process
 from tests.fixtures.tiny_service import versions_root
 from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
@@ -36,6 +37,8 @@ SCRAPES = 3 * PROCESSES  # scrapes on fresh connections: several land on each pr
 ROUNDS = 10  # concurrent rounds of every probe, at most, until both processes have answered
 BURSTS = 5  # bursts, at most, until one is shed
 MAX_QUERY_CHARS = 64  # the watched servers' limit: every probe is shorter
+
+Start = Callable[[Sequence[str], Mapping[str, str], Path], Started]  # how `tandem serve` starts (serve_process)
 
 
 def _serve_args(index: Path, student: Path) -> list[str]:
@@ -52,6 +55,27 @@ def _env(**extra: str) -> dict[str, str]:
             "OMP_NUM_THREADS": "1", "TANDEM_MAX_QUEUE_MS": "60000", "TANDEM_REQUEST_TIMEOUT_MS": "60000", **extra}
 
 
+def _fresh(url: str) -> httpx.Client:
+    """A client whose every request opens a connection of its own, which the kernel hands to whichever worker
+    accepts it. Plain HTTP to 127.0.0.1, so no TLS context: httpx builds one for every client unless told not to
+    (certifi's CA bundle loaded: about 50 ms of CPU), which the rounds, scrapes and polls here paid hundreds of times
+    as a client each."""
+    return httpx.Client(base_url=url, timeout=60.0, trust_env=False, verify=False,
+                        limits=httpx.Limits(max_keepalive_connections=0))
+
+
+def _together(url: str, bodies: Sequence[dict[str, object]]) -> list[httpx.Response]:
+    """POST each body on a connection of its own from its own thread, all released at once by a barrier (as
+    tests.fixtures.server.post_together, on one `_fresh` client); answers in order."""
+    start = threading.Barrier(len(bodies))
+    with _fresh(url) as client, ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        def post(body: dict[str, object]) -> httpx.Response:
+            start.wait()
+            return client.post("/search", json=body)
+
+        return list(pool.map(post, bodies))
+
+
 def _processes(client: httpx.Client) -> list[dict[str, Any]]:
     response = client.get("/admin/status", headers=AUTH)
     assert response.status_code == 200, response.text
@@ -60,18 +84,19 @@ def _processes(client: httpx.Client) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def serving(index: Path, student: Path, log: Path, **env: str) -> Iterator[Served]:
-    """`tandem serve --processes 2`, ready once both workers report a version (tests.fixtures.server.serve_process)."""
+def serving(index: Path, student: Path, log: Path, start: Start = popen, **env: str) -> Iterator[Served]:
+    """`tandem serve --processes 2`, ready once both workers report a version (tests.fixtures.server.serve_process),
+    started as users start it (`popen`) or forked warm (service_fast.start)."""
     def all_serving(client: httpx.Client) -> bool:
         states = _processes(client)
         return len(states) == PROCESSES and all(s["version"] for s in states)
 
-    with serve_process(_serve_args(index, student), _env(**env), log, all_serving) as served:
+    with serve_process(_serve_args(index, student), _env(**env), log, all_serving, start=start) as served:
         yield served
 
 
 def _fresh_processes(url: str) -> list[dict[str, Any]]:
-    with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+    with _fresh(url) as client:
         return _processes(client)
 
 
@@ -87,13 +112,13 @@ def _search_everywhere(url: str, version: str | None = None) -> tuple[int, set[s
     document the probe gets first when asked alone, from `version` if given). The requests made (the ones asked
     alone included), and the processes that answered the concurrent ones."""
     bodies: list[dict[str, object]] = [{"query": query, "top_k": 3} for query in sorted(PROBES)] * 2
-    with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+    with _fresh(url) as client:
         alone = {query: client.post("/search", json={"query": query, "top_k": 3}).json()["results"][0]["id"]
                  for query in sorted(PROBES)}
     pids: set[str] = set()
     made = len(alone)
     for _ in range(ROUNDS):
-        for body, response in zip(bodies, post_together(url, bodies), strict=True):
+        for body, response in zip(bodies, _together(url, bodies), strict=True):
             made += 1
             assert response.status_code == 200, response.text
             answer = response.json()
@@ -114,11 +139,8 @@ def _metric(client: httpx.Client, name: str, **labels: str) -> float:
 
 def _scrape_each(url: str, name: str, **labels: str) -> list[float]:
     """One scrape per fresh connection (several land on each process)."""
-    values = []
-    for _ in range(SCRAPES):
-        with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
-            values.append(_metric(client, name, **labels))
-    return values
+    with _fresh(url) as client:
+        return [_metric(client, name, **labels) for _ in range(SCRAPES)]
 
 
 @pytest.fixture(scope="module", params=["1", "0"])  # 0: each process's event loop encodes and searches itself
@@ -210,7 +232,7 @@ def under_load(url: str, clients: int = 2) -> Iterator[list[httpx.Response | Exc
 
     def load() -> None:
         while not stop.is_set():
-            with httpx.Client(base_url=url, timeout=30.0, trust_env=False) as client:
+            with httpx.Client(base_url=url, timeout=30.0, trust_env=False, verify=False) as client:  # no TLS
                 for query in sorted(PROBES):
                     try:
                         answers.append(client.post("/search", json={"query": query, "top_k": 1}))
@@ -328,7 +350,7 @@ def test_settings_and_hardening_reach_every_worker(watched: tuple[Served, Path])
     assert len(str(too_long["query"])) > MAX_QUERY_CHARS
     pids: set[str] = set()
     for _ in range(ROUNDS):
-        for response in post_together(server.url, [too_long] * 10):
+        for response in _together(server.url, [too_long] * 10):
             assert response.status_code == 422, response.text
             pids.add(response.headers["X-Tandem-Process"])
         if len(pids) == PROCESSES:
@@ -351,14 +373,17 @@ def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, 
 
     A burst overlaps a running batch only if its requests arrive while the batch runs. With workers 0 a process
     reads nothing during a batch, and the tiny model's batch is short: if the clients' threads spread the burst
-    thinner than that, every request finds the queue empty. So bursts repeat, a few at most, until one is shed."""
+    thinner than that, every request finds the queue empty. So bursts repeat, a few at most, until one is shed.
+
+    The supervisor is forked warm (tests/fixtures/service_fast.py: it skips its own imports; its workers fork from its
+    forkserver as users' do); the watched servers start as users start them and check that forkserver."""
     window = str(len(LONG_BATCH))
-    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", TANDEM_MAX_PENDING=window,
+    with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", service_fast.start, TANDEM_MAX_PENDING=window,
                  TANDEM_MAX_BATCH_QUERIES=window, TANDEM_REQUEST_TIMEOUT_MS="60000",
                  TANDEM_MAX_QUEUE_MS="60000", TANDEM_WORKERS=workers) as server:
         responses: list[httpx.Response] = []
         for _ in range(BURSTS):
-            responses += post_together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
+            responses += _together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
             if any(r.status_code == 429 for r in responses):
                 break
         codes = [r.status_code for r in responses]

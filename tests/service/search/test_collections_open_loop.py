@@ -26,7 +26,7 @@ import pytest
 from tandem.loadclient import Request
 from tandem.openloop import OpenLoop, Record, Target
 from tests.fixtures import service_fast
-from tests.fixtures.server import Served, popen, serve_process
+from tests.fixtures.server import Served, serve_process
 
 
 @pytest.fixture
@@ -108,12 +108,12 @@ def _serving(tmp_path: Path, config: Path, keys: Path, processes: int, watch_s: 
     args = ["--config", str(config), "--keys-file", str(keys), "--processes", str(processes)]
     names = set(_config_names(config))
     ready = partial(_everywhere, processes=processes, names=names)
-    # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0. One process is
-    # forked warm (tests/fixtures/service_fast.py); a supervisor starts as users start it (its workers forked from its
-    # forkserver, service/runtime/workers.py).
-    one = processes == 1
-    with serve_process(args, env, tmp_path / "serve.log", ready, exits=(0, 130) if one else (0,),
-                       start=service_fast.start if one else popen) as server:
+    # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0. Both are forked
+    # warm (tests/fixtures/service_fast.py: the interpreter's imports skipped); a supervisor's workers fork from its own
+    # forkserver (service/runtime/workers.py) as users' do. Supervisors started as users start them, and their
+    # forkserver: tests/service/runtime/test_service_processes.py's watched servers.
+    exits = (0, 130) if processes == 1 else (0,)
+    with serve_process(args, env, tmp_path / "serve.log", ready, exits=exits, start=service_fast.start) as server:
         yield server
 
 
@@ -165,24 +165,21 @@ def _pids(client: httpx.Client) -> set[int]:
 META_SEARCH = {"query": "Odoacer", "mode": "lexical", "top_k": 1}
 
 
-@pytest.mark.parametrize(("processes", "trigger"), [(1, "sighup"), (2, "file")])
 def test_a_collection_added_by_a_config_reload_under_open_loop_load(tmp_path: Path, mini_bundle: Path,
-                                                                    mini_student: Path, mini_meta_bundle: Path,
-                                                                    processes: int, trigger: str) -> None:
-    """SIGHUP re-reads --config in one process; the file's change is seen by each process's watch. (SIGHUP to
+                                                                    mini_student: Path, mini_meta_bundle: Path) -> None:
+    """SIGHUP re-reads --config in one process, whose watch is off. (The file's change seen by each process's watch:
+    test_one_collection_reloaded_and_rolled_back_then_another_added_by_the_config_file_under_open_loop_load; SIGHUP to
     several processes: test_sighup_replaces_every_process_with_the_new_config_and_keys_under_open_loop_load.)"""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
     config.write_text(_config(docs=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay"))
     targets = [_search("docs", "docs", "stay"), _search("meta", "meta", "stay", META_SEARCH)]
-    watch_s = 0.05 if trigger == "file" else 0.0
-    with _serving(tmp_path, config, keys, processes, watch_s) as server, OpenLoop(server.url, targets, RPS) as load:
+    with _serving(tmp_path, config, keys, 1, 0.0) as server, OpenLoop(server.url, targets, RPS) as load:
         load.wait_answered(SETTLE)
         changed = time.monotonic()
         _rewrite(config, _config(docs=(mini_bundle, mini_student), meta=(mini_meta_bundle, mini_student)))
-        if trigger == "sighup":
-            os.kill(server.pid, signal.SIGHUP)
-        complete = _until(lambda: _everywhere(server.client, processes, {"docs", "meta"}), "meta served everywhere")
+        os.kill(server.pid, signal.SIGHUP)
+        complete = _until(lambda: _everywhere(server.client, 1, {"docs", "meta"}), "meta served")
         load.wait_answered(SETTLE, "meta")
     _meta_added(load, changed, complete)
 
@@ -214,15 +211,20 @@ def test_sighup_replaces_every_process_with_the_new_config_and_keys_under_open_l
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_one_collection_reloaded_and_rolled_back_under_open_loop_load(tmp_path: Path, root: Path,
-                                                                      mini_bundle: Path, mini_student: Path,
-                                                                      processes: int) -> None:
-    """/admin/collections/docs/reload then /rollback: docs answers v1, then v2, then v1; plain is never touched."""
+def test_one_collection_reloaded_and_rolled_back_then_another_added_by_the_config_file_under_open_loop_load(
+        tmp_path: Path, root: Path, mini_bundle: Path, mini_student: Path, mini_meta_bundle: Path,
+        processes: int) -> None:
+    """/admin/collections/docs/reload then /rollback: docs answers v1, then v2, then v1; plain is never touched. Then
+    meta is added to --config, which each process's own watch sees (this was two tests, each starting a server; a
+    server of several processes costs a supervisor, its forkserver and a worker each: they assert the same
+    together)."""
     config, keys = tmp_path / "collections.toml", tmp_path / "keys.toml"
     config.write_text(_config(docs=(root, mini_student), plain=(mini_bundle, mini_student)))
     keys.write_text(_keys("stay"))
-    targets = [_search("docs", "docs", "stay"), _search("plain", "plain", "stay")]
-    with _serving(tmp_path, config, keys, processes, watch_s=0) as server, OpenLoop(server.url, targets, RPS) as load:
+    targets = [_search("docs", "docs", "stay"), _search("plain", "plain", "stay"),
+               _search("meta", "meta", "stay", META_SEARCH)]
+    with _serving(tmp_path, config, keys, processes, watch_s=0.05) as server, \
+            OpenLoop(server.url, targets, RPS) as load:
         load.wait_answered(SETTLE)
         marks = [time.monotonic()]
         for action, body in (("reload", {"path": str(root / "v2")}), ("rollback", None)):
@@ -231,8 +233,13 @@ def test_one_collection_reloaded_and_rolled_back_under_open_loop_load(tmp_path: 
             marks.append(time.monotonic())
             load.wait_answered(SETTLE, "docs")
             marks.append(time.monotonic())
+        changed = time.monotonic()
+        _rewrite(config, _config(docs=(root, mini_student), plain=(mini_bundle, mini_student),
+                                 meta=(mini_meta_bundle, mini_student)))
+        complete = _until(lambda: _everywhere(server.client, processes, {"docs", "plain", "meta"}),
+                          "meta served everywhere")
+        load.wait_answered(SETTLE, "meta")
     docs, plain = _by(load, "docs"), _by(load, "plain")
-    _only(docs, 200, "to docs")
     _only(plain, 200, "to plain")
 
     def versions(records: list[Record]) -> set[str]:
@@ -243,6 +250,7 @@ def test_one_collection_reloaded_and_rolled_back_under_open_loop_load(tmp_path: 
     assert versions([r for r in docs if r.sent > marks[3]]) == {"v1"}
     assert versions(docs) == {"v1", "v2"}
     assert versions(plain) == {mini_bundle.name}
+    _meta_added(load, changed, complete)  # docs never failed, across the reload, the rollback and meta's addition
 
 
 def test_the_key_file_rotated_under_open_loop_load(tmp_path: Path, mini_bundle: Path, mini_student: Path) -> None:
