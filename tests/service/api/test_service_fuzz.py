@@ -16,28 +16,16 @@ behind the admin token) are fuzzed past authentication and not only into a 401/4
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import json
-import pkgutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import requests
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from schemathesis import APIOperation, GenerationMode
-from schemathesis.checks import (
-    content_type_conformance,
-    negative_data_rejection,
-    not_a_server_error,
-    response_schema_conformance,
-    status_code_conformance,
-)
-from schemathesis.core.result import Ok
 
 from models.bundle.lexical.postings import Lexical
 from models.bundle.version import Bundle
@@ -45,27 +33,28 @@ from service.http.app import create_app
 from service.settings import ServiceSettings
 from tests.fixtures.server import LiveServer, serve_app
 
+if TYPE_CHECKING:
+    import schemathesis
+    from schemathesis import APIOperation
+    from schemathesis.checks import CheckFunction
+
 pytestmark = pytest.mark.slow
 
 
-def _import_schemathesis_now() -> None:
-    """Import every module of schemathesis now, at collection, on the main thread.
-
-    schemathesis imports its OpenAPI loader, generators and checks on first use, and being a pytest plugin its
-    modules go through the assertion rewriter (ast.parse). Imported while this module's live servers' threads run,
-    that can fail as tests/conftest.py's _import_anyio_now explains (python/cpython#106905); it did, once in a
-    full run, in `schemathesis.openapi.from_url`. A module that needs an optional package this venv lacks is left
-    out: nothing here uses it."""
-    for info in pkgutil.walk_packages(schemathesis.__path__, "schemathesis."):
-        with contextlib.suppress(ImportError):
-            importlib.import_module(info.name)
-
-
-_import_schemathesis_now()
-
 MAX_EXAMPLES = 50  # per operation and generation mode
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          negative_data_rejection]
+
+
+def _checks() -> list[CheckFunction]:
+    from schemathesis.checks import (
+        content_type_conformance,
+        negative_data_rejection,
+        not_a_server_error,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    return [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
+            negative_data_rejection]
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +91,9 @@ def _key(operation: APIOperation) -> str:
 
 def _operations(server: LiveServer) -> list[APIOperation]:
     """Every operation of the service's own document (each must be readable: an invalid one fails here)."""
+    import schemathesis
+    from schemathesis.core.result import Ok
+
     operations = []
     for result in schemathesis.openapi.from_url(f"{server.url}/openapi.json").get_all_operations():
         assert isinstance(result, Ok), result
@@ -122,28 +114,32 @@ def _credentials(path: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_TOKEN if path.startswith('/admin/') else API_KEY}"}
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=lambda m: m.value)
+@pytest.mark.parametrize("mode", ["positive", "negative"])  # schemathesis' GenerationMode, by value
 def test_api_conforms_to_its_schema(mini_server: LiveServer, protected_server: LiveServer, schemas: _Schemas,
-                                    http_session: requests.Session, mode: GenerationMode) -> None:
+                                    http_session: requests.Session, mode: str) -> None:
     """Each case is sent to both services: as drawn to the open one, and with the right credential to the protected
     one, judged by the protected document. Both used to draw the same derandomized cases each for itself: drawing
     them is most of the cost (schemathesis' negative bodies above all), the requests little."""
+    from schemathesis import GenerationMode
+
+    generation = GenerationMode(mode)
+    checks = _checks()
     statuses: list[tuple[str, int]] = []
 
-    @given(case=st.one_of(*(op.as_strategy(generation_mode=mode) for op in schemas.operations)))
+    @given(case=st.one_of(*(op.as_strategy(generation_mode=generation) for op in schemas.operations)))
     @settings(max_examples=MAX_EXAMPLES * len(schemas.operations), deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     def fuzz(case: schemathesis.Case) -> None:
-        case.call_and_validate(base_url=mini_server.url, session=http_session, checks=CHECKS)
+        case.call_and_validate(base_url=mini_server.url, session=http_session, checks=checks)
         behind = schemas.protected[_key(case.operation)].Case(
             method=case.method, path_parameters=case.path_parameters, headers=case.headers, cookies=case.cookies,
             query=case.query, body=case.body, media_type=case.media_type, _meta=case._meta)
-        response = behind.call_and_validate(base_url=protected_server.url, session=http_session, checks=CHECKS,
+        response = behind.call_and_validate(base_url=protected_server.url, session=http_session, checks=checks,
                                             headers=_credentials(case.path))
         statuses.append((case.path, response.status_code))
 
     fuzz()
-    if mode is GenerationMode.POSITIVE:  # past authentication: answers other than 401/403
+    if generation is GenerationMode.POSITIVE:  # past authentication: answers other than 401/403
         for path in ("/search", "/admin/reload", "/admin/status"):
             assert any(p == path and s not in (401, 403) for p, s in statuses), path
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
-import openai
 import pytest
 
 from indexer.build import BuildRequest, build
@@ -20,6 +20,9 @@ from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, serve_app
 from tests.fixtures.tiny_service import MINI_DIM
+
+if TYPE_CHECKING:
+    import openai
 
 TEXTS = sorted(PROBES)
 
@@ -35,6 +38,9 @@ def _alone(student: StudentEncoder, texts: list[str]) -> np.ndarray:
 
 
 def _sdk(server: LiveServer, api_key: str = "unused") -> openai.OpenAI:
+    """The official SDK, imported by the tests that use it: not by every xdist worker's collection."""
+    import openai
+
     return openai.OpenAI(base_url=f"{server.url}/v1", api_key=api_key, max_retries=0)
 
 
@@ -121,6 +127,8 @@ def test_api_keys_guard_embeddings(mini_bundle: Path, mini_student: Path) -> Non
     with serve_app(create_app(settings)) as server:
         refused = server.client.post("/v1/embeddings", json={"input": "tides"})
         assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
+        import openai
+
         with pytest.raises(openai.PermissionDeniedError):
             _sdk(server, api_key="wrong").embeddings.create(input="tides", model="x")
         response = _sdk(server, api_key="k-embed").embeddings.create(input="tides", model="x")
