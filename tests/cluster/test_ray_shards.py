@@ -1,6 +1,7 @@
 """Shards on a real local Ray cluster (issue 57): a version of four segments in two shard deployments, one with two
 replicas, answers as the single box does (same ids, order, float32 scores and version); a new version is served only
-once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
+once every shard has loaded it, a request names the version it was answered from, and one pinned to the version
+before still answers from it after the move; a shard with no replica left
 fails the request whole; under open-loop load a replica's kill and an `index update` give only the box's answers
 for the version each names, or 503s. The process's one local Ray (tests/fixtures/ray_cluster.py: starting Ray costs
 seconds), with Serve started on it for the module; a test that needs v4 in service on the module's plan takes the
@@ -33,7 +34,7 @@ from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _optio
 
 PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48 (plan_shards' own for v4: the plan the service deploys)
 V4 = "v4"  # the version the tests search; the update test publishes v5 after it
-REPLICAS = [2, 1]  # v4's: the first shard's two, one killed under load; v3 and v5 get one a shard (`_one_replica`)
+REPLICAS = [2, 1]  # v4's: the first shard's two, one killed under load; v5 gets one a shard (`_one_replica`)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def _in_service(cluster: ClusterSearch, version: Path, plan: list[list[int]]) ->
 
 @contextmanager
 def _one_replica(cluster: ClusterSearch) -> Iterator[None]:
-    """Versions deployed meanwhile get one replica a shard: v3 and v5 are asserted for what they answer, which a
+    """Versions deployed meanwhile get one replica a shard: v5 is asserted for what it answers, which a
     second replica (a process that imports Ray Serve and maps its segments: seconds on a busy machine) would only
     repeat. v4 keeps `REPLICAS`, so a test after finds its applications as deployed (`_in_service`)."""
     cluster.replicas = [1] * cluster.shards
@@ -114,22 +115,12 @@ def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
 
 def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(cluster: ClusterSearch,
                                                                             root: Path) -> None:
-    before = root / "v3"  # three segments: the plan of v4 less its last
-    with _one_replica(cluster):
-        assert cluster.deploy(before, [[0], [1, 2]]).version.version == "v3"
-    _same_as_box(cluster, before)
+    """v4 on two shards answers as its box; `deploy` returns its coordinator only once every shard runs it. The move
+    to the next version, with a request pinned before it still answered from the version before, is asserted where
+    a next version is deployed anyway: the update test's v5 (a v3 deployed here for it cost two more replicas)."""
     current = root / V4
-    pinned = cluster.coordinator  # a request that took the coordinator before the move
     assert cluster.deploy(current, PLAN).version.version == "v4"
     _same_as_box(cluster, current)
-    assert pinned is not None  # it still answers for v3: the replicas keep the version before
-    hits = pinned.search(_vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
-    box = Bundle(before)
-    try:
-        want = search(box, _vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
-    finally:
-        box.close()
-    assert _answer(hits) == _answer(want)
 
 
 def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, root: Path, student: Path) -> None:
@@ -181,8 +172,10 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     (a shard), or, where the busy machine's queue runs past even the opened limits below, 429 `overloaded`
     (admission, before any search) or 503 `deadline_exceeded`. (This is also the test of a replica killed under
     load: every answer exact or a 503, and answers from the replica left.)
-    It serves the module's root on the module's deployments: v4's, if a test before left them running, are kept
-    (the service's deploy of a running version starts no replica), and v5 is published in that root."""
+    A coordinator taken before the update (a request pinned to v4) still answers as v4's box once v5 is in service:
+    the move keeps the version before for it. It serves the module's root on the module's deployments: v4's, if a
+    test before left them running, are kept (the service's deploy of a running version starts no replica), and v5 is
+    published in that root."""
     import ray
     from ray import serve
 
@@ -220,6 +213,7 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
         settings = ServiceSettings(index=root, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
                                    request_timeout_ms=60_000, max_pending=10_000)
         with serve_app(create_app(settings)) as app:
+            pinned = cluster.coordinator  # the service's v4 (a request that takes it now is pinned to it)
             with OpenLoop(app.url, targets, rps=10.0, timeout_s=90.0) as load:
                 load.wait_answered(len(bodies))
                 replicas = _replicas(cluster, before, shards=[0])
@@ -254,6 +248,15 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
                 if got["results"] != expected["results"] or got["index"] != expected["index"]:
                     wrong.append((name, bodies[int(r.target)]))
     assert not wrong, wrong
+    # the move was whole: v5 in service, and a request pinned to v4 before it still answers from v4's shards
+    assert pinned is not None and pinned.version.version == V4 and cluster.version == "v5"
+    box = Bundle(before)
+    try:
+        opts = SearchOptions(top_k=5, mode=Mode.HYBRID)
+        want = search(box, _vectors(box.manifest.dim), QUERIES, opts, OVERSAMPLE).hits
+        assert _answer(pinned.search(_vectors(box.manifest.dim), QUERIES, opts, OVERSAMPLE).hits) == _answer(want)
+    finally:
+        box.close()
 
 
 def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
