@@ -53,6 +53,9 @@ def student(mini_student: Path) -> Path:
 
 
 TIMEOUT_S = 20.0
+# Every service here runs with agreement_budget_s=0: these tests assert answers, never the student's agreement
+# (tests/service/search/test_service_agreement.py does), and each load or reload would score it on a thread of this
+# process (seconds of CPU, beside the open loop and the replicas).
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +137,7 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
     v4 = (root / V4).resolve()
     _in_service(cluster, v4, PLAN)
     replicas = _replicas(cluster, v4)
-    settings = ServiceSettings(index=v4, student=student, port=0)
+    settings = ServiceSettings(index=v4, student=student, port=0, agreement_budget_s=0)
     bodies = [{"query": q, "top_k": 10, "mode": mode, "offset": offset, **extra}
               for q in ("river stone", "zebra harbor") for mode in ("dense", "lexical", "hybrid")
               for offset in (0, 20) for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
@@ -163,7 +166,7 @@ def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
 
 def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versions_box(
         cluster: ClusterSearch, root: Path, student: Path, tiny_models: TinyModels,
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
     `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
@@ -180,6 +183,7 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     from ray import serve
 
     from cluster.service import ClusterRetrieval
+    from indexer.sample import SAMPLE_SETTING
     from indexer.versions.request import UpdateRequest
     from indexer.versions.update import update
     from service.core.searcher import retrieve_remotely
@@ -207,11 +211,12 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     changes = _lines(tmp_path / "changes.jsonl", [_doc(rng, f"live{i}") for i in range(8)] + [_doc(rng, "d5")]
                      + [{"_id": "d6", "delete": True}, {"_id": "u3", "delete": True}])
     _wait_for(settled)
+    monkeypatch.setenv(SAMPLE_SETTING, "0")  # v5 without an agreement sample: no service here scores one
     retrieve_remotely(ClusterRetrieval(cluster))
     try:
         # admission opened wide (a 429 is the busy machine's, not the shards'): nearly every request is searched
         settings = ServiceSettings(index=root, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
-                                   request_timeout_ms=60_000, max_pending=10_000)
+                                   request_timeout_ms=60_000, max_pending=10_000, agreement_budget_s=0)
         with serve_app(create_app(settings)) as app:
             pinned = cluster.coordinator  # the service's v4 (a request that takes it now is pinned to it)
             with OpenLoop(app.url, targets, rps=10.0, timeout_s=90.0) as load:
@@ -240,7 +245,8 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     assert any(r.sent > killed_at and version(r) == V4 for r in records)  # v4 answered after its replica's kill
     wrong = []
     for name in sorted(named):
-        with serve_app(create_app(ServiceSettings(index=root / name, student=student, port=0))) as box:
+        with serve_app(create_app(ServiceSettings(index=root / name, student=student, port=0,
+                                                  agreement_budget_s=0))) as box:
             want = {i: box.client.post("/search", json=body).json() for i, body in enumerate(bodies)}
         for r in records:
             if version(r) == name:
