@@ -256,13 +256,13 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     assert not wrong, wrong
     # the move was whole: v5 in service, and a request pinned to v4 before it still answers from v4's shards
     assert pinned is not None and pinned.version.version == V4 and cluster.version == "v5"
-    box = Bundle(before)
+    v4_box = Bundle(before)
     try:
-        opts = SearchOptions(top_k=5, mode=Mode.HYBRID)
-        want = search(box, _vectors(box.manifest.dim), QUERIES, opts, OVERSAMPLE).hits
-        assert _answer(pinned.search(_vectors(box.manifest.dim), QUERIES, opts, OVERSAMPLE).hits) == _answer(want)
+        opts, vectors = SearchOptions(top_k=5, mode=Mode.HYBRID), _vectors(v4_box.manifest.dim)
+        v4_hits = search(v4_box, vectors, QUERIES, opts, OVERSAMPLE).hits
+        assert _answer(pinned.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == _answer(v4_hits)
     finally:
-        box.close()
+        v4_box.close()
 
 
 def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
