@@ -1,6 +1,7 @@
 """Shards on a real local Ray cluster (issue 57): a version of four segments in two shard deployments, one with two
 replicas, answers as the single box does (same ids, order, float32 scores and version); a new version is served only
-once every shard has loaded it, and a request names the version it was answered from; a shard with no replica left
+once every shard has loaded it, a request names the version it was answered from, and one pinned to the version
+before still answers from it after the move; a shard with no replica left
 fails the request whole; under open-loop load a replica's kill and an `index update` give only the box's answers
 for the version each names, or 503s. The process's one local Ray (tests/fixtures/ray_cluster.py: starting Ray costs
 seconds), with Serve started on it for the module; a test that needs v4 in service on the module's plan takes the
@@ -33,7 +34,7 @@ from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _optio
 
 PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48 (plan_shards' own for v4: the plan the service deploys)
 V4 = "v4"  # the version the tests search; the update test publishes v5 after it
-REPLICAS = [2, 1]  # v4's: the first shard's two, one killed under load; v3 and v5 get one a shard (`_one_replica`)
+REPLICAS = [2, 1]  # v4's: the first shard's two, one killed under load; v5 gets one a shard (`_one_replica`)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +53,9 @@ def student(mini_student: Path) -> Path:
 
 
 TIMEOUT_S = 20.0
+# Every service here runs with agreement_budget_s=0: these tests assert answers, never the student's agreement
+# (tests/service/search/test_service_agreement.py does), and each load or reload would score it on a thread of this
+# process (seconds of CPU, beside the open loop and the replicas).
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +85,7 @@ def _in_service(cluster: ClusterSearch, version: Path, plan: list[list[int]]) ->
 
 @contextmanager
 def _one_replica(cluster: ClusterSearch) -> Iterator[None]:
-    """Versions deployed meanwhile get one replica a shard: v3 and v5 are asserted for what they answer, which a
+    """Versions deployed meanwhile get one replica a shard: v5 is asserted for what it answers, which a
     second replica (a process that imports Ray Serve and maps its segments: seconds on a busy machine) would only
     repeat. v4 keeps `REPLICAS`, so a test after finds its applications as deployed (`_in_service`)."""
     cluster.replicas = [1] * cluster.shards
@@ -114,22 +118,12 @@ def _same_as_box(cluster: ClusterSearch, version: Path) -> None:
 
 def test_two_shards_on_ray_serve_answer_as_one_box_and_move_versions_whole(cluster: ClusterSearch,
                                                                             root: Path) -> None:
-    before = root / "v3"  # three segments: the plan of v4 less its last
-    with _one_replica(cluster):
-        assert cluster.deploy(before, [[0], [1, 2]]).version.version == "v3"
-    _same_as_box(cluster, before)
+    """v4 on two shards answers as its box; `deploy` returns its coordinator only once every shard runs it. The move
+    to the next version, with a request pinned before it still answered from the version before, is asserted where
+    a next version is deployed anyway: the update test's v5 (a v3 deployed here for it cost two more replicas)."""
     current = root / V4
-    pinned = cluster.coordinator  # a request that took the coordinator before the move
     assert cluster.deploy(current, PLAN).version.version == "v4"
     _same_as_box(cluster, current)
-    assert pinned is not None  # it still answers for v3: the replicas keep the version before
-    hits = pinned.search(_vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
-    box = Bundle(before)
-    try:
-        want = search(box, _vectors(64), QUERIES, SearchOptions(top_k=5, mode=Mode.HYBRID), OVERSAMPLE).hits
-    finally:
-        box.close()
-    assert _answer(hits) == _answer(want)
 
 
 def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, root: Path, student: Path) -> None:
@@ -143,7 +137,7 @@ def test_tandem_serve_cluster_answers_as_tandem_serve(cluster: ClusterSearch, ro
     v4 = (root / V4).resolve()
     _in_service(cluster, v4, PLAN)
     replicas = _replicas(cluster, v4)
-    settings = ServiceSettings(index=v4, student=student, port=0)
+    settings = ServiceSettings(index=v4, student=student, port=0, agreement_budget_s=0)
     bodies = [{"query": q, "top_k": 10, "mode": mode, "offset": offset, **extra}
               for q in ("river stone", "zebra harbor") for mode in ("dense", "lexical", "hybrid")
               for offset in (0, 20) for extra in ({}, {"filter": {"field": "group", "eq": "a"}})]
@@ -172,7 +166,7 @@ def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
 
 def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versions_box(
         cluster: ClusterSearch, root: Path, student: Path, tiny_models: TinyModels,
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
     `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
@@ -181,12 +175,15 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     (a shard), or, where the busy machine's queue runs past even the opened limits below, 429 `overloaded`
     (admission, before any search) or 503 `deadline_exceeded`. (This is also the test of a replica killed under
     load: every answer exact or a 503, and answers from the replica left.)
-    It serves the module's root on the module's deployments: v4's, if a test before left them running, are kept
-    (the service's deploy of a running version starts no replica), and v5 is published in that root."""
+    A coordinator taken before the update (a request pinned to v4) still answers as v4's box once v5 is in service:
+    the move keeps the version before for it. It serves the module's root on the module's deployments: v4's, if a
+    test before left them running, are kept (the service's deploy of a running version starts no replica), and v5 is
+    published in that root."""
     import ray
     from ray import serve
 
     from cluster.service import ClusterRetrieval
+    from indexer.sample import SAMPLE_SETTING
     from indexer.versions.request import UpdateRequest
     from indexer.versions.update import update
     from service.core.searcher import retrieve_remotely
@@ -214,12 +211,14 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     changes = _lines(tmp_path / "changes.jsonl", [_doc(rng, f"live{i}") for i in range(8)] + [_doc(rng, "d5")]
                      + [{"_id": "d6", "delete": True}, {"_id": "u3", "delete": True}])
     _wait_for(settled)
+    monkeypatch.setenv(SAMPLE_SETTING, "0")  # v5 without an agreement sample: no service here scores one
     retrieve_remotely(ClusterRetrieval(cluster))
     try:
         # admission opened wide (a 429 is the busy machine's, not the shards'): nearly every request is searched
         settings = ServiceSettings(index=root, student=student, port=0, watch_interval_s=0.1, max_queue_ms=60_000,
-                                   request_timeout_ms=60_000, max_pending=10_000)
+                                   request_timeout_ms=60_000, max_pending=10_000, agreement_budget_s=0)
         with serve_app(create_app(settings)) as app:
+            pinned = cluster.coordinator  # the service's v4 (a request that takes it now is pinned to it)
             with OpenLoop(app.url, targets, rps=10.0, timeout_s=90.0) as load:
                 load.wait_answered(len(bodies))
                 replicas = _replicas(cluster, before, shards=[0])
@@ -246,7 +245,8 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     assert any(r.sent > killed_at and version(r) == V4 for r in records)  # v4 answered after its replica's kill
     wrong = []
     for name in sorted(named):
-        with serve_app(create_app(ServiceSettings(index=root / name, student=student, port=0))) as box:
+        with serve_app(create_app(ServiceSettings(index=root / name, student=student, port=0,
+                                                  agreement_budget_s=0))) as box:
             want = {i: box.client.post("/search", json=body).json() for i, body in enumerate(bodies)}
         for r in records:
             if version(r) == name:
@@ -254,6 +254,15 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
                 if got["results"] != expected["results"] or got["index"] != expected["index"]:
                     wrong.append((name, bodies[int(r.target)]))
     assert not wrong, wrong
+    # the move was whole: v5 in service, and a request pinned to v4 before it still answers from v4's shards
+    assert pinned is not None and pinned.version.version == V4 and cluster.version == "v5"
+    v4_box = Bundle(before)
+    try:
+        opts, vectors = SearchOptions(top_k=5, mode=Mode.HYBRID), _vectors(v4_box.manifest.dim)
+        v4_hits = search(v4_box, vectors, QUERIES, opts, OVERSAMPLE).hits
+        assert _answer(pinned.search(vectors, QUERIES, opts, OVERSAMPLE).hits) == _answer(v4_hits)
+    finally:
+        v4_box.close()
 
 
 def test_a_shard_without_a_live_replica_fails_the_request_whole(cluster: ClusterSearch, root: Path) -> None:
