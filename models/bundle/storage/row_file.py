@@ -53,16 +53,6 @@ class PreadRows:
         os.close(self.fd)
 
 
-def drop_mapped_pages(path: Path) -> int:
-    """Drop this process's pages of every mapping of `path` (MADV_DONTNEED: read-only mappings, so the data stay in
-    the page cache and come back on the next read); how many mappings. For a mapping numpy does not own, FAISS's
-    of a first stage loaded with IO_FLAG_MMAP_IFC, found by its file's name in /proc/self/maps (Linux; elsewhere
-    nothing is dropped)."""
-    ranges = mapped_ranges(path)
-    drop_ranges(path, ranges)
-    return len(ranges)
-
-
 def mapped_ranges(path: Path) -> list[tuple[int, int]]:
     """The (start, end) addresses of this process's mappings of `path`, from /proc/self/maps (empty off Linux).
 
@@ -83,7 +73,9 @@ def mapped_ranges(path: Path) -> list[tuple[int, int]]:
 
 
 def drop_ranges(path: Path, ranges: list[tuple[int, int]]) -> None:
-    """MADV_DONTNEED on each of `ranges`, mappings of `path` (`mapped_ranges`) still mapped."""
+    """Drop this process's pages of `ranges`, mappings of `path` (`mapped_ranges`) still mapped: MADV_DONTNEED on
+    read-only mappings, so the data stay in the page cache and come back on the next read. For a mapping numpy does
+    not own, FAISS's of a first stage loaded with IO_FLAG_MMAP_IFC."""
     for start, end in ranges:
         if _libc().madvise(start, end - start, mmap.MADV_DONTNEED) != 0:
             err = ctypes.get_errno()

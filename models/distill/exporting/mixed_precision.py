@@ -21,11 +21,7 @@ def with_fp32_nodes(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Co
 
     Each named node replaces the quantized node that writes its output; what only that node read (its input's
     quantization, if no other node shares it; its quantized weight) is dropped; its fp32 weight comes back."""
-    by_output = _by_output(fp32, names)
-    produced = {name for node in quantized.graph.node for name in node.output}
-    unmatched = sorted(node.name for out, node in by_output.items() if out not in produced)
-    if unmatched:
-        raise ValueError(f"no node of the quantized graph writes the output of {unmatched}")
+    by_output = _by_output(fp32, names, {name for node in quantized.graph.node for name in node.output})
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
     graph = model.graph
@@ -51,12 +47,16 @@ def with_fp32_nodes(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Co
     return model
 
 
-def _by_output(fp32: onnx.ModelProto, names: Collection[str]) -> dict[str, onnx.NodeProto]:
-    """The fp32 graph's nodes `names`, by their first output (what the quantized node that replaced each writes)."""
+def _by_output(fp32: onnx.ModelProto, names: Collection[str], written: set[str]) -> dict[str, onnx.NodeProto]:
+    """The fp32 graph's nodes `names`, by their first output (what the quantized node that replaced each writes),
+    each of which must be among `written` (the outputs of the quantized graph's nodes that may replace one)."""
     originals = {node.name: node for node in fp32.graph.node if node.name in names}
     missing = set(names) - set(originals)
     if missing:
         raise ValueError(f"no such nodes in the fp32 graph: {sorted(missing)}")
+    unmatched = sorted(node.name for node in originals.values() if node.output[0] not in written)
+    if unmatched:
+        raise ValueError(f"no node of the quantized graph writes the output of {unmatched}")
     return {node.output[0]: node for node in originals.values()}
 
 
@@ -72,18 +72,16 @@ def switchable(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Collect
     whole (the embedding table with it) and parsed into a session of its own: most of a teacher-layer student's
     export. One session of this graph serves every mix; a mix's flags give what with_fp32_nodes' graph of that mix
     gives (test_export.py checks it), at the cost of running each switchable MatMul both ways."""
-    by_output = _by_output(fp32, names)
+    by_output = _by_output(fp32, names, {node.output[0] for node in quantized.graph.node if node.output})
     model = onnx.ModelProto()
     model.CopyFrom(quantized)
     graph = model.graph
     nodes: list[onnx.NodeProto] = []
-    found: set[str] = set()
     for node in graph.node:
         original = by_output.get(node.output[0]) if node.output else None
         if original is None:
             nodes.append(node)
             continue
-        found.add(original.name)
         output = node.output[0]
         node.output[0] = f"{output}/int8"
         restored = onnx.NodeProto()
@@ -94,9 +92,6 @@ def switchable(quantized: onnx.ModelProto, fp32: onnx.ModelProto, names: Collect
         graph.input.append(onnx.helper.make_tensor_value_info(flag, onnx.TensorProto.BOOL, []))
         nodes += [node, restored, onnx.helper.make_node("Where", [flag, restored.output[0], node.output[0]], [output],
                                                         name=f"{original.name}/switch")]
-    unmatched = sorted({node.name for node in by_output.values()} - found)
-    if unmatched:
-        raise ValueError(f"no node of the quantized graph writes the output of {unmatched}")
     del graph.node[:]
     graph.node.extend(nodes)
     present = {init.name for init in graph.initializer} | {name for node in nodes for name in node.output}
