@@ -12,7 +12,6 @@ import re
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from models.bundle.versions import set_current
 from tests.fixtures import service_fast
 from tests.fixtures.corpus import LONG_BATCH, PROBES
-from tests.fixtures.server import Served, Started, free_port, popen, serve_process
+from tests.fixtures.server import Served, Started, free_port, popen, post_together, serve_process
 from tests.fixtures.tiny_service import versions_root
 from tests.service.api.test_service_limits import _closed_by_server, _trickler
 from tests.service.api.test_service_refuses import altered_student
@@ -57,23 +56,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _fresh(url: str) -> httpx.Client:
     """A client whose every request opens a connection of its own, which the kernel hands to whichever worker
-    accepts it. Plain HTTP to 127.0.0.1, so no TLS context: httpx builds one for every client unless told not to
-    (certifi's CA bundle loaded: about 50 ms of CPU), which the rounds, scrapes and polls here paid hundreds of times
-    as a client each."""
+    accepts it: tests.fixtures.server.local_client (plain HTTP, no TLS context) with keep-alive off."""
     return httpx.Client(base_url=url, timeout=60.0, trust_env=False, verify=False,
                         limits=httpx.Limits(max_keepalive_connections=0))
-
-
-def _together(url: str, bodies: Sequence[dict[str, object]]) -> list[httpx.Response]:
-    """POST each body on a connection of its own from its own thread, all released at once by a barrier (as
-    tests.fixtures.server.post_together, on one `_fresh` client); answers in order."""
-    start = threading.Barrier(len(bodies))
-    with _fresh(url) as client, ThreadPoolExecutor(max_workers=len(bodies)) as pool:
-        def post(body: dict[str, object]) -> httpx.Response:
-            start.wait()
-            return client.post("/search", json=body)
-
-        return list(pool.map(post, bodies))
 
 
 def _processes(client: httpx.Client) -> list[dict[str, Any]]:
@@ -118,7 +103,7 @@ def _search_everywhere(url: str, version: str | None = None) -> tuple[int, set[s
     pids: set[str] = set()
     made = len(alone)
     for _ in range(ROUNDS):
-        for body, response in zip(bodies, _together(url, bodies), strict=True):
+        for body, response in zip(bodies, post_together(url, bodies), strict=True):
             made += 1
             assert response.status_code == 200, response.text
             answer = response.json()
@@ -350,7 +335,7 @@ def test_settings_and_hardening_reach_every_worker(watched: tuple[Served, Path])
     assert len(str(too_long["query"])) > MAX_QUERY_CHARS
     pids: set[str] = set()
     for _ in range(ROUNDS):
-        for response in _together(server.url, [too_long] * 10):
+        for response in post_together(server.url, [too_long] * 10):
             assert response.status_code == 422, response.text
             pids.add(response.headers["X-Tandem-Process"])
         if len(pids) == PROCESSES:
@@ -383,7 +368,7 @@ def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, 
                  TANDEM_MAX_QUEUE_MS="60000", TANDEM_WORKERS=workers) as server:
         responses: list[httpx.Response] = []
         for _ in range(BURSTS):
-            responses += _together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
+            responses += post_together(server.url, [{"queries": LONG_BATCH, "top_k": 1}] * 4 * PROCESSES)
             if any(r.status_code == 429 for r in responses):
                 break
         codes = [r.status_code for r in responses]
