@@ -148,7 +148,7 @@ class Filter:
     def sql(self) -> tuple[str, list[Any]]:
         """Its SQL over the docstore's `metadata` column and the parameters: compiled on demand, for a segment
         without a payload index (older bundles)."""
-        return _sql(self.tree)
+        return sql_of(self.tree)
 
     def matches(self, metadata: dict[str, Any], types: Mapping[str, FieldType] | None = None) -> bool:
         """Whether one document's metadata passes; `types`: the bundle's payload fields (lists and datetimes)."""
@@ -270,65 +270,114 @@ def sql_levels(tree: tuple[Any, ...]) -> int:
 
 
 def sql_of(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
-    """The SQL over the docstore's metadata column of a filter tree (or of one of its conditions)."""
-    return _sql(tree)
+    """The SQL over the docstore's metadata column of a filter tree (or of one of its conditions).
+
+    A key that several leaves name is read once per row: the tree is tested in a scalar subquery on columns (its
+    JSON type and value) of a subquery SQLite runs as a co-routine. Written leaf by leaf, a 3,000-condition `or`
+    on one key parsed a row's whole metadata 3,000 times (a long stored value made that gigabytes). Parameters are
+    numbered (?N), each path and each value bound once: SQLite's code generator looks every constant up in a list
+    of those it has seen, so preparing a statement grows with the square of its distinct constants."""
+    binds = _Binds(_shared_keys(tree))
+    where = _sql(tree, binds)
+    if not binds.shared:
+        return where, binds.values
+    columns = ", ".join(f"json_type(metadata, {binds(_json_path(name))}) AS k{i}, "
+                        f"json_extract(metadata, {binds(_json_path(name))}) AS v{i}"
+                        for name, i in binds.shared.items())
+    return f"(SELECT {where} FROM (SELECT {columns}))", binds.values
 
 
-def _sql(tree: tuple[Any, ...]) -> tuple[str, list[Any]]:
+MAX_SHARED_KEYS = 500  # keys read once per row as columns: two each, under SQLite's 2,000 columns of a result
+
+
+def _shared_keys(tree: tuple[Any, ...]) -> dict[str, int]:
+    """The keys more than one leaf of `tree` names (the first MAX_SHARED_KEYS), numbered."""
+    counts: dict[str, int] = {}
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if node[0] == "not":
+            stack.append(node[1])
+        elif node[0] in ("and", "or"):
+            stack.extend(node[1])
+        else:
+            counts[node[1]] = counts.get(node[1], 0) + 1
+    shared = [name for name, n in counts.items() if n > 1][:MAX_SHARED_KEYS]
+    return {name: i for i, name in enumerate(shared)}
+
+
+class _Binds:
+    """One statement's parameters, each distinct value once (by its JSON kind: 1, 1.0 and true stay apart), and
+    how a leaf reads a key: the columns of a shared key, json_type and json_extract of another."""
+
+    def __init__(self, shared: dict[str, int]) -> None:
+        self.shared = shared
+        self.values: list[Any] = []
+        self.numbers: dict[object, str] = {}
+
+    def __call__(self, value: Any) -> str:
+        key = tagged(value)
+        if key not in self.numbers:
+            self.values.append(value)
+            self.numbers[key] = f"?{len(self.values)}"
+        return self.numbers[key]
+
+    def columns(self, name: str) -> tuple[str, str]:
+        """The JSON type and the value of metadata key `name`, as SQL."""
+        if name in self.shared:
+            return f"k{self.shared[name]}", f"v{self.shared[name]}"
+        path = self(_json_path(name))
+        return f"json_type(metadata, {path})", f"json_extract(metadata, {path})"
+
+
+def _sql(tree: tuple[Any, ...], binds: _Binds) -> str:
     """Every leaf is COALESCEd to 0 or 1, so NOT of a row without metadata is true, as in Python."""
     op = tree[0]
     if op == "not":
-        inner, params = _sql(tree[1])
-        return f"(NOT {inner})", params
+        return f"(NOT {_sql(tree[1], binds)})"
     if op in ("and", "or"):
-        return _balanced(op.upper(), [_sql(t) for t in tree[1]])
-    path = _json_path(tree[1])
+        return _balanced(op.upper(), [_sql(t, binds) for t in tree[1]])
+    kind, value = binds.columns(tree[1])
     if op == "exists":
-        present = "COALESCE(json_type(metadata, ?) NOT IN ('null'), 0)"
-        return (present if tree[2] else f"(NOT {present})"), [path]
+        present = f"COALESCE({kind} NOT IN ('null'), 0)"
+        return present if tree[2] else f"(NOT {present})"
     if op == "eq":
-        return _eq_sql(path, tree[2])
+        return _eq_sql(kind, value, tree[2], binds)
     if op == "in":
-        return _in_sql(path, tree[2])
-    kind, bounds = tree[2], tree[3]
-    types = "('integer', 'real')" if kind == "number" else "('text')"
-    clauses = " AND ".join(f"json_extract(metadata, ?) {_SQL_OP[k]} ?" for k, _ in bounds)
-    values: list[Any] = [path]
-    for _, v in bounds:
-        values += [path, v]
-    return f"COALESCE(json_type(metadata, ?) IN {types} AND {clauses}, 0)", values
+        return _in_sql(kind, value, tree[2], binds)
+    types = "('integer', 'real')" if tree[2] == "number" else "('text')"
+    clauses = " AND ".join(f"{value} {_SQL_OP[k]} {binds(v)}" for k, v in tree[3])
+    return f"COALESCE({kind} IN {types} AND {clauses}, 0)"
 
 
-def _balanced(op: str, parts: Sequence[tuple[str, list[Any]]]) -> tuple[str, list[Any]]:
+def _balanced(op: str, parts: Sequence[str]) -> str:
     """`parts` joined by AND or OR as a balanced tree: "a OR b OR c ..." parses as a chain as deep as it is long,
     and SQLite refuses an expression deeper than 1,000; halves keep the depth at log2 of the count."""
     if len(parts) == 1:
         return parts[0]
-    left, right = _balanced(op, parts[: len(parts) // 2]), _balanced(op, parts[len(parts) // 2 :])
-    return f"({left[0]} {op} {right[0]})", left[1] + right[1]
+    return f"({_balanced(op, parts[: len(parts) // 2])} {op} {_balanced(op, parts[len(parts) // 2 :])})"
 
 
-def _in_sql(path: str, values: Sequence[Scalar]) -> tuple[str, list[Any]]:
+def _in_sql(kind: str, value: str, values: Sequence[Scalar], binds: _Binds) -> str:
     """One of `values`, however many: the numbers and the strings each as one JSON array bound as a parameter and
     read by SQLite's json_each (a list's length changes neither the SQL nor its parameters' count); true and false
     are one `eq` each. A number matches a stored number (1 and 1.0 alike), a string a stored string, as `eq`."""
     numbers = [v for v in values if _is_number(v)]
     texts = [v for v in values if isinstance(v, str)]
-    parts = [_eq_sql(path, v) for v in values if isinstance(v, bool)]
+    parts = [_eq_sql(kind, value, v, binds) for v in values if isinstance(v, bool)]
     for kinds, group in (("('integer', 'real')", numbers), ("('text')", texts)):
         if group:
-            parts.append((f"COALESCE(json_type(metadata, ?) IN {kinds} AND json_extract(metadata, ?) IN "
-                          "(SELECT value FROM json_each(?)), 0)", [path, path, json.dumps(group)]))
+            parts.append(f"COALESCE({kind} IN {kinds} AND {value} IN (SELECT value FROM json_each("
+                         f"{binds(json.dumps(group))})), 0)")
     return _balanced("OR", parts)
 
 
-def _eq_sql(path: str, value: Scalar) -> tuple[str, list[Any]]:
-    if isinstance(value, bool):
-        return "COALESCE(json_type(metadata, ?) = ?, 0)", [path, "true" if value else "false"]
-    if _is_number(value):
-        return ("COALESCE(json_type(metadata, ?) IN ('integer', 'real') AND json_extract(metadata, ?) = ?, 0)",
-                [path, path, value])
-    return "COALESCE(json_type(metadata, ?) = 'text' AND json_extract(metadata, ?) = ?, 0)", [path, path, value]
+def _eq_sql(kind: str, value: str, wanted: Scalar, binds: _Binds) -> str:
+    if isinstance(wanted, bool):
+        return f"COALESCE({kind} = {binds('true' if wanted else 'false')}, 0)"
+    if _is_number(wanted):
+        return f"COALESCE({kind} IN ('integer', 'real') AND {value} = {binds(wanted)}, 0)"
+    return f"COALESCE({kind} = 'text' AND {value} = {binds(wanted)}, 0)"
 
 
 def _same(stored: object, value: Scalar) -> bool:

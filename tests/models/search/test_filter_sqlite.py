@@ -97,6 +97,8 @@ def test_every_value_a_filter_may_hold_at_once(store: DocStore) -> None:
 def test_the_widest_and_or_a_setting_allows(store: DocStore) -> None:
     wide = [{"field": "code", "eq": i} for i in range(MAX_FILTER_CONDITIONS - 1)]
     _check(store, {"or": wide}, WIDE)
+    sql, params = parse_filter({"or": wide}, FIELDS, WIDE).sql()
+    assert sql.count("json_extract(") == 1 and len(params) == len(wide) + 1  # the key read once a row, values once
     ranges = [{"field": "n", "gte": i, "lte": i + 1, "lt": 9_000, "gt": -1} for i in range(MAX_FILTER_CONDITIONS - 1)]
     _check(store, {"or": ranges}, WIDE)  # 9 parameters a condition: 27k, under SQLite's default 32,766
     _check(store, {"and": [{"not": {"field": "code", "eq": str(i)}} for i in range(MAX_FILTER_CONDITIONS // 2 - 1)]},
