@@ -73,7 +73,7 @@ def _build_killed_after(args: list[str], home: Path, shards: int) -> int:
 
 @pytest.mark.slow
 def test_killed_builds_resume_to_the_same_bundle(tmp_path: Path, tiny_corpus: Path, tiny_teacher: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                no_agreement_sample: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Killed twice at random points and resumed: same vectors and ids, every shard encoded exactly once.
 
     Mechanics only, so the tiny teacher encodes (tests/fixtures/tiny_home.py); a shard takes it milliseconds,
@@ -206,10 +206,12 @@ def test_update_reuses_vectors_and_deleted_ids_never_return(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("extra", [True, False], ids=["metadata-extra", "plain"])
-def test_update_parses_change_lines_as_the_base_was_built(tiny_home: Path, tmp_path: Path, extra: bool) -> None:
+def test_update_parses_change_lines_as_the_base_was_built(tiny_home: Path, no_agreement_sample: None, tmp_path: Path,
+                                                          extra: bool) -> None:
     """With --metadata-extra, an updated or added document keeps its extra keys as metadata (and a later update
     of the update still does); without it they are ignored, as the build ignored them, also for a bundle whose
-    manifest predates the recorded choice."""
+    manifest predates the recorded choice. No agreement sample, which nothing here reads (each writer's would
+    encode its queries and search the staged version: most of the test's time)."""
     lines = [{"_id": doc_id, "title": title, "text": text, "lang": "en"} for doc_id, title, text in DOCS[:4]]
     corpus = _write(tmp_path / "corpus.jsonl", lines)
     build(BuildRequest(corpus=corpus, out=tmp_path / "v1", metadata_extra=extra))
