@@ -112,11 +112,29 @@ def weight_matmuls(path: Path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "MatMul" and any(i in constants for i in n.input)]
 
 
+def session_options() -> ort.SessionOptions:
+    """The export's ONNX sessions run as many threads as torch was given (OMP_NUM_THREADS, torch.set_num_threads):
+    the budget the student trained on, where ORT's own pool would take one thread per core whatever the budget.
+
+    Why: ORT reads neither setting, and a pool given fewer cores than threads spins while it waits for them (two
+    test workers on two cores: each export's sessions took both cores).
+    """
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = torch.get_num_threads()
+    opts.inter_op_num_threads = 1
+    return opts
+
+
+def open_session(graph: Path | bytes) -> ort.InferenceSession:
+    """An ONNX student graph (a file, or a serialized model) in a CPU session of the export's thread budget."""
+    return ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph), session_options(),
+                                providers=["CPUExecutionProvider"])
+
+
 def onnx_vectors(graph: Path | bytes, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
     """Run an ONNX student graph (a file, or a serialized model) directly (no student directory needed yet); rows
     in input order."""
-    return session_vectors(ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph),
-                                                providers=["CPUExecutionProvider"]), tokens, texts)
+    return session_vectors(open_session(graph), tokens, texts)
 
 
 def session_vectors(session: ort.InferenceSession, tokens: Tokens, texts: Sequence[str],
@@ -159,8 +177,7 @@ def quantize_with_parity(fp32: Path, out: Path, tokens: Tokens, texts: Sequence[
         return []
     candidates = weight_matmuls(fp32)
     quantized, original = onnx.load(str(out)), onnx.load(str(fp32))
-    session = ort.InferenceSession(switchable(quantized, original, candidates).SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
+    session = open_session(switchable(quantized, original, candidates).SerializeToString())
 
     def cosine(excluded: Sequence[str]) -> float:
         flags = {switch_input(name): np.array(name in excluded) for name in candidates}
@@ -188,7 +205,7 @@ def check_parity(model: StudentModel, tokens: Tokens, directory: Path, texts: Se
     reference = embed(model, tokens, tokens.encode(texts), model.forward, torch.device("cpu"))
     cosines = {}
     for precision in ("fp32", "int8"):
-        onnx_vectors = StudentEncoder(directory, precision=precision, threads=2).encode(texts)
+        onnx_vectors = StudentEncoder(directory, precision=precision, threads=torch.get_num_threads()).encode(texts)
         cosines[precision] = np.sum(onnx_vectors * reference, axis=1)
     report = ParityReport(
         texts=len(texts),

@@ -22,6 +22,7 @@ from models.distill.exporting.export import (
     export_onnx,
     export_student,
     onnx_vectors,
+    open_session,
     optimize_onnx,
     quantize_onnx,
     session_vectors,
@@ -313,3 +314,20 @@ def test_every_pooling_mode_traces_into_the_graph(tiny_models: TinyModels, tmp_p
     ours = onnx_vectors(tmp_path / "model.onnx", tokens, texts)
     reference = embed(model, tokens, tokens.encode(texts), model.forward, torch.device("cpu"))
     assert np.sum(ours * reference, axis=1).min() >= 0.9999
+
+
+def test_export_sessions_run_torchs_thread_budget() -> None:
+    """ORT reads neither OMP_NUM_THREADS nor torch's setting: the export's sessions (parity search and check) are
+    given torch's thread count, so a run held to one thread (a test worker, a shared host) spins no second one."""
+    graph = onnx.helper.make_model(onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])], "identity",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])]))
+    threads = torch.get_num_threads()
+    try:
+        for budget in (1, 2):
+            torch.set_num_threads(budget)
+            options = open_session(graph.SerializeToString()).get_session_options()
+            assert (options.intra_op_num_threads, options.inter_op_num_threads) == (budget, 1)
+    finally:
+        torch.set_num_threads(threads)
