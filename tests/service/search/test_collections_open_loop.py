@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 TOKEN = "admin-token-0123456789"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 KEYS = {"stay": "stay-key-0123456789", "gone": "gone-key-0123456789", "new": "new-key-0123456789"}
-RPS = 40.0
+RPS = 80.0  # the waits are counted in answers (SETTLE): a faster rate sends as many, sooner
 SETTLE = 20  # answers of a target awaited before a change and after it is complete
 
 
@@ -110,7 +110,7 @@ def _serving(tmp_path: Path, config: Path, keys: Path, processes: int, watch_s: 
     ready = partial(_everywhere, processes=processes, names=names)
     # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0. Both are forked
     # warm (tests/fixtures/service_fast.py: the interpreter's imports skipped); a supervisor's workers fork from its own
-    # forkserver (service/runtime/workers.py) as users' do. Supervisors started as users start them, and their
+    # forkserver (service/runtime/workers.py) as users' do. A supervisor started as users start it, and the
     # forkserver: tests/service/runtime/test_service_processes.py's watched servers.
     exits = (0, 130) if processes == 1 else (0,)
     with serve_process(args, env, tmp_path / "serve.log", ready, exits=exits, start=service_fast.start) as server:
