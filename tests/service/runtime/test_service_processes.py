@@ -136,13 +136,18 @@ def watched(request: pytest.FixtureRequest, mini_bundle: Path, mini_v2_bundle: P
     two worker interpreters costs more than what those tests do with them). Its query limit and read deadlines are
     set (MAX_QUERY_CHARS over every probe): test_settings_and_hardening_reach_every_worker finds them in each.
 
+    TANDEM_WORKERS 1's supervisor starts as users start it (`popen`: its own interpreter and imports); 0's, which
+    differs only in how each worker's batcher runs, is forked warm (service_fast.start, about a CPU-second of the
+    supervisor's imports skipped). Both fork their workers from their own forkserver, checked in each.
+
     Once the supervisor has stopped, its runtime directory (every worker's metrics and status files, those of the
     workers test_replaced_workers_catch_up_and_totals_keep_adding_up killed and replaced included) is gone."""
     assert max(map(len, PROBES)) <= MAX_QUERY_CHARS
     folder = tmp_path_factory.mktemp(f"watched-{request.param}")
     root = versions_root(folder / "bundles", mini_bundle, mini_v2_bundle)
     log = folder / "serve.log"
-    with serving(root, mini_student, log, TANDEM_WATCH_INTERVAL_S="0.2",
+    start: Start = popen if request.param == "1" else service_fast.start
+    with serving(root, mini_student, log, start, TANDEM_WATCH_INTERVAL_S="0.2",
                  TANDEM_WORKERS=request.param, TANDEM_MAX_QUERY_CHARS=str(MAX_QUERY_CHARS),
                  TANDEM_HEADER_TIMEOUT_S="1", TANDEM_BODY_TIMEOUT_S="1") as server:
         _check_forkserver(server.pid)
@@ -329,10 +334,13 @@ def test_replaced_workers_catch_up_and_totals_keep_adding_up(watched: tuple[Serv
     set_current(root, "v2")
 
 
+@pytest.mark.parametrize("watched", ["1"], indirect=True)  # the HTTP layer's part: TANDEM_WORKERS plays no role
 def test_settings_and_hardening_reach_every_worker(watched: tuple[Served, Path]) -> None:
-    """The watched servers' query limit and header and body deadlines (set in their environment, pickled into each
+    """The watched server's query limit and header and body deadlines (set in its environment, pickled into each
     worker with the rest of the settings) hold in every worker: each refuses a query over the limit, and cuts off a
-    client trickling its headers or its body, whichever worker took the connection."""
+    client trickling its headers or its body, whichever worker took the connection. Once, on TANDEM_WORKERS 1: the
+    limit is the search route's (a 422 before any batch) and the deadlines uvicorn's protocol's, neither of which
+    TANDEM_WORKERS (the batcher's threads) reaches."""
     server, _ = watched
     too_long: dict[str, object] = {"query": "ocean tides " * 10}
     assert len(str(too_long["query"])) > MAX_QUERY_CHARS
@@ -364,7 +372,8 @@ def test_admission_holds_in_every_worker_and_refusals_add_up(tiny_bundle: Path, 
     thinner than that, every request finds the queue empty. So bursts repeat, a few at most, until one is shed.
 
     The supervisor is forked warm (tests/fixtures/service_fast.py: it skips its own imports; its workers fork from its
-    forkserver as users' do); the watched servers start as users start them and check that forkserver."""
+    forkserver as users' do); the watched server of TANDEM_WORKERS 1 starts as users start it, and both
+    watched servers check that forkserver."""
     window = str(len(LONG_BATCH))
     with serving(tiny_bundle, tiny_student, tmp_path / "serve.log", service_fast.start, TANDEM_MAX_PENDING=window,
                  TANDEM_MAX_BATCH_QUERIES=window, TANDEM_REQUEST_TIMEOUT_MS="60000",

@@ -110,7 +110,7 @@ def _serving(tmp_path: Path, config: Path, keys: Path, processes: int, watch_s: 
     ready = partial(_everywhere, processes=processes, names=names)
     # one process exits 130 on SIGINT (uvicorn re-raises the signal it handled); a supervisor exits 0. Both are forked
     # warm (tests/fixtures/service_fast.py: the interpreter's imports skipped); a supervisor's workers fork from its own
-    # forkserver (service/runtime/workers.py) as users' do. Supervisors started as users start them, and their
+    # forkserver (service/runtime/workers.py) as users' do. A supervisor started as users start it, and the
     # forkserver: tests/service/runtime/test_service_processes.py's watched servers.
     exits = (0, 130) if processes == 1 else (0,)
     with serve_process(args, env, tmp_path / "serve.log", ready, exits=exits, start=service_fast.start) as server:
