@@ -48,6 +48,7 @@ from bench.harness.record import (
     publish,
     start_logging,
 )
+from models.encoders.student import session_options as student_session_options
 
 log = logging.getLogger("bench.encode_profile")
 
@@ -56,12 +57,8 @@ NORMS = ("LayerNormalization", "SkipLayerNormalization", "EmbedLayerNormalizatio
 
 
 def session_options(profile_prefix: str | None = None) -> object:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    """One thread, as the served student's sessions are given (models.encoders.student), profiled when asked."""
+    opts = student_session_options(1)
     if profile_prefix is not None:
         opts.enable_profiling = True
         opts.profile_file_prefix = profile_prefix

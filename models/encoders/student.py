@@ -80,13 +80,7 @@ class StudentEncoder:
         if self.manifest.architecture == "static":
             self.static = StaticTable(self.directory / model_file, self.dim)
         else:
-            import onnxruntime as ort  # here, not at the top: see _session
-
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            self.session = open_graph(self.directory / model_file, opts)
+            self.session = open_graph(self.directory / model_file, session_options(threads))
             self._inputs = {i.name for i in self.session.get_inputs()}
             self._masked = "attention_mask" in self._inputs
         self.precision = precision
@@ -215,6 +209,19 @@ def load_graph(path: Path) -> bytes:
     tests read."""
     model = split_graph(path)
     return path.read_bytes() if model is None else model.SerializeToString()
+
+
+def session_options(threads: int) -> ort.SessionOptions:
+    """A CPU session's options for a thread budget: `threads` for each op, one op at a time, every graph optimization.
+    ORT reads neither OMP_NUM_THREADS nor torch's setting, and its own pool takes a thread per core whatever the
+    budget (a pool given fewer cores than threads spins while it waits for them)."""
+    import onnxruntime as ort  # here, not at the top: see _session
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return opts
 
 
 def _session(path: Path, opts: ort.SessionOptions) -> ort.InferenceSession:

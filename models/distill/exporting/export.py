@@ -28,7 +28,7 @@ from models.distill.exporting.mixed_precision import switch_input, switchable, w
 from models.distill.model import StudentModel
 from models.distill.texts.tokens import Tokens, embed
 from models.encoders.graph import FUSED, split_skip_layer_norms
-from models.encoders.student import StudentEncoder
+from models.encoders.student import StudentEncoder, session_options
 from models.encoders.student_manifest import STUDENT_MANIFEST, ParityReport, StudentManifest
 from models.errors import ContractMismatch
 
@@ -112,23 +112,11 @@ def weight_matmuls(path: Path) -> list[str]:
     return [n.name for n in graph.node if n.op_type == "MatMul" and any(i in constants for i in n.input)]
 
 
-def session_options() -> ort.SessionOptions:
-    """The export's ONNX sessions run as many threads as torch was given (OMP_NUM_THREADS, torch.set_num_threads):
-    the budget the student trained on, where ORT's own pool would take one thread per core whatever the budget.
-
-    Why: ORT reads neither setting, and a pool given fewer cores than threads spins while it waits for them (two
-    test workers on two cores: each export's sessions took both cores).
-    """
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = torch.get_num_threads()
-    opts.inter_op_num_threads = 1
-    return opts
-
-
 def open_session(graph: Path | bytes) -> ort.InferenceSession:
-    """An ONNX student graph (a file, or a serialized model) in a CPU session of the export's thread budget."""
-    return ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph), session_options(),
-                                providers=["CPUExecutionProvider"])
+    """An ONNX student graph (a file, or a serialized model) in a CPU session of the export's thread budget: as many
+    threads as torch was given (OMP_NUM_THREADS, torch.set_num_threads), the budget the student trained on."""
+    return ort.InferenceSession(graph if isinstance(graph, bytes) else str(graph),
+                                session_options(torch.get_num_threads()), providers=["CPUExecutionProvider"])
 
 
 def onnx_vectors(graph: Path | bytes, tokens: Tokens, texts: Sequence[str]) -> np.ndarray:
