@@ -176,7 +176,7 @@ def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
 
 def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versions_box(
         cluster: ClusterSearch, root: Path, student: Path, tiny_models: TinyModels,
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, no_agreement_sample: None) -> None:
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
     `index update` (documents added, replaced, deleted) publishes a version the pointer watch puts in service. Every
@@ -188,12 +188,11 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     A coordinator taken before the update (a request pinned to v4) still answers as v4's box once v5 is in service:
     the move keeps the version before for it. It serves the module's root on the module's deployments: v4's, if a
     test before left them running, are kept (the service's deploy of a running version starts no replica), and v5 is
-    published in that root."""
+    published in that root, without an agreement sample (no service here scores one)."""
     import ray
     from ray import serve
 
     from cluster.service import ClusterRetrieval
-    from indexer.sample import SAMPLE_SETTING
     from indexer.versions.request import UpdateRequest
     from indexer.versions.update import update
     from service.core.searcher import retrieve_remotely
@@ -221,7 +220,6 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
     changes = _lines(tmp_path / "changes.jsonl", [_doc(rng, f"live{i}") for i in range(8)] + [_doc(rng, "d5")]
                      + [{"_id": "d6", "delete": True}, {"_id": "u3", "delete": True}])
     _wait_for(settled)
-    monkeypatch.setenv(SAMPLE_SETTING, "0")  # v5 without an agreement sample: no service here scores one
     retrieve_remotely(ClusterRetrieval(cluster))
     try:
         # admission opened wide (a 429 is the busy machine's, not the shards'): nearly every request is searched
