@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.fixtures.install import (
+from tests.fixtures.install import (  # noqa: F401  (fixtures: built once per run)
+    client_wheel,
     install_clean,
-    server_wheel,  # noqa: F401  (a fixture: built once per run)
+    server_wheel,
+    wheelhouse,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,11 +82,13 @@ def test_compose_wires_indexer_volume_and_service() -> None:
 
 
 @pytest.mark.slow
-def test_service_installs_and_runs_without_torch(server_wheel: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_service_installs_and_runs_without_torch(server_wheel: Path, wheelhouse: Path,  # noqa: F811
+                                                 tmp_path: Path) -> None:
     """`pip install .[service]` in a clean venv (the wheel pip would build from the sources, and its dependencies
-    resolved from the configured indexes): no torch or ray, and the service imports and its CLI answers."""
+    resolved by pip from its declared ones; the wheels from the run's wheelhouse, which pip filled from the
+    configured indexes): no torch or ray, and the service imports and its CLI answers."""
     started = time.perf_counter()
-    bin_dir = install_clean(server_wheel, tmp_path / "venv", "service")
+    bin_dir = install_clean(server_wheel, tmp_path / "venv", wheelhouse, "service")
     python = str(bin_dir / "python")
     probe = ("import importlib.util, sys, service.http.app, service.runtime.main\n"
              "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"

@@ -15,15 +15,15 @@ import pytest
 from packaging.requirements import Requirement
 
 from tests.fixtures.corpus import PROBES
-from tests.fixtures.install import (
+from tests.fixtures.install import (  # noqa: F401  (fixtures: built once per run)
     CLIENT,
-    CLIENT_SOURCES,
     REPO,
-    build_wheel,
     clean_env,
+    client_wheel,
     new_venv,
     pip_install,
-    server_wheel,  # noqa: F401  (a fixture: built once per run)
+    server_wheel,
+    wheelhouse,
 )
 from tests.fixtures.server import LiveServer
 
@@ -80,13 +80,16 @@ def _probe(bin_dir: Path, cwd: Path, *args: str) -> dict[str, Any]:
 
 @pytest.mark.slow
 def test_client_installs_alone_imports_nothing_of_the_server_and_answers(live_server: LiveServer,
+                                                                         client_wheel: Path,  # noqa: F811
                                                                          server_wheel: Path,  # noqa: F811
+                                                                         wheelhouse: Path,  # noqa: F811
                                                                          tmp_path: Path) -> None:
-    client_wheel = build_wheel(CLIENT, CLIENT_SOURCES, tmp_path / "client")
+    """The wheelhouse holds the server's service dependencies too: pip, resolving from what the client declares,
+    installs none of them (a client that declared one would get it, and fail the checks below)."""
     assert _top_level(client_wheel) == {"tandem_client"}
     assert "tandem_client/py.typed" in zipfile.ZipFile(client_wheel).namelist()  # its type hints reach mypy
     bin_dir = new_venv(tmp_path / "venv")
-    pip_install(bin_dir, str(client_wheel))  # with its dependencies, httpx and pydantic
+    pip_install(bin_dir, wheelhouse, str(client_wheel))  # with its dependencies, httpx and pydantic
     work = tmp_path / "work"  # the probes' directory: nothing importable in it
     work.mkdir()
 
@@ -104,7 +107,7 @@ def test_client_installs_alone_imports_nothing_of_the_server_and_answers(live_se
     names = zipfile.ZipFile(server_wheel).namelist()
     assert _top_level(server_wheel) == set(SERVER_PACKAGES)
     assert "service/static/index.html" in names  # package data: the search page ships
-    pip_install(bin_dir, "--no-deps", str(server_wheel))
+    pip_install(bin_dir, wheelhouse, "--no-deps", str(server_wheel))
     beside = _probe(bin_dir, work)
     assert beside["findable"] == SERVER_PACKAGES
     assert beside["loaded"] == [] and beside["heavy"] == []
