@@ -16,6 +16,7 @@ from tests.fixtures.install import (  # noqa: F401  (fixtures: built once per ru
     client_wheel,
     install_clean,
     server_wheel,
+    venv_dir,
     wheelhouse,
 )
 
@@ -83,12 +84,12 @@ def test_compose_wires_indexer_volume_and_service() -> None:
 
 @pytest.mark.slow
 def test_service_installs_and_runs_without_torch(server_wheel: Path, wheelhouse: Path,  # noqa: F811
-                                                 tmp_path: Path) -> None:
+                                                 venv_dir: Path, tmp_path: Path) -> None:  # noqa: F811
     """`pip install .[service]` in a clean venv (the wheel pip would build from the sources, and its dependencies
     resolved by pip from its declared ones; the wheels from the run's wheelhouse, which pip filled from the
     configured indexes): no torch or ray, and the service imports and its CLI answers."""
     started = time.perf_counter()
-    bin_dir = install_clean(server_wheel, tmp_path / "venv", wheelhouse, "service")
+    bin_dir = install_clean(server_wheel, venv_dir / "venv", wheelhouse, "service")
     python = str(bin_dir / "python")
     probe = ("import importlib.util, sys, service.http.app, service.runtime.main\n"
              "assert importlib.util.find_spec('torch') is None, 'torch is installed'\n"

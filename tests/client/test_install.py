@@ -23,6 +23,7 @@ from tests.fixtures.install import (  # noqa: F401  (fixtures: built once per ru
     new_venv,
     pip_install,
     server_wheel,
+    venv_dir,
     wheelhouse,
 )
 from tests.fixtures.server import LiveServer
@@ -83,12 +84,13 @@ def test_client_installs_alone_imports_nothing_of_the_server_and_answers(live_se
                                                                          client_wheel: Path,  # noqa: F811
                                                                          server_wheel: Path,  # noqa: F811
                                                                          wheelhouse: Path,  # noqa: F811
+                                                                         venv_dir: Path,  # noqa: F811
                                                                          tmp_path: Path) -> None:
     """The wheelhouse holds the server's service dependencies too: pip, resolving from what the client declares,
     installs none of them (a client that declared one would get it, and fail the checks below)."""
     assert _top_level(client_wheel) == {"tandem_client"}
     assert "tandem_client/py.typed" in zipfile.ZipFile(client_wheel).namelist()  # its type hints reach mypy
-    bin_dir = new_venv(tmp_path / "venv")
+    bin_dir = new_venv(venv_dir / "venv")
     pip_install(bin_dir, wheelhouse, str(client_wheel))  # with its dependencies, httpx and pydantic
     work = tmp_path / "work"  # the probes' directory: nothing importable in it
     work.mkdir()
