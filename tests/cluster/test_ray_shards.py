@@ -29,7 +29,6 @@ from models.bundle.versions import read_current
 from models.search import Mode, SearchOptions, search
 from models.search.shards import Coordinator, ShardUnavailable
 from tests.fixtures.server import serve_app
-from tests.fixtures.tiny_models import StSpec, TinyModels
 from tests.models.search.test_shards import OVERSAMPLE, QUERIES, _answer, _options, _segmented, _vectors
 
 PLAN = [[0], [1, 2, 3]]  # uneven: 60 rows, and 48 (plan_shards' own for v4: the plan the service deploys)
@@ -38,7 +37,7 @@ REPLICAS = [2, 1]  # v4's: the first shard's two, one killed under load; v5 gets
 
 
 @pytest.fixture(scope="module")
-def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def root(mini_teacher: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Its four versions are written without an agreement sample, as the update test's v5 is: no test here scores
     one (the services run with agreement_budget_s=0), and each write would encode the sample's queries and search the
     staged version for them (1.3 CPU-s of the fixture's 1.4 with warm imports)."""
@@ -47,7 +46,7 @@ def root(tiny_models: TinyModels, tmp_path_factory: pytest.TempPathFactory) -> P
     work = tmp_path_factory.mktemp("ray-shards")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(SAMPLE_SETTING, "0")
-        _segmented(work / "root", work, tiny_models.st(StSpec()))
+        _segmented(work / "root", work, mini_teacher)
     return work / "root"
 
 
@@ -175,7 +174,7 @@ def _wait_for(done: Callable[[], bool], limit_s: float = 120.0) -> None:
 
 
 def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versions_box(
-        cluster: ClusterSearch, root: Path, student: Path, tiny_models: TinyModels,
+        cluster: ClusterSearch, root: Path, student: Path, mini_teacher: Path,
         tmp_path: Path, no_agreement_sample: None) -> None:
     """The served path (create_app + ClusterRetrieval on uvicorn) under an open loop (tandem.openloop: requests on a
     fixed schedule, whatever became of the ones before): one of the first shard's two replicas is killed, then
@@ -238,7 +237,7 @@ def test_an_update_and_a_replica_kill_under_open_loop_load_answer_as_each_versio
                 load.wait_answered(len(bodies))
                 _wait_for(lambda: any(r.sent > killed_at and version(r) == V4 for r in list(load.records)))
                 with _one_replica(cluster):  # v5's, deployed by the service's pointer watch
-                    update(UpdateRequest(changes=changes, root=root, version="v5", teacher=tiny_models.st(StSpec())))
+                    update(UpdateRequest(changes=changes, root=root, version="v5", teacher=mini_teacher))
                     _wait_for(lambda: any(version(r) == "v5" for r in list(load.records)))
                 load.wait_answered(len(bodies))
             records = list(load.records)

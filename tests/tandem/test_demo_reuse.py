@@ -34,7 +34,7 @@ from tests.fixtures.tiny_models import StSpec, TinyModels
 
 @pytest.fixture(scope="module")
 def tiny_teacher(tiny_models: TinyModels) -> Path:
-    return tiny_models.st(StSpec(arch="bert", pooling="mean"))
+    return tiny_models.carded(StSpec(arch="bert", pooling="mean"))
 
 
 @pytest.fixture(scope="module")

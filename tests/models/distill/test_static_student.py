@@ -82,7 +82,7 @@ def test_a_static_student_distills_and_searches_a_truncated_binary_bundle(
 ) -> None:
     """From a tiny teacher: vocabulary pass, ridge, a few steps of the transformer student's losses, export; its
     full-width vectors search a bundle built at half the width in binary, as any student's do (MRL + quantization)."""
-    teacher = tiny_models.st(StSpec(arch="mpnet", pooling="mean", hidden=128))
+    teacher = tiny_models.carded(StSpec(arch="mpnet", pooling="mean", hidden=128))
     bundle = tmp_path / "bundle"
     build(BuildRequest(corpus=tiny_corpus, out=bundle, dim=64, quantization="binary", teacher=teacher))
     preset = TEST_PRESET.model_copy(update={"name": "static", "student": "static", "int8_epochs": 0, "lr": 1e-3})
