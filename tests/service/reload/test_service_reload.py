@@ -26,7 +26,6 @@ from service.settings import ServiceSettings
 from tests.fixtures.corpus import PROBES
 from tests.fixtures.server import LiveServer, local_client, serve_app
 from tests.fixtures.tiny_service import V2_DROPPED, V2_MARK
-from tests.fixtures.tiny_service import v2_bundle as v2_bundle  # tests/indexer/test_publish_safety.py imports it
 
 TOKEN = "test-admin-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
