@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from models.bundle.payload.fields import FieldType, PayloadField, PayloadInfo, to_micros, typed
-from models.bundle.payload.parts import map_part, open_part
+from models.bundle.payload.parts import map_part, open_part, read_header
 from models.bundle.payload.writer import KEYWORD_TYPES, field_parts, part_name
 from models.bundle.storage.dictionary import Dictionary
 
@@ -232,7 +232,7 @@ class _Field:
     """One field of the index: its parts' descriptors until its column is loaded, then the column. The lock makes
     the first filters that need the column load it once between them, while filters on other fields go on."""
 
-    def __init__(self, directory: Path, position: int, field: PayloadField) -> None:
+    def __init__(self, directory: Path, position: int, field: PayloadField, count: int) -> None:
         self.field, self.directory = field, directory
         self.lock = threading.Lock()
         self.column: Column | None = None  # set once, to a column checked whole: never seen half-loaded
@@ -240,9 +240,28 @@ class _Field:
         try:
             for part in field_parts(field.type, field.ranks):
                 self.descriptors[part] = open_part(directory / part_name(position, part))
+            self._check_sizes(count)
         except BaseException:
             self.close()
             raise
+
+    def _check_sizes(self, count: int) -> None:
+        """What Column checks of its arrays' sizes, from the parts' headers (and the last offset): a field whose
+        parts disagree refuses its segment's load, as when the parts were mapped at opening, never a filter."""
+        headers = {part: read_header(fd) for part, fd in self.descriptors.items()}
+        size = {part: shape[0] for part, (shape, *_) in headers.items() if len(shape) == 1}
+        ok = len(size) == len(headers)  # every part one-dimensional, as the writer lays them out
+        if ok and self.field.type in KEYWORD_TYPES:  # the dictionary holds len(dict_offsets) - 1 values
+            ok = size["offsets"] == size["dict_offsets"] > 0
+            if ok:  # offsets[-1], the rows' end: its bytes in the header's dtype (byte order included)
+                _, _, dtype, start = headers["offsets"]
+                start += (size["offsets"] - 1) * dtype.itemsize
+                end = os.pread(self.descriptors["offsets"], dtype.itemsize, start)
+                ok = int(np.frombuffer(end, dtype)[0]) == size["rows"]
+        elif ok:
+            ok = size["values"] == size["rows"]
+        if not ok or size.get("ranks", count) != count:
+            raise ValueError(f"payload field {self.field.name!r}: its arrays do not match each other")
 
     def load(self, count: int) -> Column:
         column = self.column
@@ -282,7 +301,7 @@ class PayloadIndex:
         fields: list[_Field] = []
         try:
             for i, f in enumerate(info.fields):
-                fields.append(_Field(Path(directory), i, f))
+                fields.append(_Field(Path(directory), i, f, count))
         except BaseException:
             _close(fields)
             raise
