@@ -206,7 +206,7 @@ class Segment:
             log.error("%s: unreadable lexical index: %s", self.directory, exc)
             raise ContractMismatch(f"{self.directory}: unreadable lexical index ({type(exc).__name__})") from exc
         payload = segment_payload(manifest, info)
-        try:  # memory-mapped: loading reads the arrays' headers only
+        try:  # its files opened: each field is mapped when a filter first names it
             self.payload = None if payload is None else PayloadIndex(self.directory, payload, info.count)
         except (ValueError, OSError) as exc:
             self.docs.close()
@@ -229,9 +229,14 @@ class Segment:
         with self._lock:
             self._users -= 1
             last = self._users == 0
-        if last:  # the memory maps of its lexical and payload indexes hold a descriptor each: let them go now, not
-            self.docs.close()  # whenever the garbage collector gets to a retired version (issue 42: a follower's
-            self.lexical = self.payload = None  # versions retired faster than collected held 956 descriptors)
+        # The memory maps of its lexical and payload indexes, and the payload parts not mapped yet, hold a descriptor
+        # each: let them go now, not whenever the garbage collector gets to a retired version (issue 42: a
+        # follower's versions retired faster than collected held 956 descriptors).
+        if last:
+            self.docs.close()
+            if self.payload is not None:
+                self.payload.close()
+            self.lexical = self.payload = None
 
 
 def _tombstones(directory: Path, info: SegmentInfo, files: Mapping[str, str]) -> np.ndarray | None:

@@ -10,7 +10,10 @@ writes against a sequential pass; docs/lab/2026-11-27-rank-mask.md). `and`, `or`
 operations. A condition on a key the index leaves out (its values have no single type: `PayloadInfo.unindexed`)
 asks `fallback`, the docstore's SQL for that condition; a key the segment's schema lacks altogether (a field a later
 segment added) is absent from every row, answered without reading anything.
-Nothing is parsed per row per request, and RAM holds no column: the arrays are pages of the bundle's files.
+Nothing is parsed per row per request, and RAM holds no column: the arrays are pages of the bundle's files. A
+field's files are opened when the segment loads and mapped the first time a filter names the field
+(models.bundle.payload.parts): a segment's fields cost a filter nothing until it uses them, and each is loaded once,
+checked whole before any filter sees it, however many threads name it at once.
 
 The semantics are the JSON path's (models.search.filters), with the two the types add: a keyword-list matches when
 any element does, a datetime compares instants.
@@ -20,17 +23,23 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import math
+import os
 import threading
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from models.bundle.payload.fields import FieldType, PayloadField, PayloadInfo, to_micros, typed
+from models.bundle.payload.parts import map_part, open_part, read_header
 from models.bundle.payload.writer import KEYWORD_TYPES, field_parts, part_name
 from models.bundle.storage.dictionary import Dictionary
+
+log = logging.getLogger(__name__)
 
 Leaf = tuple[Any, ...]
 Fallback = Callable[[Leaf], np.ndarray]  # a condition on an unindexed key → its row mask
@@ -43,10 +52,10 @@ SCATTER_COST = 8  # a row scattered into a mask costs about as much as this many
 class Column:
     """One field: its rows sorted by value, the rows without one and, for keyword types, the values' dictionary."""
 
-    def __init__(self, directory: Path, position: int, field: PayloadField, count: int) -> None:
+    def __init__(self, field: PayloadField, arrays: Mapping[str, np.ndarray], count: int) -> None:
+        """The column of `arrays` (each of the field's parts, models.bundle.payload.writer's), their sizes checked
+        against each other."""
         self.field, self.count, self.type = field, count, field.type
-        arrays = {part: np.load(directory / part_name(position, part), mmap_mode="r")
-                  for part in field_parts(field.type, field.ranks)}
         self.rows, self.absent = arrays["rows"], arrays["absent"]
         self.ranks: np.ndarray | None = arrays.get("ranks")  # None: a bundle written before ranks, a keyword list
         self.keyword = field.type in KEYWORD_TYPES
@@ -219,15 +228,102 @@ def _indices(rows: np.ndarray) -> np.ndarray:
     return np.asarray(rows, dtype=np.intp)
 
 
+class _Field:
+    """One field of the index: its parts' descriptors until its column is loaded, then the column. The lock makes
+    the first filters that need the column load it once between them, while filters on other fields go on."""
+
+    def __init__(self, directory: Path, position: int, field: PayloadField, count: int) -> None:
+        self.field, self.directory = field, directory
+        self.lock = threading.Lock()
+        self.column: Column | None = None  # set once, to a column checked whole: never seen half-loaded
+        self.descriptors: dict[str, int] = {}
+        try:
+            for part in field_parts(field.type, field.ranks):
+                self.descriptors[part] = open_part(directory / part_name(position, part))
+            self._check_sizes(count)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_sizes(self, count: int) -> None:
+        """What Column checks of its arrays' sizes, from the parts' headers (and the last offset): a field whose
+        parts disagree refuses its segment's load, as when the parts were mapped at opening, never a filter."""
+        headers = {part: read_header(fd) for part, fd in self.descriptors.items()}
+        size = {part: shape[0] for part, (shape, *_) in headers.items() if len(shape) == 1}
+        ok = len(size) == len(headers)  # every part one-dimensional, as the writer lays them out
+        if ok and self.field.type in KEYWORD_TYPES:  # the dictionary holds len(dict_offsets) - 1 values
+            ok = size["offsets"] == size["dict_offsets"] > 0
+            if ok:  # offsets[-1], the rows' end: its bytes in the header's dtype (byte order included)
+                _, _, dtype, start = headers["offsets"]
+                start += (size["offsets"] - 1) * dtype.itemsize
+                end = os.pread(self.descriptors["offsets"], dtype.itemsize, start)
+                ok = int(np.frombuffer(end, dtype)[0]) == size["rows"]
+        elif ok:
+            ok = size["values"] == size["rows"]
+        if not ok or size.get("ranks", count) != count:
+            raise ValueError(f"payload field {self.field.name!r}: its arrays do not match each other")
+
+    def load(self, count: int) -> Column:
+        column = self.column
+        if column is not None:
+            return column
+        with self.lock:
+            if self.column is None:
+                if not self.descriptors:
+                    raise ValueError(f"payload field {self.field.name!r}: its index is closed")
+                try:
+                    arrays = {part: map_part(fd) for part, fd in self.descriptors.items()}
+                    self.column = Column(self.field, arrays, count)
+                except (ValueError, OSError) as exc:  # the error names the field; the log, the segment too
+                    log.error("%s: payload field %r is unreadable: %s", self.directory, self.field.name, exc)
+                    raise
+                self.close()  # each map holds its own descriptor
+            return self.column
+
+    def close(self) -> None:
+        for fd in self.descriptors.values():
+            os.close(fd)
+        self.descriptors.clear()
+
+
+def _close(fields: list[_Field]) -> None:
+    for f in fields:
+        with f.lock:
+            f.close()
+
+
 class PayloadIndex:
-    """The loaded payload index of a bundle of `count` rows."""
+    """The payload index of a bundle of `count` rows: each field's parts opened, and mapped into its column the first
+    time a filter names the field (models.bundle.payload.parts)."""
 
     def __init__(self, directory: Path, info: PayloadInfo, count: int) -> None:
         self.info, self.count = info, count
-        self.columns = {f.name: Column(Path(directory), i, f, count) for i, f in enumerate(info.fields)}
+        fields: list[_Field] = []
+        try:
+            for i, f in enumerate(info.fields):
+                fields.append(_Field(Path(directory), i, f, count))
+        except BaseException:
+            _close(fields)
+            raise
+        self._fields = {f.field.name: f for f in fields}
+        self._closer = weakref.finalize(self, _close, fields)  # the descriptors of fields never loaded
         self.unindexed = frozenset(info.unindexed)
         self._looked_up = 0  # filter values looked up in the columns since loading (tests bound work by it)
         self._looked_up_lock = threading.Lock()
+
+    def column(self, name: str) -> Column | None:
+        """The field's column, loaded now if no filter needed it before; None for a key the index does not hold."""
+        field = self._fields.get(name)
+        return None if field is None else field.load(self.count)
+
+    @property
+    def loaded(self) -> frozenset[str]:
+        """The fields whose columns are loaded: those filters have named so far."""
+        return frozenset(name for name, f in self._fields.items() if f.column is not None)
+
+    def close(self) -> None:
+        """Close the parts of the columns not loaded (a loaded column's maps close with their last reference)."""
+        self._closer()
 
     @property
     def values_looked_up(self) -> int:
@@ -248,7 +344,7 @@ class PayloadIndex:
             for part in parts:
                 combine(mask, self.evaluate(part, fallback), out=mask)
             return mask
-        column = self.columns.get(tree[1])
+        column = self.column(tree[1])
         if column is not None:
             if op in ("eq", "in"):
                 with self._looked_up_lock:
@@ -260,5 +356,8 @@ class PayloadIndex:
         return np.full(self.count, op == "exists" and not tree[2], dtype=bool)
 
     def check(self) -> None:
-        for column in self.columns.values():
+        """Every column's invariants (`tandem index verify`): each is loaded to be read whole."""
+        for name in self._fields:
+            column = self.column(name)
+            assert column is not None
             column.check()

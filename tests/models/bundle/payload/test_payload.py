@@ -100,7 +100,8 @@ def test_masks_equal_the_filter_semantics(indexed: tuple[PayloadIndex, DocStore]
 
 
 def test_a_wide_match_is_written_as_its_complement_with_the_same_rows(indexed: tuple[PayloadIndex, DocStore]) -> None:
-    column = indexed[0].columns["year"]
+    column = indexed[0].column("year")
+    assert column is not None
     leaf = parse_filter({"field": "year", "gte": 1991}, {"year"}).tree
     spans = column.spans(leaf)
     assert 2 * sum(b - a for a, b in spans) > len(column.rows)  # the complement path
@@ -124,7 +125,7 @@ def test_ranks_compared_give_the_scattered_rows(indexed: tuple[PayloadIndex, Doc
     compared = 0
     for flt in FILTERS:
         for leaf in _leaves(parse_filter(flt, frozenset([*META[1], "nothing"])).tree):
-            column = payload.columns.get(leaf[1])
+            column = payload.column(leaf[1])
             if column is None or column.ranks is None or leaf[0] == "exists":
                 continue
             spans = column.spans(leaf)
@@ -165,7 +166,7 @@ def test_check_finds_a_damaged_column(tmp_path: Path, indexed: tuple[PayloadInde
     rows = np.load(tmp_path / part_name(position, "rows"))
     np.save(tmp_path / part_name(position, "rows"), rows[:-1])
     with pytest.raises(ValueError, match="payload field 'year': its arrays do not match each other"):
-        PayloadIndex(tmp_path, info, len(META))
+        PayloadIndex(tmp_path, info, len(META))  # at opening, from the parts' headers: the segment refuses to load
     np.save(tmp_path / part_name(position, "rows"), rows)
     ranks = np.load(tmp_path / part_name(position, "ranks"))
     np.save(tmp_path / part_name(position, "ranks"), np.roll(ranks, 1))
