@@ -233,19 +233,19 @@ class _Field:
     the first filters that need the column load it once between them, while filters on other fields go on."""
 
     def __init__(self, directory: Path, position: int, field: PayloadField, count: int) -> None:
-        self.field, self.directory = field, directory
+        self.field, self.directory, self.count = field, directory, count
         self.lock = threading.Lock()
         self.column: Column | None = None  # set once, to a column checked whole: never seen half-loaded
         self.descriptors: dict[str, int] = {}
         try:
             for part in field_parts(field.type, field.ranks):
                 self.descriptors[part] = open_part(directory / part_name(position, part))
-            self._check_sizes(count)
+            self._check_sizes()
         except BaseException:
             self.close()
             raise
 
-    def _check_sizes(self, count: int) -> None:
+    def _check_sizes(self) -> None:
         """What Column checks of its arrays' sizes, from the parts' headers (and the last offset): a field whose
         parts disagree refuses its segment's load, as when the parts were mapped at opening, never a filter."""
         headers = {part: read_header(fd) for part, fd in self.descriptors.items()}
@@ -260,10 +260,10 @@ class _Field:
                 ok = int(np.frombuffer(end, dtype)[0]) == size["rows"]
         elif ok:
             ok = size["values"] == size["rows"]
-        if not ok or size.get("ranks", count) != count:
+        if not ok or size.get("ranks", self.count) != self.count:
             raise ValueError(f"payload field {self.field.name!r}: its arrays do not match each other")
 
-    def load(self, count: int) -> Column:
+    def load(self) -> Column:
         column = self.column
         if column is not None:
             return column
@@ -273,7 +273,7 @@ class _Field:
                     raise ValueError(f"payload field {self.field.name!r}: its index is closed")
                 try:
                     arrays = {part: map_part(fd) for part, fd in self.descriptors.items()}
-                    self.column = Column(self.field, arrays, count)
+                    self.column = Column(self.field, arrays, self.count)
                 except (ValueError, OSError) as exc:  # the error names the field; the log, the segment too
                     log.error("%s: payload field %r is unreadable: %s", self.directory, self.field.name, exc)
                     raise
@@ -314,7 +314,7 @@ class PayloadIndex:
     def column(self, name: str) -> Column | None:
         """The field's column, loaded now if no filter needed it before; None for a key the index does not hold."""
         field = self._fields.get(name)
-        return None if field is None else field.load(self.count)
+        return None if field is None else field.load()
 
     @property
     def loaded(self) -> frozenset[str]:
