@@ -25,7 +25,7 @@ import numpy as np
 from bench.harness.record import cpu_line
 from models.bundle.payload.fields import FieldType, PayloadField
 from models.bundle.payload.index import SCATTER_COST, Column
-from models.bundle.payload.writer import part_name
+from models.bundle.payload.writer import field_parts, part_name
 
 log = logging.getLogger("bench.mask_cost")
 SHARES = 35  # conditions select k in 35 of the values
@@ -45,6 +45,13 @@ def write_column(directory: Path, n: int, distinct: int, seed: int = 0) -> None:
     for part, array in {"values": values[present][order].astype(np.int64), "rows": rows, "ranks": ranks,
                         "absent": np.flatnonzero(values < 0).astype(np.int32)}.items():
         np.save(directory / part_name(0, part), array)
+
+
+def open_column(directory: Path, field: PayloadField, n: int) -> Column:
+    """The field's column over its parts, mapped read-only as the served payload index maps them."""
+    arrays = {part: np.load(directory / part_name(0, part), mmap_mode="r")
+              for part in field_parts(field.type, field.ranks)}
+    return Column(field, arrays, n)
 
 
 def median_ms(column: Column, leaf: tuple, repeats: int) -> float:
@@ -68,8 +75,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         write_column(Path(tmp), args.rows, args.values)
         field = PayloadField(name="year", type=FieldType.INTEGER, ranks=True)
-        ranked = Column(Path(tmp), 0, field, args.rows)
-        scattered = Column(Path(tmp), 0, field.model_copy(update={"ranks": False}), args.rows)  # written before
+        ranked = open_column(Path(tmp), field, args.rows)
+        scattered = open_column(Path(tmp), field.model_copy(update={"ranks": False}), args.rows)  # written before
         log.info("| condition | share | without ranks, ms (plan) | with ranks, ms | chosen |")
         log.info("|---|---|---|---|---|")
         def cut(k: int) -> int:  # the value above which k in 35 of the values lie
