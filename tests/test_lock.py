@@ -169,10 +169,7 @@ def test_the_models_are_laid_out_once_per_models_lock(tmp_path: Path) -> None:
     (home / "models").mkdir(parents=True)
 
     def demo(*flags: str) -> str:
-        result = subprocess.run(["make", "-n", "-C", str(REPO), f"VENV={venv}", f"TANDEM_HOME={home}", *flags,
-                                 "demo"], capture_output=True, text=True, timeout=60)
-        assert result.returncode == 0, result.stderr
-        return result.stdout
+        return _dry_run(venv, f"TANDEM_HOME={home}", *flags, target="demo")
 
     fresh = demo()
     assert fresh.index("pip install") < fresh.index("models fetch") < fresh.index("demo serve")
