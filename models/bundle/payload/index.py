@@ -49,6 +49,23 @@ _UPPER = {"lte": "right", "lt": "left"}
 SCATTER_COST = 8  # a row scattered into a mask costs about as much as this many rows compared (measured, E5)
 
 
+def parts_agree(field: PayloadField, sizes: Mapping[str, int | None], rows_end: Callable[[], int], count: int
+                ) -> bool:
+    """Whether a field's parts agree in size as the writer lays them out: each one-dimensional (`sizes`: the part's
+    length, None for another shape); for a keyword type as many offsets as dictionary offsets (one more than its
+    values), the last (`rows_end`, read only when the rest agree) at the rows' end; else a value per row; and ranks,
+    where written, one per row of the segment. Asked of the parts' headers when a segment loads (`_Field`) and of
+    the mapped arrays when a column is (`Column`): the files may have changed in between."""
+    size = {part: n for part, n in sizes.items() if n is not None}
+    if len(size) < len(sizes):
+        return False
+    if field.type in KEYWORD_TYPES:
+        ok = size["offsets"] == size["dict_offsets"] > 0 and rows_end() == size["rows"]
+    else:
+        ok = size["values"] == size["rows"]
+    return ok and size.get("ranks", count) == count
+
+
 class Column:
     """One field: its rows sorted by value, the rows without one and, for keyword types, the values' dictionary."""
 
@@ -63,12 +80,10 @@ class Column:
         if self.keyword:
             self.dictionary = Dictionary(arrays["dict"], arrays["dict_offsets"])
             self.offsets = arrays["offsets"]
-            sizes_ok = len(self.offsets) == len(self.dictionary) + 1 and int(self.offsets[-1]) == len(self.rows)
         else:
             self.values = arrays["values"]
-            sizes_ok = len(self.values) == len(self.rows)
-        sizes_ok = sizes_ok and (self.ranks is None or self.ranks.shape == (count,))
-        if not sizes_ok or self.rows.ndim != 1 or self.absent.ndim != 1:
+        sizes = {part: len(a) if a.ndim == 1 else None for part, a in arrays.items()}
+        if not parts_agree(field, sizes, lambda: int(self.offsets[-1]), count):
             raise ValueError(f"payload field {field.name!r}: its arrays do not match each other")
 
     def check(self) -> None:
@@ -246,21 +261,17 @@ class _Field:
             raise
 
     def _check_sizes(self) -> None:
-        """What Column checks of its arrays' sizes, from the parts' headers (and the last offset): a field whose
-        parts disagree refuses its segment's load, as when the parts were mapped at opening, never a filter."""
+        """parts_agree, from the parts' headers (and the last offset's bytes): a field whose parts disagree refuses
+        its segment's load, as when the parts were mapped at opening, never a filter."""
         headers = {part: read_header(fd) for part, fd in self.descriptors.items()}
-        size = {part: shape[0] for part, (shape, *_) in headers.items() if len(shape) == 1}
-        ok = len(size) == len(headers)  # every part one-dimensional, as the writer lays them out
-        if ok and self.field.type in KEYWORD_TYPES:  # the dictionary holds len(dict_offsets) - 1 values
-            ok = size["offsets"] == size["dict_offsets"] > 0
-            if ok:  # offsets[-1], the rows' end: its bytes in the header's dtype (byte order included)
-                _, _, dtype, start = headers["offsets"]
-                start += (size["offsets"] - 1) * dtype.itemsize
-                end = os.pread(self.descriptors["offsets"], dtype.itemsize, start)
-                ok = int(np.frombuffer(end, dtype)[0]) == size["rows"]
-        elif ok:
-            ok = size["values"] == size["rows"]
-        if not ok or size.get("ranks", self.count) != self.count:
+        sizes = {part: shape[0] if len(shape) == 1 else None for part, (shape, *_) in headers.items()}
+
+        def rows_end() -> int:  # offsets[-1]: its bytes in the header's dtype (byte order included)
+            (n,), _, dtype, start = headers["offsets"]  # one-dimensional and not empty: parts_agree asks only then
+            at = start + (n - 1) * dtype.itemsize
+            return int(np.frombuffer(os.pread(self.descriptors["offsets"], dtype.itemsize, at), dtype)[0])
+
+        if not parts_agree(self.field, sizes, rows_end, self.count):
             raise ValueError(f"payload field {self.field.name!r}: its arrays do not match each other")
 
     def load(self) -> Column:
@@ -357,7 +368,5 @@ class PayloadIndex:
 
     def check(self) -> None:
         """Every column's invariants (`tandem index verify`): each is loaded to be read whole."""
-        for name in self._fields:
-            column = self.column(name)
-            assert column is not None
-            column.check()
+        for field in self._fields.values():
+            field.load().check()
